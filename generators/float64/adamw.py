@@ -1,0 +1,19 @@
+"""Float64 reference: one AdamW step (Loshchilov & Hutter 2019, algorithm 2),
+in PyTorch's single-tensor order: decoupled decay first, then the moments, then
+the bias-corrected update."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def step(p, m, v, g, t, lr, beta1=0.9, beta2=0.999, eps=1e-8, wd=0.01, decay=True):
+    """Step t (from 1). -> (p, m, v) in float64."""
+    p, m, v, g = (np.asarray(a, np.float64) for a in (p, m, v, g))
+    if decay:
+        p = p * (1.0 - lr * wd)
+    m = m + (1.0 - beta1) * (g - m)
+    v = v * beta2 + (1.0 - beta2) * (g * g)
+    c1 = 1.0 - beta1 ** t
+    c2 = 1.0 - beta2 ** t
+    p = p - (lr / c1) * (m / (np.sqrt(v) / np.sqrt(c2) + eps))
+    return p, m, v
