@@ -1,0 +1,111 @@
+"""The port ABI seen from Python: symbols, signatures, and a checked ctypes loader.
+
+Mirrors crnn_port.h. `load(path, layers)` opens a port, checks its ABI version and that every
+symbol the requested layers need is exported (naming all that are missing), and declares the
+argument types so a call cannot silently pass a wrong width.
+"""
+from __future__ import annotations
+
+import ctypes as C
+from pathlib import Path
+
+ABI_VERSION = 1
+ISA_NAMES = ("scalar", "sse", "avx2", "avx512")
+ERRORS = {0: "CRNN_OK", -1: "CRNN_E_ARG", -2: "CRNN_E_ISA", -3: "CRNN_E_NOMEM",
+          -4: "CRNN_E_UNSUPPORTED"}
+
+P = C.c_void_p
+i32, i64, u32, f64 = C.c_int32, C.c_int64, C.c_uint32, C.c_double
+
+SIGNATURES = {
+    "crnn_abi_version": (i32, []),
+    "crnn_isa_available": (u32, []),
+    "crnn_set_isa": (i32, [i32]),
+    "crnn_get_isa": (i32, []),
+    "crnn_set_threads": (i32, [i32]),
+    "crnn_get_threads": (i32, []),
+    "crnn_dot16": (i32, [P, P, i64, P]),
+    "crnn_linear_forward": (i32, [P, P, P, i32, i32, i32, P]),
+    "crnn_linear_backward": (i32, [P, P, P, i32, i32, i32, P, P, P]),
+    "crnn_conv_forward": (i32, [P, i32, i32, i32, P, P, i32, i32, i32, i32, i32, i32, i32,
+                                P, P, P]),
+    "crnn_conv_backward": (i32, [P, i32, i32, i32, P, i32, i32, i32, i32, i32, i32, i32,
+                                 P, P, P, P, P]),
+    "crnn_lstm_forward": (i32, [P, i32, i32, i32, P, P, P, P, P, P, P, P]),
+    "crnn_lstm_backward": (i32, [P, i32, i32, i32, P, P, P, P, P, P, P, P, P, P, P]),
+    "crnn_sigmoid": (i32, [P, i64, P]),
+    "crnn_tanh": (i32, [P, i64, P]),
+    "crnn_detmath_exp": (i32, [P, i64, P]),
+    "crnn_detmath_log": (i32, [P, i64, P]),
+    "crnn_ctc": (i32, [P, i32, i32, P, i32, f64, P, P]),
+    "crnn_model_sizes": (i32, [P, P, P]),
+    "crnn_step_gradients": (i32, [P, P, i32, P, P, P, P, P, P, P]),
+    "crnn_clip_gradients": (i32, [P, P, i32, f64, i32, P]),
+    "crnn_adamw": (i32, [P, P, P, P, i64, f64, f64, f64, f64, f64, i32, f64, f64]),
+}
+
+CORE = ["crnn_abi_version", "crnn_isa_available", "crnn_set_isa", "crnn_get_isa",
+        "crnn_set_threads", "crnn_get_threads"]
+LAYER_SYMBOLS = {
+    "dot16": ["crnn_dot16"],
+    "linear": ["crnn_linear_forward", "crnn_linear_backward"],
+    "conv": ["crnn_conv_forward", "crnn_conv_backward"],
+    "lstm": ["crnn_lstm_forward", "crnn_lstm_backward", "crnn_sigmoid", "crnn_tanh"],
+    "ctc": ["crnn_ctc", "crnn_detmath_exp", "crnn_detmath_log"],
+    "step": ["crnn_model_sizes", "crnn_step_gradients"],
+    "clip": ["crnn_clip_gradients"],
+    "adamw": ["crnn_adamw"],
+    "train3": ["crnn_model_sizes", "crnn_step_gradients", "crnn_clip_gradients", "crnn_adamw"],
+}
+
+
+class PortError(RuntimeError):
+    """The port cannot be run at all (gate exit code 2)."""
+
+
+def required_symbols(layers) -> list[str]:
+    need = list(CORE)
+    for layer in layers:
+        need += [s for s in LAYER_SYMBOLS[layer] if s not in need]
+    return need
+
+
+def load(path, layers=tuple(LAYER_SYMBOLS)) -> C.CDLL:
+    path = Path(path)
+    if not path.exists():
+        raise PortError(f"port library not found: {path}")
+    try:
+        lib = C.CDLL(str(path.resolve()))
+    except OSError as e:
+        raise PortError(f"port library {path} cannot be loaded: {e}") from None
+    missing = [s for s in required_symbols(layers) if not hasattr(lib, s)]
+    if missing:
+        raise PortError(f"port {path} is missing {len(missing)} symbol(s): {', '.join(missing)}")
+    for name, (res, args) in SIGNATURES.items():
+        if hasattr(lib, name):
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = res, args
+    version = lib.crnn_abi_version()
+    if version != ABI_VERSION:
+        raise PortError(f"port {path} has ABI version {version}; this harness speaks version "
+                        f"{ABI_VERSION} (crnn_port.h)")
+    return lib
+
+
+def available_isas(lib) -> list[str]:
+    mask = lib.crnn_isa_available()
+    return [n for i, n in enumerate(ISA_NAMES) if mask & (1 << i)]
+
+
+def check(rc: int, what: str) -> None:
+    if rc != 0:
+        raise PortCallError(f"{what} returned {rc} ({ERRORS.get(rc, 'unknown error code')})")
+
+
+class PortCallError(RuntimeError):
+    """A port call returned an error code: a failure of that tensor, not of the run."""
+
+
+def load_bundled(layers=tuple(LAYER_SYMBOLS), **build_kw) -> C.CDLL:
+    from .build import build
+    return load(build(**build_kw), layers)

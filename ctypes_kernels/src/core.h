@@ -1,0 +1,57 @@
+/* core.h — internal interfaces of the bundled port (not part of the ABI). */
+#ifndef CRNN_CORE_H
+#define CRNN_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "../crnn_port.h"
+
+#define CRNN_NISA 4
+
+/* The fixed reduction tree of dot16: for s = 8, 4, 2, 1: p[i] = p[i] + p[i+s]. */
+static inline float crnn_tree16(float p[16])
+{
+    for (int s = 8; s >= 1; s >>= 1)
+        for (int i = 0; i < s; i++)
+            p[i] = p[i] + p[i + s];
+    return p[0];
+}
+
+/* Adds the terms k = 0..n-1 (n < 16 allowed) of a·b to lanes p[k] (term index k + base
+ * with base a multiple of 16): the tail of a dot, one term per lane, nothing padded. */
+void crnn_dot16_tail(float p[16], const float *a, const float *b, int64_t n);
+
+/* The readable definition: 16 partials from +0, term k into lane k mod 16, then the tree. */
+float crnn_dot16_scalar(const float *a, const float *b, int64_t n);
+
+/* C[i*ldc + j] = dot16(A + i*lda, B + j*ldb, K) for i < M, j < N. */
+typedef void (*crnn_gemm16_fn)(int64_t M, int64_t N, int64_t K,
+                               const float *A, int64_t lda,
+                               const float *B, int64_t ldb,
+                               float *C, int64_t ldc);
+void crnn_gemm16_scalar(int64_t, int64_t, int64_t, const float *, int64_t,
+                        const float *, int64_t, float *, int64_t);
+void crnn_gemm16_sse(int64_t, int64_t, int64_t, const float *, int64_t,
+                     const float *, int64_t, float *, int64_t);
+void crnn_gemm16_avx2(int64_t, int64_t, int64_t, const float *, int64_t,
+                      const float *, int64_t, float *, int64_t);
+void crnn_gemm16_avx512(int64_t, int64_t, int64_t, const float *, int64_t,
+                        const float *, int64_t, float *, int64_t);
+
+/* Dispatches on the selected ISA and splits whole outputs (rows or columns of C)
+ * across the selected number of threads. */
+void crnn_gemm16(int64_t M, int64_t N, int64_t K,
+                 const float *A, int64_t lda, const float *B, int64_t ldb,
+                 float *C, int64_t ldc);
+
+/* Dense transpose: dst[j][i] = src[i][j], src is rows x cols. */
+void crnn_transpose(const float *src, int64_t rows, int64_t cols, float *dst);
+
+/* Runs fn(ctx, begin, end) over [0, n) split into contiguous chunks, one per thread. */
+typedef void (*crnn_range_fn)(void *ctx, int64_t begin, int64_t end);
+void crnn_parallel_for(int64_t n, crnn_range_fn fn, void *ctx);
+
+int crnn_current_isa(void);
+int crnn_current_threads(void);
+
+#endif

@@ -1,0 +1,3 @@
+/* gemm16 on the avx512 path: the shared algorithm with this ISA's vectors. */
+#include "vec_avx512.h"
+#include "gemm16_impl.h"

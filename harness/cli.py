@@ -1,0 +1,147 @@
+"""crnn-conformance: the command line.
+
+Exit codes of `gate`: 0 every check passed; 1 a tensor failed (or the port crashed or hung
+on a case); 2 the gate cannot run (no compiler, a port that cannot be loaded, a missing
+symbol, a wrong ABI version, a missing/corrupt/stale fixture, a bad option).
+"""
+from __future__ import annotations
+
+import platform
+import sys
+from pathlib import Path
+
+import click
+
+from ctypes_kernels import abi
+from generators.h5io import FixtureError
+from harness import layers as L
+from harness.runner import FIXTURES_DIR, THREADS, TIERS, GateOptions, run_gate
+
+EXIT_PASS, EXIT_FAIL, EXIT_CANNOT_RUN = 0, 1, 2
+
+
+def _split(value, allowed=None, name="value", conv=str):
+    if value is None:
+        return None
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if allowed is not None:
+        bad = [v for v in items if v not in allowed]
+        if bad:
+            raise click.BadParameter(f"unknown {name} {', '.join(bad)}; choose from {', '.join(allowed)}")
+    try:
+        return [conv(v) for v in items]
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of {name}s") from None
+
+
+def cannot_run(message: str):
+    click.echo(f"crnn-conformance: cannot run: {message}", err=True)
+    sys.exit(EXIT_CANNOT_RUN)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="crnn-conformance")
+def main():
+    """Conformance gate for ports of the deterministic crnn-v0 training numerics."""
+
+
+@main.command()
+@click.option("--port", type=click.Path(dir_okay=False), default=None,
+              help="shared library implementing crnn_port.h (default: the bundled kernels)")
+@click.option("--fixtures", type=click.Path(file_okay=False), default=str(FIXTURES_DIR),
+              show_default="fixtures/", help="fixture directory")
+@click.option("--isa", "isa", default=None, help="comma list of ISA paths (default: all available)")
+@click.option("--threads", default=",".join(map(str, THREADS)), show_default=True,
+              help="comma list of thread counts for the identity tier")
+@click.option("--tiers", default=",".join(TIERS), show_default=True, help="comma list of tiers")
+@click.option("--layers", default=None, help="comma list of layers (default: all)")
+@click.option("--case", default=None, help="only cases whose name matches this glob")
+@click.option("--report-dir", type=click.Path(file_okay=False), default=None,
+              help="write results.json (and the other reports) here")
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="seconds one layer call on one case may take before it counts as a hang")
+@click.option("-q", "--quiet", is_flag=True, help="print only failures and the verdict")
+def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, timeout, quiet):
+    """Run a port against the fixtures; exit 0 pass, 1 fail, 2 cannot run."""
+    try:
+        opts = GateOptions(
+            port=port, fixtures=Path(fixtures),
+            isas=_split(isa, abi.ISA_NAMES, "ISA"),
+            threads=tuple(_split(threads, None, "thread count", int)),
+            tiers=tuple(_split(tiers, TIERS, "tier")),
+            layers=_split(layers, L.LAYERS, "layer"),
+            case=case, timeout=timeout)
+    except click.BadParameter as e:
+        cannot_run(e.message)
+    if any(t < 1 or t > 256 for t in opts.threads):
+        cannot_run("thread counts must be between 1 and 256")
+    progress = None if quiet or not sys.stderr.isatty() else _progress
+    try:
+        result = run_gate(opts, progress)
+    except (abi.PortError, FixtureError, ValueError) as e:
+        cannot_run(str(e))
+    from reports import console, json_report
+    click.echo(console.render(result, quiet))
+    if report_dir:
+        path = json_report.write(result, report_dir)
+        click.echo(f"wrote {path}")
+    sys.exit(EXIT_PASS if result.passed else EXIT_FAIL)
+
+
+def _progress(done, total, label):
+    width = 30
+    fill = int(width * done / max(total, 1))
+    sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {done}/{total} {label:<40.40}")
+    if done >= total:
+        sys.stderr.write("\r" + " " * (width + 60) + "\r")
+    sys.stderr.flush()
+
+
+@main.command()
+@click.option("--port", type=click.Path(dir_okay=False), default=None,
+              help="describe this port instead of the bundled kernels")
+def info(port):
+    """ISA paths of this CPU, the compiler and flags, the ABI version and the cache path."""
+    from ctypes_kernels import build
+    try:
+        if port is None:
+            d = build.describe()
+            path = build.build()
+        else:
+            d, path = None, Path(port)
+        lib = abi.load(path, layers=())
+    except abi.PortError as e:
+        cannot_run(str(e))
+    click.echo(f"cpu:          {platform.processor() or platform.machine()} ({_cpu_model()})")
+    click.echo(f"port:         {path}")
+    click.echo(f"abi version:  {lib.crnn_abi_version()} (harness speaks {abi.ABI_VERSION})")
+    click.echo(f"isa paths:    {', '.join(abi.available_isas(lib))}")
+    if d:
+        click.echo(f"compiler:     {d['cc']} ({d['cc_version']})")
+        click.echo(f"flags:        {d['opt']} {' '.join(d['base_flags'])}")
+        for isa, flags in d["isa_flags"].items():
+            click.echo(f"  {isa:<10}  {' '.join(flags) or '(baseline)'}")
+        click.echo(f"cache:        {d['cache']}")
+    click.echo(f"layers:       {', '.join(L.available())}")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+@main.command("regen-fixtures", context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def regen_fixtures(args):
+    """Same as the `regen-fixtures` command."""
+    from generators.regen import main as regen_main
+    regen_main.main(args=list(args), prog_name="crnn-conformance regen-fixtures")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""The one comparison path for every tier. A tier differs only in the allowance it computes.
+
+    exact, identity : allowance 0 — every bit equal; usage is the max ulp distance
+    float64         : allowance = Atol + Rtol*|ref|
+    pytorch         : allowance = 2*Atol + 2*Floor + 2*Rtol*|ref|
+
+usage = max over elements of |ours - ref| / allowance; a tensor passes at usage <= 1 (and, for
+the bit tiers, zero mismatches). NaN or Inf from the port where the reference is finite is a
+failure of that element, and so is the poison value a port never overwrote.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+POISON_F32 = np.uint32(0x7FE5A5A5)         # a quiet NaN with a recognisable payload
+POISON_F64 = np.uint64(0x7FFDA5A5A5A5A5A5)
+POISON_I32 = np.int32(0x5A5A5A5A)
+BIT_TIERS = ("exact", "identity")
+
+
+def poisoned(shape, dtype) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    if dtype == np.float32:
+        return np.full(shape, POISON_F32, np.uint32).view(np.float32)
+    if dtype == np.float64:
+        return np.full(shape, POISON_F64, np.uint64).view(np.float64)
+    if dtype == np.int32:
+        return np.full(shape, POISON_I32, np.int32)
+    raise TypeError(f"no poison for {dtype}")
+
+
+def is_poison(a: np.ndarray) -> np.ndarray:
+    a = np.asarray(a)
+    if a.dtype == np.float32:
+        return a.view(np.uint32) == POISON_F32
+    if a.dtype == np.float64:
+        return a.view(np.uint64) == POISON_F64
+    if a.dtype == np.int32:
+        return a == POISON_I32
+    return np.zeros(a.shape, bool)
+
+
+def allowance(tier: str, ref: np.ndarray, atol: float, rtol: float, floor: float = 0.0):
+    absref = np.abs(ref.astype(np.float64))
+    if tier == "float64":
+        return atol + rtol * absref
+    if tier == "pytorch":
+        return 2 * atol + 2 * floor + 2 * rtol * absref
+    return np.zeros_like(absref)
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Distance in units in the last place, counting across zero (+0 and -0 are 0 apart).
+    For float64 the distance is returned as a float (exact up to 2^53 ulps)."""
+    if a.dtype.kind != "f":
+        return np.abs(a.astype(np.int64) - b.astype(np.int64))
+    it, mag = ((np.int32, 0x7FFFFFFF) if a.dtype == np.float32 else (np.int64, 0x7FFFFFFFFFFFFFFF))
+
+    def ordered(x):
+        i = x.view(it).astype(np.int64)
+        return np.where(i < 0, -(i & mag) - 1, i)   # -0 sits one step below +0
+
+    if a.dtype == np.float32:
+        return np.abs(ordered(a) - ordered(b))
+    return np.abs(ordered(a).astype(np.float64) - ordered(b).astype(np.float64))
+
+
+@dataclass
+class Comparison:
+    usage: float
+    max_abs_diff: float
+    mismatches: int
+    elements: int
+    passed: bool
+    max_ulp: int | None = None
+    worst: dict = field(default_factory=dict)
+    note: str = ""
+
+
+def _index(flat: int, shape) -> list[int]:
+    return [int(i) for i in np.unravel_index(flat, shape)] if shape else []
+
+
+def _same_bits(ours: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    if ours.dtype.kind == "f":
+        ui = {4: np.uint32, 8: np.uint64}[ours.dtype.itemsize]
+        return ours.view(ui) == ref.view(ui)
+    return ours == ref
+
+
+def compare(ours, ref, tier: str, atol: float = 0.0, rtol: float = 0.0, floor: float = 0.0,
+            mask: np.ndarray | None = None) -> Comparison:
+    """Compares one tensor. `mask` (bool, same shape) limits the elements compared."""
+    ours, ref = np.asarray(ours), np.asarray(ref)
+    if ours.shape != ref.shape:
+        return Comparison(float("inf"), float("inf"), int(ref.size), int(ref.size), False,
+                          note=f"shape {list(ours.shape)} != reference {list(ref.shape)}")
+    if ours.dtype.kind in "iu" or tier in BIT_TIERS:
+        return _compare_bits(ours, ref.astype(ours.dtype) if ours.dtype.kind in "iu" else ref,
+                             tier, mask)
+    return _compare_tolerance(ours, ref, tier, atol, rtol, floor, mask)
+
+
+def _compare_bits(ours, ref, tier, mask) -> Comparison:
+    if ours.dtype != ref.dtype:
+        return Comparison(float("inf"), float("inf"), int(ref.size), int(ref.size), False,
+                          note=f"dtype {ours.dtype} != reference {ref.dtype}")
+    bad = ~_same_bits(ours, ref)
+    if mask is not None:
+        bad &= mask
+    n = int(bad.sum())
+    poison = int((is_poison(ours) & bad).sum())
+    if n == 0:
+        return Comparison(0.0, 0.0, 0, int(ours.size), True, max_ulp=0)
+    if ours.dtype.kind == "f":
+        with np.errstate(all="ignore"):
+            ulps = np.where(bad, ulp_distance(ours, ref), 0)
+            diff = np.abs(ours.astype(np.float64) - ref.astype(np.float64))
+        finite = np.isfinite(diff)
+        ulp_max = int(np.max(ulps))
+        w = int(np.argmax(np.where(bad, np.where(np.isfinite(ours) & ~is_poison(ours), ulps, 1 << 62), -1)))
+        mad = float(np.max(np.where(bad & finite, diff, 0.0)))
+    else:
+        diff = np.abs(ours.astype(np.int64) - ref.astype(np.int64))
+        ulp_max = int(np.max(np.where(bad, diff, 0)))
+        w = int(np.argmax(bad))
+        mad = float(ulp_max)
+    note = f"{poison} element(s) never written (poison left)" if poison else ""
+    worst = {"index": _index(w, ours.shape), "ours": _scalar(ours.flat[w]),
+             "ref": _scalar(ref.flat[w]), "allowance": 0.0}
+    return Comparison(float(ulp_max), mad, n, int(ours.size), False, ulp_max, worst, note)
+
+
+def _compare_tolerance(ours, ref, tier, atol, rtol, floor, mask) -> Comparison:
+    o = ours.astype(np.float64)
+    r = ref.astype(np.float64)
+    allow = allowance(tier, r, atol, rtol, floor)
+    with np.errstate(all="ignore"):
+        diff = np.abs(o - r)
+        same_special = (o == r) | (np.isnan(o) & np.isnan(r))  # inf == inf, NaN where ref NaN
+        diff = np.where(same_special, 0.0, diff)
+        diff = np.where(np.isnan(diff), np.inf, diff)            # NaN/Inf against finite ref
+        ratio = np.where(diff == 0, 0.0, diff / allow)
+    if mask is not None:
+        ratio = np.where(mask, ratio, 0.0)
+        diff = np.where(mask, diff, 0.0)
+    over = ratio > 1.0
+    n = int(over.sum())
+    w = int(np.argmax(ratio)) if ratio.size else 0
+    usage = float(ratio.flat[w]) if ratio.size else 0.0
+    poison = int((is_poison(ours) & over).sum())
+    nonfinite = int((~np.isfinite(o) & np.isfinite(r) & over).sum())
+    notes = []
+    if poison:
+        notes.append(f"{poison} element(s) never written (poison left)")
+    if nonfinite - poison > 0:
+        notes.append(f"{nonfinite - poison} NaN/Inf element(s) where the reference is finite")
+    worst = {"index": _index(w, ours.shape), "ours": _scalar(ours.flat[w]) if ours.size else None,
+             "ref": _scalar(ref.flat[w]) if ref.size else None,
+             "allowance": float(allow.flat[w]) if allow.size else 0.0}
+    mad = float(np.max(diff)) if diff.size else 0.0
+    return Comparison(usage, mad, n, int(ours.size), n == 0, None, worst, "; ".join(notes))
+
+
+def _scalar(v):
+    v = v.item() if hasattr(v, "item") else v
+    if isinstance(v, float) and not np.isfinite(v):
+        return repr(v)   # JSON cannot hold NaN/Inf
+    return v

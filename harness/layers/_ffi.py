@@ -1,0 +1,29 @@
+"""Small helpers for calling a port through ctypes with poisoned, caller-owned outputs."""
+from __future__ import annotations
+
+import numpy as np
+
+from ctypes_kernels.abi import check
+from harness.compare import poisoned
+
+
+def f32(a) -> np.ndarray:
+    return np.ascontiguousarray(a, np.float32)
+
+
+def i32(a) -> np.ndarray:
+    return np.ascontiguousarray(a, np.int32)
+
+
+def out(shape, dtype=np.float32) -> np.ndarray:
+    """An output buffer filled with the poison value, so an unwritten element fails."""
+    return poisoned(tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),),
+                    dtype)
+
+
+def ptr(a):
+    return None if a is None else a.ctypes.data
+
+
+def call(lib, name: str, *args) -> None:
+    check(getattr(lib, name)(*args), name)
