@@ -1,0 +1,34 @@
+"""Shared test set-up: the --slow option, the bundled library, and the ISA x threads grid."""
+from __future__ import annotations
+
+import pytest
+
+THREADS = (1, 2, 3, 7)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="also run tests marked slow (exhaustive activations, mutants)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--slow"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with --slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def lib():
+    """The bundled port, built on demand (all layers it implements)."""
+    from ctypes_kernels.abi import load
+    from ctypes_kernels.build import build
+    return load(build(), layers=())
+
+
+@pytest.fixture(scope="session")
+def isas(lib):
+    from ctypes_kernels.abi import available_isas
+    return available_isas(lib)
