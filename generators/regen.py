@@ -27,6 +27,7 @@ FIXTURES_DIR = ROOT / "fixtures"
 BUILDERS = {
     "dot16": "generators.cases.dot16",
     "linear": "generators.cases.linear",
+    "ctc": "generators.cases.ctc",
 }
 
 

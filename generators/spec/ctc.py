@@ -1,0 +1,143 @@
+"""CTC loss of one line and its logit gradient, bit-exact double (docs/backward.md, "CTC loss").
+
+Blank is class 0, targets use 1..K-1. Everything is binary64 with the DetMath exp and log
+(generators/spec/detmath.py), so C and NumPy give the same bits:
+
+1. log softmax per step: m = max logit (the first one: replaced only by a greater); s = +0, then s = s + exp(z[k] - m) for k ascending;
+   lp[k] = (z[k] - m) - log(s).
+2. alpha/beta over the 2L+1 blank-extended entries (ext[2i] = 0, ext[2i+1] = target[i]), both
+   including their own step's emission:
+       alpha[0][s] = lp[0][ext[s]] for s < 2, -inf otherwise;
+       alpha[t][s] = logadd(logadd(alpha[t-1][s], alpha[t-1][s-1]), alpha[t-1][s-2]) + lp[t][ext[s]]
+       beta[T-1][s] = lp[T-1][ext[s]] for s >= S-2, -inf otherwise;
+       beta[t][s]  = logadd(logadd(beta[t+1][s], beta[t+1][s+1]), beta[t+1][s+2]) + lp[t][ext[s]]
+   A missing predecessor (s-1 < 0, s+1 >= S) is -inf, and so is the skip term unless the skip
+   joins two different non-blank labels (ext[s] != 0 and ext[s] != ext[s-2] for alpha,
+   ext[s+2] != 0 and ext[s+2] != ext[s] for beta).
+3. logP = logadd(alpha[T-1][S-1], alpha[T-1][S-2]) (S = 1, an empty target: alpha[T-1][0]);
+   loss = -logP. logP = -inf (no alignment, or T = 0) gives loss +inf and an all-+0 gradient.
+4. acc[t][k] = -inf, then acc = logadd(acc, alpha[t][s] + beta[t][s]) for the entries s with
+   ext[s] = k in ascending s. Because alpha and beta both include the emission lp[t][ext[s]],
+   alpha + beta is log(occupancy * P) + lp, hence the subtraction of lp:
+       dlogits[t][k] = float32(scale * (exp(lp[t][k]) - exp((acc[t][k] - lp[t][k]) - logP)))
+
+logadd(a, b) orders its arguments (hi = the larger, lo = the smaller) and returns hi when lo is
+-inf or lo - hi < -40, else hi + log(1 + exp(lo - hi)).
+
+The arrays are evaluated a whole time step (alpha, beta) or a whole line (softmax, gradient) at
+a time; every element is the same sequence of double operations the scalar C code performs.
+Logits must be finite.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import detmath
+
+NEG_INF = -np.inf
+CUT = -40.0
+
+
+def logadd(a, b) -> np.ndarray:
+    """hi + log(1 + exp(lo - hi)) with hi/lo the larger/smaller; hi when lo is -inf or
+    lo - hi < -40. Element-wise on float64 arrays."""
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    hi = np.maximum(a, b)
+    lo = np.minimum(a, b)
+    with np.errstate(invalid="ignore"):
+        d = lo - hi                       # NaN when both are -inf: masked below
+        keep = (lo == NEG_INF) | (d < CUT)
+        d = np.where(keep, 0.0, d)
+        r = hi + detmath.log(1.0 + detmath.exp(d))
+    return np.where(keep, hi, r)
+
+
+def log_softmax(logits) -> np.ndarray:
+    """lp[t][k] = (z[t][k] - m[t]) - log(s[t]), classes summed in ascending order."""
+    z = np.asarray(logits, np.float32).astype(np.float64)
+    m = z[:, 0].copy()                   # the first maximum (decides +0 versus -0)
+    for k in range(1, z.shape[1]):
+        m = np.where(z[:, k] > m, z[:, k], m)
+    s = np.zeros(z.shape[0])
+    for k in range(z.shape[1]):
+        s = s + detmath.exp(z[:, k] - m)
+    return (z - m[:, None]) - detmath.log(s)[:, None]
+
+
+def extend(target) -> np.ndarray:
+    ext = np.zeros(2 * len(target) + 1, np.int64)
+    ext[1::2] = target
+    return ext
+
+
+def _shift(a, n):
+    """a shifted right by n (n > 0: out[s] = a[s-n]) or left (n < 0: out[s] = a[s-n]); -inf fill."""
+    out = np.full_like(a, NEG_INF)
+    if n > 0:
+        out[n:] = a[:-n]
+    else:
+        out[:n] = a[-n:]
+    return out
+
+
+def alpha_beta(lp, ext):
+    """-> (alpha[T][S], beta[T][S]), both including their own step's emission."""
+    T, S = lp.shape[0], len(ext)
+    e = lp[:, ext]
+    skip = np.zeros(S, bool)            # alpha: s-2 -> s allowed
+    skip[2:] = (ext[2:] != 0) & (ext[2:] != ext[:-2])
+    skip_b = np.zeros(S, bool)          # beta: s -> s+2 allowed
+    skip_b[:-2] = skip[2:]
+    alpha = np.full((T, S), NEG_INF)
+    beta = np.full((T, S), NEG_INF)
+    alpha[0, :min(2, S)] = e[0, :min(2, S)]
+    for t in range(1, T):
+        a = alpha[t - 1]
+        two = np.where(skip, _shift(a, 2), NEG_INF)
+        alpha[t] = logadd(logadd(a, _shift(a, 1)), two) + e[t]
+    beta[T - 1, max(0, S - 2):] = e[T - 1, max(0, S - 2):]
+    for t in range(T - 2, -1, -1):
+        bn = beta[t + 1]
+        two = np.where(skip_b, _shift(bn, -2), NEG_INF)
+        beta[t] = logadd(logadd(bn, _shift(bn, -1)), two) + e[t]
+    return alpha, beta
+
+
+def _check(logits, target):
+    z = np.asarray(logits, np.float32)
+    if z.ndim != 2 or z.shape[1] < 1:
+        raise ValueError(f"logits must be [T][K], got shape {z.shape}")
+    t = np.asarray(target, np.int64).ravel()
+    if np.any((t < 1) | (t >= z.shape[1])):
+        raise ValueError("target labels must lie in 1..K-1 (blank = 0)")
+    if not np.all(np.isfinite(z)):
+        raise ValueError("logits must be finite")
+    return z, t
+
+
+def ctc(logits, target, scale=1.0):
+    """-> (loss: float (+inf when no alignment), dlogits[T][K] float32)."""
+    z, target = _check(logits, target)
+    T, K = z.shape
+    scale = float(scale)
+    zero = np.zeros((T, K), np.float32)
+    if T == 0:
+        return float("inf"), zero
+    lp = log_softmax(z)
+    ext = extend(target)
+    S = len(ext)
+    alpha, beta = alpha_beta(lp, ext)
+    logP = alpha[T - 1, 0] if S == 1 else logadd(alpha[T - 1, S - 1], alpha[T - 1, S - 2])
+    logP = float(logP)
+    if logP == NEG_INF:
+        return float("inf"), zero
+    acc = np.full((T, K), NEG_INF)
+    ab = alpha + beta
+    for s in range(S):
+        k = ext[s]
+        acc[:, k] = logadd(acc[:, k], ab[:, s])
+    with np.errstate(invalid="ignore"):
+        occ = detmath.exp((acc - lp) - logP)
+    d = scale * (detmath.exp(lp) - occ)
+    return -logP, d.astype(np.float32)

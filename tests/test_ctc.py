@@ -1,0 +1,128 @@
+"""CTC loss: the C port equals the executable spec bit for bit, and the spec stays within the
+tolerance table of the float64 reference. (The float64 reference against PyTorch and brute
+force is tested in test_float64_reference.py.)"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ctypes_kernels.abi import ERRORS
+from generators.cases import ctc as cases
+from generators.float64 import ctc as ref
+from generators.spec import ctc as spec
+from harness.compare import compare
+from harness.tolerances import lookup
+
+
+def c_ctc(lib, logits, target, scale):
+    logits = np.ascontiguousarray(logits, np.float32)
+    target = np.ascontiguousarray(target, np.int32)
+    T, K = logits.shape
+    loss = np.full(1, np.nan)
+    d = np.full((T, K), np.nan, np.float32)
+    rc = lib.crnn_ctc(logits.ctypes.data, T, K, target.ctypes.data if target.size else None,
+                      target.size, float(scale), loss.ctypes.data, d.ctypes.data)
+    assert rc == 0, ERRORS.get(rc, rc)
+    return float(loss[0]), d
+
+
+def same_bits(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def random_line(rng):
+    T = int(rng.integers(1, 70))
+    K = int(rng.integers(2, 40))
+    L = int(rng.integers(0, min(T, 12) + 1))
+    if rng.random() < 0.3 and K > 2:     # runs of repeated labels
+        target = np.repeat(rng.integers(1, K, max(1, L // 2)), 2)[:L]
+    else:
+        target = rng.integers(1, K, L)
+    sigma = float(rng.choice([0.5, 2.0, 8.0, 60.0]))
+    logits = rng.normal(0.0, sigma, (T, K)).astype(np.float32)
+    scale = float(rng.choice([1.0, 0.25, 1.0 / 3.0]))
+    return logits, target.astype(np.int32), scale
+
+
+def test_c_equals_spec_on_random_lines(lib):
+    rng = np.random.default_rng(51)
+    n_inf = 0
+    for _ in range(150):
+        logits, target, scale = random_line(rng)
+        l_s, d_s = spec.ctc(logits, target, scale)
+        l_c, d_c = c_ctc(lib, logits, target, scale)
+        assert same_bits(np.float64(l_c), np.float64(l_s)), (l_c, l_s, logits.shape, target)
+        assert same_bits(d_c, d_s), (logits.shape, target)
+        n_inf += np.isinf(l_s)
+    assert n_inf < 150
+
+
+def test_c_equals_spec_on_special_cases(lib):
+    """Empty target, no alignment, repeats, saturated logits, T = 1, K = 2 (the fixture's cases)."""
+    for case in cases.build():
+        inp, ex = case.inputs, case.expected["exact"]
+        l_c, d_c = c_ctc(lib, inp["logits"], inp["target"], inp["scale"][0])
+        assert same_bits(np.float64(l_c), ex["loss"][0]), case.name
+        assert same_bits(d_c, ex["dlogits"]), case.name
+
+
+def test_no_alignment_is_inf_with_zero_gradient(lib):
+    logits = np.random.default_rng(3).normal(size=(5, 6)).astype(np.float32)
+    assert np.isfinite(spec.ctc(logits, [2, 2, 2], 0.5)[0])  # 2 _ 2 _ 2 fits in 5 steps
+    for target in ([1, 2, 3, 4, 5, 1], [2, 2, 2, 2]):          # 6 labels; 2 _ 2 _ 2 _ 2 needs 7
+        l_s, d_s = spec.ctc(logits, target, 0.5)
+        l_c, d_c = c_ctc(lib, logits, target, 0.5)
+        assert l_s == np.inf and l_c == np.inf
+        assert same_bits(d_c, np.zeros_like(d_c)) and same_bits(d_s, np.zeros_like(d_s))
+
+
+def test_empty_target_is_all_blank_path(lib):
+    logits = np.random.default_rng(4).normal(size=(9, 5)).astype(np.float32)
+    loss, _ = c_ctc(lib, logits, [], 1.0)
+    lp = ref.log_softmax(logits)
+    assert loss == pytest.approx(-lp[:, 0].sum(), rel=1e-14)
+
+
+def test_spec_within_tolerance_of_float64():
+    tol_loss, tol_d = lookup("ctc", "loss"), lookup("ctc", "dlogits")
+    rng = np.random.default_rng(52)
+    worst = 0.0
+    for _ in range(60):
+        logits, target, scale = random_line(rng)
+        l_s, d_s = spec.ctc(logits, target, scale)
+        l_r, d_r = ref.ctc(logits, target, scale)
+        c1 = compare(np.array([l_s]), np.array([l_r]), "float64", tol_loss.atol, tol_loss.rtol)
+        c2 = compare(d_s, d_r, "float64", tol_d.atol, tol_d.rtol)
+        assert c1.passed and c2.passed, (c1, c2)
+        worst = max(worst, c1.usage, c2.usage)
+    assert worst <= 0.5
+
+
+def test_logadd_rules():
+    la = spec.logadd
+    assert la(-np.inf, -np.inf) == -np.inf
+    assert la(3.0, -np.inf) == 3.0 and la(-np.inf, 3.0) == 3.0
+    assert la(0.0, -40.5) == 0.0                      # cut: lo - hi < -40 returns hi
+    assert la(0.0, -30.0) > 0.0                       # log(1 + e^-30) = 9.4e-14 survives
+    assert la(1.25, -7.0) == la(-7.0, 1.25)           # arguments ordered, larger first
+    assert la(2.0, 2.0) == pytest.approx(2.0 + np.log(2.0), rel=1e-15)
+
+
+@pytest.mark.parametrize("bad", ["label0", "labelK", "nan"])
+def test_bad_arguments_are_rejected(lib, bad):
+    logits = np.zeros((4, 5), np.float32)
+    target = np.array([1, 2], np.int32)
+    if bad == "label0":
+        target[0] = 0
+    elif bad == "labelK":
+        target[1] = 5
+    else:
+        logits[2, 3] = np.nan
+    loss = np.zeros(1)
+    d = np.zeros((4, 5), np.float32)
+    rc = lib.crnn_ctc(logits.ctypes.data, 4, 5, target.ctypes.data, 2, 1.0, loss.ctypes.data,
+                      d.ctypes.data)
+    assert rc == -1
+    with pytest.raises(ValueError):
+        spec.ctc(logits, target, 1.0)
