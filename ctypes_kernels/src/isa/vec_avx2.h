@@ -12,3 +12,12 @@ typedef __m256 vec_t;
 #define VMUL(a, b)     _mm256_mul_ps((a), (b))
 #define VDIV(a, b)     _mm256_div_ps((a), (b))
 #define VFMA(a, b, c)  _mm256_fmadd_ps((a), (b), (c))
+/* comparisons (ordered: false when either is NaN), selects, sign flip and exponent bits */
+typedef __m256 vmask_t;
+#define VCMPLT(a, b)   _mm256_cmp_ps((a), (b), _CMP_LT_OQ)
+#define VCMPGE(a, b)   _mm256_cmp_ps((a), (b), _CMP_GE_OQ)
+#define VISNAN(a)      _mm256_cmp_ps((a), (a), _CMP_UNORD_Q)
+#define VSELECT(m, t, f) _mm256_blendv_ps((f), (t), (m))       /* m ? t : f, per lane */
+#define VNEG(a)        _mm256_xor_ps((a), _mm256_set1_ps(-0.0f)) /* flips the sign bit only */
+#define VPOW2I(k)      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), \
+                           _mm256_set1_epi32(127)), 23))         /* 2^k, integral k in [-126, 127] */
