@@ -28,6 +28,8 @@ BUILDERS = {
     "dot16": "generators.cases.dot16",
     "linear": "generators.cases.linear",
     "ctc": "generators.cases.ctc",
+    "clip": "generators.cases.clip",
+    "adamw": "generators.cases.adamw",
 }
 
 
