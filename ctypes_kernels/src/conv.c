@@ -1,0 +1,245 @@
+/* conv.c — conv block (stride 1, channels-last) + fused ReLU/max pool, forward and backward
+ * (docs/numerics.md and docs/backward.md, "Convolution block").
+ *
+ * Every dot goes through crnn_gemm16 on row-major operands: the forward is im2col then
+ * conv = col · Wᵀ; the backward transposes dC and col so that the dots over p read rows.
+ * The pool and the dx gather are element-wise; they are split across threads over
+ * independent outputs only (rows of the pooled output, rows of dx), so no bit depends on
+ * the thread count. */
+#include <stdlib.h>
+#include <string.h>
+#include "core.h"
+
+typedef struct {
+    int64_t H, W, C, Out, kh, kw, padH, padW, poolH, poolW;
+    int64_t Hc, Wc, P, Hp, Wp, K, KP;
+} geom_t;
+
+/* Fills g; returns 0 for a shape the ABI rejects (CRNN_E_ARG). */
+static int make_geom(geom_t *g, int32_t H, int32_t W, int32_t C, int32_t Out,
+                     int32_t kh, int32_t kw, int32_t padH, int32_t padW,
+                     int32_t poolH, int32_t poolW)
+{
+    if (H < 1 || W < 1 || C < 1 || Out < 1 || kh < 1 || kw < 1 || padH < 0 || padW < 0 ||
+        poolH < 1 || poolW < 1)
+        return 0;
+    g->H = H; g->W = W; g->C = C; g->Out = Out; g->kh = kh; g->kw = kw;
+    g->padH = padH; g->padW = padW; g->poolH = poolH; g->poolW = poolW;
+    g->Hc = (int64_t)H + 2 * (int64_t)padH - kh + 1;
+    g->Wc = (int64_t)W + 2 * (int64_t)padW - kw + 1;
+    if (g->Hc < 1 || g->Wc < 1 || g->Hc > INT32_MAX || g->Wc > INT32_MAX) return 0;
+    g->Hp = g->Hc / poolH;
+    g->Wp = g->Wc / poolW;
+    if (g->Hp < 1 || g->Wp < 1) return 0;
+    /* winners are int32 flat indices p*Out + o */
+    if (g->Hc > INT32_MAX / g->Wc) return 0;
+    g->P = g->Hc * g->Wc;
+    if (g->P > INT32_MAX / Out) return 0;
+    if ((int64_t)kh * kw > INT32_MAX / C) return 0;
+    g->K = (int64_t)kh * kw * C;
+    g->KP = (g->K + 15) / 16 * 16;
+    return 1;
+}
+
+/* Element count -> bytes, or 0 when it cannot be allocated (treated as CRNN_E_NOMEM). */
+static size_t bytes_of(int64_t n)
+{
+    if (n < 0 || (uint64_t)n > (SIZE_MAX / sizeof(float)) / 8) return 0;
+    return (size_t)n * sizeof(float);
+}
+
+/* ---- im2col: col[p][k] = x[y+ky-padH][x+kx-padW][c], +0 outside and in the padding ---- */
+typedef struct {
+    const geom_t *g;
+    const float *x;
+    float *col;
+} im2col_job;
+
+static void im2col_rows(void *ctx, int64_t y0, int64_t y1)
+{
+    const im2col_job *j = ctx;
+    const geom_t *g = j->g;
+    for (int64_t y = y0; y < y1; y++)
+        for (int64_t xo = 0; xo < g->Wc; xo++) {
+            float *row = j->col + (y * g->Wc + xo) * g->KP;
+            for (int64_t ky = 0; ky < g->kh; ky++) {
+                int64_t iy = y + ky - g->padH;
+                for (int64_t kx = 0; kx < g->kw; kx++) {
+                    int64_t ix = xo + kx - g->padW;
+                    float *dst = row + (ky * g->kw + kx) * g->C;
+                    if (iy >= 0 && iy < g->H && ix >= 0 && ix < g->W)
+                        memcpy(dst, j->x + (iy * g->W + ix) * g->C, sizeof(float) * g->C);
+                    else
+                        for (int64_t c = 0; c < g->C; c++) dst[c] = 0.0f;
+                }
+            }
+            for (int64_t k = g->K; k < g->KP; k++) row[k] = 0.0f;
+        }
+}
+
+static void im2col(const geom_t *g, const float *x, float *col)
+{
+    im2col_job j = {g, x, col};
+    crnn_parallel_for(g->Hc, im2col_rows, &j);
+}
+
+/* ---- forward: bias, then the pool over rows of windows ------------------------------- */
+typedef struct {
+    const geom_t *g;
+    const float *b;
+    float *conv, *pooled;
+    int32_t *winners;
+} fwd_job;
+
+static void bias_rows(void *ctx, int64_t p0, int64_t p1)
+{
+    const fwd_job *j = ctx;
+    int64_t Out = j->g->Out;
+    for (int64_t p = p0; p < p1; p++)
+        for (int64_t o = 0; o < Out; o++)
+            j->conv[p * Out + o] = j->conv[p * Out + o] + j->b[o];
+}
+
+/* Running maximum from +0, window rows outer, columns inner, replaced only when strictly
+ * greater: the first of equal maxima wins, -0 and NaN never win; winner p*Out + o or -1. */
+static void pool_rows(void *ctx, int64_t oy0, int64_t oy1)
+{
+    const fwd_job *j = ctx;
+    const geom_t *g = j->g;
+    int64_t Out = g->Out;
+    for (int64_t oy = oy0; oy < oy1; oy++)
+        for (int64_t ox = 0; ox < g->Wp; ox++)
+            for (int64_t o = 0; o < Out; o++) {
+                float m = 0.0f;
+                int32_t w = -1;
+                for (int64_t dy = 0; dy < g->poolH; dy++)
+                    for (int64_t dx = 0; dx < g->poolW; dx++) {
+                        int64_t p = (oy * g->poolH + dy) * g->Wc + ox * g->poolW + dx;
+                        float v = j->conv[p * Out + o];
+                        if (v > m) {
+                            m = v;
+                            w = (int32_t)(p * Out + o);
+                        }
+                    }
+                int64_t at = (oy * g->Wp + ox) * Out + o;
+                j->pooled[at] = m;
+                j->winners[at] = w;
+            }
+}
+
+int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
+                          const float *Wt, const float *b, int32_t Out,
+                          int32_t kh, int32_t kw, int32_t padH, int32_t padW,
+                          int32_t poolH, int32_t poolW,
+                          float *conv, float *pooled, int32_t *winners)
+{
+    geom_t g;
+    if (!x || !Wt || !b || !conv || !pooled || !winners) return CRNN_E_ARG;
+    if (!make_geom(&g, H, W, C, Out, kh, kw, padH, padW, poolH, poolW)) return CRNN_E_ARG;
+    size_t nb = bytes_of(g.P * g.KP);
+    float *col = nb ? malloc(nb) : NULL;
+    if (!col) return CRNN_E_NOMEM;
+    im2col(&g, x, col);
+    crnn_gemm16(g.P, g.Out, g.KP, col, g.KP, Wt, g.KP, conv, g.Out);
+    free(col);
+    fwd_job j = {&g, b, conv, pooled, winners};
+    crnn_parallel_for(g.P, bias_rows, &j);
+    crnn_parallel_for(g.Hp, pool_rows, &j);
+    return CRNN_OK;
+}
+
+/* ---- backward --------------------------------------------------------------------- */
+
+/* dC[p][o] = dPooled at each window's winner, +0 elsewhere. Every winner must be -1 or a
+ * cell of its own window and channel; anything else is CRNN_E_ARG (nothing is written). */
+static int scatter_winners(const geom_t *g, const float *dPooled, const int32_t *winners,
+                           float *dC)
+{
+    int64_t Out = g->Out, n = g->Hp * g->Wp * Out;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t w = winners[i];
+        if (w == -1) continue;
+        int64_t o = i % Out, win = i / Out, oy = win / g->Wp, ox = win % g->Wp;
+        if (w < 0 || w >= g->P * Out || w % Out != o) return 0;
+        int64_t p = w / Out, py = p / g->Wc, px = p % g->Wc;
+        if (py / g->poolH != oy || px / g->poolW != ox) return 0;
+    }
+    memset(dC, 0, sizeof(float) * (size_t)(g->P * Out));
+    for (int64_t i = 0; i < n; i++)
+        if (winners[i] >= 0) dC[winners[i]] = dPooled[i];
+    return 1;
+}
+
+typedef struct {
+    const geom_t *g;
+    const float *dcol;
+    float *dx;
+} gather_job;
+
+/* dx[iy][ix][c] = +0 + dcol[p][(ky*kw+kx)*C + c] + ... over ky, then kx, ascending, for the
+ * taps whose p = (iy+padH-ky, ix+padW-kx) lies inside the conv output. */
+static void gather_rows(void *ctx, int64_t iy0, int64_t iy1)
+{
+    const gather_job *j = ctx;
+    const geom_t *g = j->g;
+    int64_t C = g->C;
+    for (int64_t iy = iy0; iy < iy1; iy++)
+        for (int64_t ix = 0; ix < g->W; ix++) {
+            float *d = j->dx + (iy * g->W + ix) * C;
+            for (int64_t c = 0; c < C; c++) d[c] = 0.0f;
+            for (int64_t ky = 0; ky < g->kh; ky++) {
+                int64_t py = iy + g->padH - ky;
+                if (py < 0 || py >= g->Hc) continue;
+                for (int64_t kx = 0; kx < g->kw; kx++) {
+                    int64_t px = ix + g->padW - kx;
+                    if (px < 0 || px >= g->Wc) continue;
+                    const float *s = j->dcol + (py * g->Wc + px) * g->KP + (ky * g->kw + kx) * C;
+                    for (int64_t c = 0; c < C; c++) d[c] = d[c] + s[c];
+                }
+            }
+        }
+}
+
+int32_t crnn_conv_backward(const float *x, int32_t H, int32_t W, int32_t C,
+                           const float *Wt, int32_t Out,
+                           int32_t kh, int32_t kw, int32_t padH, int32_t padW,
+                           int32_t poolH, int32_t poolW,
+                           const float *dPooled, const int32_t *winners,
+                           float *dW, float *db, float *dx)
+{
+    geom_t g;
+    if (!x || !Wt || !dPooled || !winners || !dW || !db) return CRNN_E_ARG;
+    if (!make_geom(&g, H, W, C, Out, kh, kw, padH, padW, poolH, poolW)) return CRNN_E_ARG;
+    int64_t P = g.P, KP = g.KP;
+    /* col and dcol share one buffer (col is dead once transposed) */
+    int64_t n = P * KP            /* col, then dcol */
+              + KP * P            /* colT */
+              + P * Out           /* dC */
+              + Out * P           /* dCT */
+              + P                 /* ones */
+              + (dx ? KP * Out : 0); /* WT */
+    size_t nb = bytes_of(n);
+    float *buf = nb ? malloc(nb) : NULL;
+    if (!buf) return CRNN_E_NOMEM;
+    float *col = buf, *colT = col + P * KP, *dC = colT + KP * P, *dCT = dC + P * Out;
+    float *ones = dCT + Out * P, *WT = ones + P;
+    if (!scatter_winners(&g, dPooled, winners, dC)) {
+        free(buf);
+        return CRNN_E_ARG;
+    }
+    im2col(&g, x, col);
+    crnn_transpose(col, P, KP, colT);
+    crnn_transpose(dC, P, Out, dCT);
+    for (int64_t p = 0; p < P; p++) ones[p] = 1.0f;
+    crnn_gemm16(Out, KP, P, dCT, P, colT, P, dW, KP);   /* dW[o][k] over p, P terms */
+    crnn_gemm16(Out, 1, P, dCT, P, ones, P, db, 1);     /* db[o] over p, P terms    */
+    if (dx) {
+        float *dcol = col;
+        crnn_transpose(Wt, Out, KP, WT);
+        crnn_gemm16(P, KP, Out, dC, Out, WT, Out, dcol, KP);  /* dcol[p][k] over o */
+        gather_job j = {&g, dcol, dx};
+        crnn_parallel_for(g.H, gather_rows, &j);
+    }
+    free(buf);
+    return CRNN_OK;
+}
