@@ -54,8 +54,10 @@ def spec_block(x, Wt, b, g, dPooled=None, rng=None):
 @pytest.fixture(scope="module")
 def lib():
     lib = abi.load_bundled(layers=["conv"])
+    isa, threads = lib.crnn_get_isa(), lib.crnn_get_threads()
     yield lib
-    lib.crnn_set_threads(1)
+    lib.crnn_set_isa(isa)          # the library is process-global: leave it as found
+    lib.crnn_set_threads(threads)
 
 
 def select(lib, isa, threads):
