@@ -27,6 +27,7 @@ FIXTURES_DIR = ROOT / "fixtures"
 BUILDERS = {
     "dot16": "generators.cases.dot16",
     "linear": "generators.cases.linear",
+    "lstm": "generators.cases.lstm",
     "conv": "generators.cases.conv",
     "ctc": "generators.cases.ctc",
     "clip": "generators.cases.clip",

@@ -1,0 +1,248 @@
+"""The bidirectional LSTM layer (docs/numerics.md and docs/backward.md, "LSTM layer").
+
+- C == spec bit for bit on every ISA path x threads {1, 2, 3, 7}, on small shapes with tails and
+  on the fixture's crnn-v0 cases;
+- the spec stays within the float64 tier's allowance (usage <= 0.5), and the allowances in
+  harness/tolerances.toml are the error bound derived here (`propagated_error`) on the fixture data;
+- `crnn-conformance gate --layers lstm` exits 0.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ctypes_kernels import abi
+from generators.cases import lstm as cases
+from generators.float64 import lstm as ref64
+from generators.float64.lstm import sigmoid as sigmoid64
+from generators.h5io import Case, read_fixture
+from generators.spec import lstm as spec
+from harness.compare import compare
+from harness.layers import lstm as lstm_layer
+from harness.runner import FIXTURES_DIR, THREADS
+from harness.tolerances import lookup
+
+TENSORS = cases.TENSORS
+
+# ---------------------------------------------------------------- the derived error bound
+
+U = 2.0 ** -24            # binary32 unit roundoff
+EPS_SIGMOID = 9.0e-8      # max abs error of the sigmoid approximation, all 2^32 inputs
+EPS_TANH = 8.6e-8         # max abs error of the tanh approximation, all 2^32 inputs
+
+
+def m_of(n: int) -> int:
+    """Roundings along one dot16 of n terms: ceil(n/16) fmas in a lane, then the 4-level tree."""
+    return -(-n // 16) + 4
+
+
+def perturbed(inp: dict, s: float) -> dict:
+    """The layer in float64 with every local float32 error at its bound, all of sign s:
+    each sigmoid/tanh shifted by its approximation's max error, each dot16 of n terms by
+    m(n)*u*sum|terms|, each other operation by u*|result|. First order in u."""
+    x, W_ih, W_hh, b, dOut = (np.asarray(inp[k], np.float64)
+                              for k in ("x", "W_ih", "W_hh", "b", "dOut"))
+    T, I = x.shape
+    H = W_hh.shape[2]
+    G = 4 * H
+    mI, mH, mG, mT, m8 = m_of(I), m_of(H), m_of(G), m_of(T), m_of(2 * G)
+    r = lambda v: v + s * U * np.abs(v)
+    out = np.zeros((T, 2 * H))
+    gates = np.zeros((2, T, G))
+    c_all, tc_all, hPrev = (np.zeros((2, T, H)) for _ in range(3))
+    for d in (0, 1):
+        h, c = np.zeros(H), np.zeros(H)
+        for t in spec.order(d, T):
+            hPrev[d, t] = h
+            xw = W_ih[d] @ x[t] + s * mI * U * (np.abs(W_ih[d]) @ np.abs(x[t]))
+            hw = W_hh[d] @ h + s * mH * U * (np.abs(W_hh[d]) @ np.abs(h))
+            z = r(r(xw + hw) + b[d])
+            a = np.concatenate([sigmoid64(z[:2 * H]) + s * EPS_SIGMOID,
+                                np.tanh(z[2 * H:3 * H]) + s * EPS_TANH,
+                                sigmoid64(z[3 * H:]) + s * EPS_SIGMOID])
+            i, f, g, o = np.split(a, 4)
+            c = r(r(f * c) + r(i * g))
+            tc = np.tanh(c) + s * EPS_TANH
+            h = r(o * tc)
+            gates[d, t], c_all[d, t], tc_all[d, t] = a, c, tc
+            out[t, d * H:(d + 1) * H] = h
+    res = {"out": out, "gates": gates, "c": c_all, "tc": tc_all, "hPrev": hPrev}
+    dz = np.zeros((T, 2 * G))
+    for d in (0, 1):
+        dhRec, dcNext = np.zeros(H), np.zeros(H)
+        for t in reversed(spec.order(d, T)):
+            prev = t - 1 if d == 0 else t + 1
+            cP = c_all[d, prev] if 0 <= prev < T else np.zeros(H)
+            i, f, g, o = np.split(gates[d, t], 4)
+            tc = tc_all[d, t]
+            dh = r(dOut[t, d * H:(d + 1) * H] + dhRec)
+            dtc, do = r(dh * o), r(dh * tc)
+            dc = r(dcNext + r(dtc * r(1 - r(tc * tc))))
+            di, dg, df = r(dc * g), r(dc * i), r(dc * cP)
+            dcNext = r(dc * f)
+            dzt = np.concatenate([r(di * r(i * r(1 - i))), r(df * r(f * r(1 - f))),
+                                  r(dg * r(1 - r(g * g))), r(do * r(o * r(1 - o)))])
+            dz[t, d * G:(d + 1) * G] = dzt
+            dhRec = W_hh[d].T @ dzt + s * mG * U * (np.abs(W_hh[d]).T @ np.abs(dzt))
+    adz = np.abs(dz)
+    res["dW_ih"] = (dz.T @ x + s * mT * U * (adz.T @ np.abs(x))).reshape(2, G, I)
+    res["dW_hh"] = np.stack([dz[:, d * G:(d + 1) * G].T @ hPrev[d] + s * mT * U *
+                             (adz[:, d * G:(d + 1) * G].T @ np.abs(hPrev[d])) for d in (0, 1)])
+    res["db"] = (dz.sum(0) + s * mT * U * adz.sum(0)).reshape(2, G)
+    Wc = W_ih.reshape(2 * G, I)
+    res["dx"] = dz @ Wc + s * m8 * U * (adz @ np.abs(Wc))
+    return res
+
+
+def propagated_error(inp: dict, ref: dict) -> dict:
+    """Per tensor, elementwise: max over s = +1, -1 of |perturbed(s) - float64 reference|."""
+    runs = [perturbed(inp, s) for s in (1.0, -1.0)]
+    return {k: np.maximum(*(np.abs(p[k] - np.asarray(ref[k], np.float64)) for p in runs))
+            for k in TENSORS}
+
+
+# ---------------------------------------------------------------- helpers
+
+def small_inputs(seed, T, I, H, scale=1.0):
+    return cases.make_inputs(np.random.default_rng(seed), T, I, H, scale)
+
+
+def spec_all(inp):
+    s = spec.forward(inp["x"], inp["W_ih"], inp["W_hh"], inp["b"])
+    s.update(spec.backward(inp["x"], inp["W_ih"], inp["W_hh"], s, inp["dOut"]))
+    return s
+
+
+def same_bits(a, b):
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.fixture(scope="module")
+def lstm_lib():
+    return abi.load_bundled(layers=["lstm"])
+
+
+@pytest.fixture(scope="module")
+def fixture():
+    return read_fixture(FIXTURES_DIR / "lstm.h5")
+
+
+# ---------------------------------------------------------------- C == spec
+
+SMALL = [(1, 5, 3, 0), (7, 19, 5, 1), (17, 33, 4, 2), (25, 40, 16, 3), (3, 16, 1, 4)]
+
+
+@pytest.mark.parametrize("T,I,H,seed", SMALL)
+def test_c_equals_spec_small_shapes(lstm_lib, T, I, H, seed):
+    scale = 6.0 if seed % 2 else 1.0
+    inp = small_inputs(seed, T, I, H, scale)
+    want = spec_all(inp)
+    for isa in abi.available_isas(lstm_lib):
+        for threads in THREADS:
+            lstm_lib.crnn_set_isa(abi.ISA_NAMES.index(isa))
+            lstm_lib.crnn_set_threads(threads)
+            got = lstm_layer.run(lstm_lib, Case("small", {}, inp))
+            for k in TENSORS:
+                assert same_bits(got[k], want[k]), (isa, threads, k)
+    lstm_lib.crnn_set_threads(1)
+
+
+def test_c_equals_fixture_every_isa_and_thread_count(lstm_lib, fixture):
+    for case in fixture.cases:
+        for isa in abi.available_isas(lstm_lib):
+            for threads in THREADS:
+                lstm_lib.crnn_set_isa(abi.ISA_NAMES.index(isa))
+                lstm_lib.crnn_set_threads(threads)
+                got = lstm_layer.run(lstm_lib, case)
+                for k in TENSORS:
+                    c = compare(got[k], case.expected["exact"][k], "exact")
+                    assert c.passed, (case.name, isa, threads, k, c)
+    lstm_lib.crnn_set_threads(1)
+
+
+def test_dx_optional_and_bad_arguments(lstm_lib):
+    inp = small_inputs(9, 4, 6, 2)
+    T, I, H = 4, 6, 2
+    f = lambda a: np.ascontiguousarray(a, np.float32)
+    x, Wi, Wh, b, dO = (f(inp[k]) for k in ("x", "W_ih", "W_hh", "b", "dOut"))
+    y, gates = np.zeros((T, 2 * H), np.float32), np.zeros((2, T, 4 * H), np.float32)
+    c, tc, hp = (np.zeros((2, T, H), np.float32) for _ in range(3))
+    P = lambda a: a.ctypes.data
+    assert lstm_lib.crnn_lstm_forward(P(x), T, I, H, P(Wi), P(Wh), P(b), P(y), P(gates), P(c),
+                                      P(tc), P(hp)) == 0
+    dWi, dWh, db = np.zeros((2, 4 * H, I), np.float32), np.zeros((2, 4 * H, H), np.float32), \
+        np.zeros((2, 4 * H), np.float32)
+    assert lstm_lib.crnn_lstm_backward(P(x), T, I, H, P(Wi), P(Wh), P(gates), P(c), P(tc), P(hp),
+                                       P(dO), P(dWi), P(dWh), P(db), None) == 0
+    want = spec_all(inp)
+    assert same_bits(dWi, want["dW_ih"]) and same_bits(db, want["db"])
+    assert lstm_lib.crnn_lstm_forward(P(x), T, I, 0, P(Wi), P(Wh), P(b), P(y), P(gates), P(c),
+                                      P(tc), P(hp)) == -1
+    assert lstm_lib.crnn_lstm_forward(P(x), -1, I, H, P(Wi), P(Wh), P(b), P(y), P(gates), P(c),
+                                      P(tc), P(hp)) == -1
+    assert lstm_lib.crnn_lstm_backward(P(x), T, I, H, P(Wi), P(Wh), None, P(c), P(tc), P(hp),
+                                       P(dO), P(dWi), P(dWh), P(db), None) == -1
+
+
+# ---------------------------------------------------------------- spec against float64
+
+def test_spec_forward_rules():
+    """Spot checks of the pinned details on the spec itself."""
+    inp = small_inputs(11, 6, 5, 3)
+    s = spec.forward(inp["x"], inp["W_ih"], inp["W_hh"], inp["b"])
+    H = 3
+    assert np.all(s["hPrev"][0, 0] == 0) and np.all(s["hPrev"][1, -1] == 0)
+    assert same_bits(s["hPrev"][0, 1:], s["out"][:-1, :H])
+    assert same_bits(s["hPrev"][1, :-1], s["out"][1:, H:])
+    o = s["gates"][:, :, 3 * H:]
+    assert same_bits(np.concatenate([o[0] * s["tc"][0], o[1] * s["tc"][1]], axis=1), s["out"])
+
+
+def test_spec_within_float64_allowance(fixture):
+    """Usage of the float64 tier by the spec's bits (= the port's) stays <= 0.5 per tensor."""
+    worst = {}
+    for case in fixture.cases:
+        for k in TENSORS:
+            tol = lookup("lstm", k)
+            c = compare(case.expected["exact"][k], case.expected["float64"][k], "float64",
+                        tol.atol, tol.rtol)
+            worst[k] = max(worst.get(k, 0.0), c.usage)
+            assert c.usage <= 0.5, (case.name, k, c.usage, c.worst)
+    print("float64 usage:", {k: round(v, 4) for k, v in worst.items()})
+
+
+def test_tolerances_are_the_derived_bound(fixture):
+    """Each lstm atol is the max over the fixture cases of the propagated error bound, rounded
+    up to two significant digits; per case, the spec's largest error stays below the largest
+    bound. (It is a bound on the maximum, not element by element: an element whose perturbations
+    cancel can have a smaller 'bound' than its actual error.)"""
+    bound = {k: 0.0 for k in TENSORS}
+    for case in fixture.cases:
+        E = propagated_error(case.inputs, case.expected["float64"])
+        for k in TENSORS:
+            err = np.abs(case.expected["exact"][k].astype(np.float64) - case.expected["float64"][k])
+            assert err.max() <= E[k].max(), (case.name, k)
+            bound[k] = max(bound[k], float(E[k].max()))
+    print("derived bounds:", {k: f"{v:.3e}" for k, v in bound.items()})
+    for k in TENSORS:
+        tol = lookup("lstm", k)
+        assert tol.tensor == k and tol.rtol == 0.0
+        assert bound[k] <= tol.atol <= bound[k] * 1.1, (k, bound[k], tol.atol)
+
+
+def test_float64_reference_matches_fixture(fixture):
+    case = fixture.cases[0]
+    r = ref64.forward(*(case.inputs[k] for k in ("x", "W_ih", "W_hh", "b")))
+    assert np.allclose(r["out"], case.expected["float64"]["out"], rtol=1e-12, atol=0)
+
+
+# ---------------------------------------------------------------- the gate
+
+def test_gate_lstm_passes():
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "gate", "--layers", "lstm", "--quiet"],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
