@@ -121,3 +121,28 @@ def _run(cmd: list[str], verbose: bool) -> None:
     r = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if r.returncode != 0:
         raise BuildError(f"compiling the bundled kernels failed: {' '.join(cmd)}\n{r.stderr.strip()}")
+
+
+def build_helper(name: str, source: str, cc: str | None = None) -> Path:
+    """Compiles a small harness-side C helper (not part of any port) from `source` into the
+    cache and returns the shared library's path. Keyed by the source, compiler and flags;
+    raises BuildError when there is no compiler or the source does not compile."""
+    cc = find_compiler(cc)
+    flags = ["-O1", "-fPIC", "-shared", "-std=gnu11"]
+    h = hashlib.sha256(repr((name, source, flags)).encode())
+    h.update(cc.encode())
+    h.update(compiler_version(cc).encode())
+    out = cache_dir().parent / "helpers" / h.hexdigest()[:20] / f"lib{name}.so"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        src = Path(tmp) / f"{name}.c"
+        src.write_text(source)
+        tmp_so = Path(tmp) / out.name
+        r = subprocess.run([cc, *flags, "-o", str(tmp_so), str(src)], capture_output=True,
+                           text=True, check=False)
+        if r.returncode != 0:
+            raise BuildError(f"compiling the harness helper {name} failed: {r.stderr.strip()}")
+        os.replace(tmp_so, out)
+    return out

@@ -7,6 +7,12 @@
 usage = max over elements of |ours - ref| / allowance; a tensor passes at usage <= 1 (and, for
 the bit tiers, zero mismatches). NaN or Inf from the port where the reference is finite is a
 failure of that element, and so is the poison value a port never overwrote.
+
+A tensor that fails or uses more than DETAIL_USAGE of its allowance also gets a compact picture
+of its elements for the reports (docs/report-schema.md): `hist`, a histogram of the
+per-element measure (usage for the tolerance tiers, ulp distance for the bit tiers) over fixed
+log-spaced bins, and `heatmap`, the max of that measure over a grid of row x column groups of
+the tensor seen as 2-D (rows = its first axis), at most HEATMAP_ROWS x HEATMAP_COLS cells.
 """
 from __future__ import annotations
 
@@ -18,6 +24,15 @@ POISON_F32 = np.uint32(0x7FE5A5A5)         # a quiet NaN with a recognisable pay
 POISON_F64 = np.uint64(0x7FFDA5A5A5A5A5A5)
 POISON_I32 = np.int32(0x5A5A5A5A)
 BIT_TIERS = ("exact", "identity")
+
+DETAIL_USAGE = 0.5
+# Right-closed bins (e_i, e_i+1]: 4 per decade from 1e-3 to 1e2 for usage (1.0 is an edge);
+# powers of two from 1 to 2^20 for ulp distances (and integer differences).
+HIST_EDGES = {
+    "usage": [float(10.0 ** (-3 + i / 4)) for i in range(21)],
+    "ulp": [float(2 ** i) for i in range(21)],
+}
+HEATMAP_ROWS, HEATMAP_COLS = 64, 32
 
 
 def poisoned(shape, dtype) -> np.ndarray:
@@ -77,6 +92,61 @@ class Comparison:
     max_ulp: int | None = None
     worst: dict = field(default_factory=dict)
     note: str = ""
+    hist: dict | None = None       # per-element histogram (failing or > DETAIL_USAGE only)
+    heatmap: dict | None = None    # per row x column group max (failing or > DETAIL_USAGE only)
+
+
+def histogram(v: np.ndarray, unit: str) -> dict:
+    """Counts of the per-element measure `v` (>= 0, inf for NaN/Inf/poison): `zero` (v == 0),
+    `below` (0 < v <= edges[0]), `counts[i]` (edges[i] < v <= edges[i+1]), `above` (v > edges[-1],
+    every non-finite element included)."""
+    edges = HIST_EDGES[unit]
+    v = np.asarray(v, np.float64).ravel()
+    v = np.where(np.isnan(v), np.inf, v)
+    pos = v[v > 0]
+    # searchsorted(side="left") gives the i with edges[i-1] < x <= edges[i]
+    idx = np.searchsorted(np.asarray(edges), pos, side="left")
+    bins = np.bincount(idx, minlength=len(edges) + 1)
+    return {"unit": unit, "edges": edges, "zero": int(v.size - pos.size), "below": int(bins[0]),
+            "counts": [int(c) for c in bins[1:len(edges)]], "above": int(bins[len(edges)])}
+
+
+def _groups(n: int, cap: int) -> list[int]:
+    step = -(-n // cap)
+    return list(range(0, n, step))
+
+
+def heatmap(v: np.ndarray, shape, cols: list[int] | None = None) -> dict | None:
+    """Max of `v` over row x column groups of the tensor as 2-D [shape[0]][rest]; `cols` may
+    give the column group starts (a layer that knows its layout, e.g. one group per conv tap)."""
+    if len(shape) < 2 or shape[0] < 2:
+        return None
+    R = int(shape[0])
+    C = int(np.prod(shape[1:]))
+    if C < 1:
+        return None
+    m = np.asarray(v, np.float64).reshape(R, C)
+    m = np.where(np.isnan(m), np.inf, m)
+    r0 = _groups(R, HEATMAP_ROWS)
+    c0 = list(cols) if cols else _groups(C, HEATMAP_COLS)
+    grid = np.maximum.reduceat(np.maximum.reduceat(m, r0, axis=0), c0, axis=1)
+    return {"rows": R, "cols": C, "row_starts": r0, "col_starts": c0,
+            "max": [[_sig(x) for x in row] for row in grid]}
+
+
+def _sig(x: float):
+    """3 significant digits; None stands for +inf (JSON has no Inf)."""
+    x = float(x)
+    if not np.isfinite(x):
+        return None
+    return float(f"{x:.3g}")
+
+
+def _detail(c: "Comparison", v: np.ndarray, unit: str, shape, cols) -> "Comparison":
+    if not c.passed or (c.usage > DETAIL_USAGE and unit == "usage"):
+        c.hist = histogram(v, unit)
+        c.heatmap = heatmap(v, shape, cols)
+    return c
 
 
 def _index(flat: int, shape) -> list[int]:
@@ -91,19 +161,20 @@ def _same_bits(ours: np.ndarray, ref: np.ndarray) -> np.ndarray:
 
 
 def compare(ours, ref, tier: str, atol: float = 0.0, rtol: float = 0.0, floor: float = 0.0,
-            mask: np.ndarray | None = None) -> Comparison:
-    """Compares one tensor. `mask` (bool, same shape) limits the elements compared."""
+            mask: np.ndarray | None = None, heatmap_cols: list[int] | None = None) -> Comparison:
+    """Compares one tensor. `mask` (bool, same shape) limits the elements compared;
+    `heatmap_cols` optionally gives the column groups of the heat map (see heatmap())."""
     ours, ref = np.asarray(ours), np.asarray(ref)
     if ours.shape != ref.shape:
         return Comparison(float("inf"), float("inf"), int(ref.size), int(ref.size), False,
                           note=f"shape {list(ours.shape)} != reference {list(ref.shape)}")
     if ours.dtype.kind in "iu" or tier in BIT_TIERS:
         return _compare_bits(ours, ref.astype(ours.dtype) if ours.dtype.kind in "iu" else ref,
-                             tier, mask)
-    return _compare_tolerance(ours, ref, tier, atol, rtol, floor, mask)
+                             tier, mask, heatmap_cols)
+    return _compare_tolerance(ours, ref, tier, atol, rtol, floor, mask, heatmap_cols)
 
 
-def _compare_bits(ours, ref, tier, mask) -> Comparison:
+def _compare_bits(ours, ref, tier, mask, cols=None) -> Comparison:
     if ours.dtype != ref.dtype:
         return Comparison(float("inf"), float("inf"), int(ref.size), int(ref.size), False,
                           note=f"dtype {ours.dtype} != reference {ref.dtype}")
@@ -130,10 +201,15 @@ def _compare_bits(ours, ref, tier, mask) -> Comparison:
     note = f"{poison} element(s) never written (poison left)" if poison else ""
     worst = {"index": _index(w, ours.shape), "ours": _scalar(ours.flat[w]),
              "ref": _scalar(ref.flat[w]), "allowance": 0.0}
-    return Comparison(float(ulp_max), mad, n, int(ours.size), False, ulp_max, worst, note)
+    if ours.dtype.kind == "f":
+        v = np.where(bad, np.where(np.isfinite(ours) & ~is_poison(ours), ulps, np.inf), 0.0)
+    else:
+        v = np.where(bad, diff, 0).astype(np.float64)
+    c = Comparison(float(ulp_max), mad, n, int(ours.size), False, ulp_max, worst, note)
+    return _detail(c, v, "ulp", ours.shape, cols)
 
 
-def _compare_tolerance(ours, ref, tier, atol, rtol, floor, mask) -> Comparison:
+def _compare_tolerance(ours, ref, tier, atol, rtol, floor, mask, cols=None) -> Comparison:
     o = ours.astype(np.float64)
     r = ref.astype(np.float64)
     allow = allowance(tier, r, atol, rtol, floor)
@@ -161,7 +237,8 @@ def _compare_tolerance(ours, ref, tier, atol, rtol, floor, mask) -> Comparison:
              "ref": _scalar(ref.flat[w]) if ref.size else None,
              "allowance": float(allow.flat[w]) if allow.size else 0.0}
     mad = float(np.max(diff)) if diff.size else 0.0
-    return Comparison(usage, mad, n, int(ours.size), n == 0, None, worst, "; ".join(notes))
+    c = Comparison(usage, mad, n, int(ours.size), n == 0, None, worst, "; ".join(notes))
+    return _detail(c, ratio, "usage", ours.shape, cols)
 
 
 def _scalar(v):

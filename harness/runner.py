@@ -8,9 +8,15 @@ For every case of every fixture of a layer:
 from __future__ import annotations
 
 import fnmatch
+import hashlib
+import os
+import platform
 import shlex
+import sys
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 
 from ctypes_kernels import abi
@@ -46,6 +52,8 @@ class Record:
     rtol: float | None = None
     floor: float | None = None
     repro: str = ""
+    hist: dict | None = None      # compare.histogram(): failing or > 0.5 usage only
+    heatmap: dict | None = None   # compare.heatmap(): failing or > 0.5 usage, 2-D tensors only
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -104,7 +112,7 @@ def _tier_records(opts, module, case, tier, ours, isa) -> list[Record]:
             c = hook(case, tier, tensor, ours, ref, tol, floor)
         else:
             c = compare(ours[tensor], r, tier, tol.atol if tol else 0.0, tol.rtol if tol else 0.0,
-                        floor or 0.0)
+                        floor or 0.0, heatmap_cols=_heatmap_cols(module, case, tensor, r))
         out.append(_record(opts, module.LAYER, case.name, tensor, tier, isa, 1, c, tol, floor))
     return out
 
@@ -113,7 +121,8 @@ def _record(opts, layer, case, tensor, tier, isa, threads, c: Comparison, tol=No
     return Record(case, layer, tensor, tier, isa, threads, c.usage, c.max_abs_diff, c.mismatches,
                   c.elements, c.passed, c.max_ulp, c.worst, c.note,
                   tol.atol if tol else None, tol.rtol if tol else None, floor,
-                  "" if c.passed else repro_command(opts, layer, case, tier, isa, threads))
+                  "" if c.passed else repro_command(opts, layer, case, tier, isa, threads),
+                  c.hist, c.heatmap)
 
 
 def _failure(opts, layer, case, tier, isa, threads, note) -> Record:
@@ -121,45 +130,116 @@ def _failure(opts, layer, case, tier, isa, threads, note) -> Record:
     return _record(opts, layer, case, "*", tier, isa, threads, c)
 
 
+@dataclass
+class Job:
+    """One case of one layer: the unit the worker runs (and the pytest plugin caches)."""
+    module: object
+    fixture: Path
+    case: object
+
+    @property
+    def layer(self) -> str:
+        return self.module.LAYER
+
+
+class GateSession:
+    """A gate run's set-up and its per-case step, shared by run_gate and the pytest plugin.
+
+        s = GateSession(opts)       # reads the fixtures, builds the bundled port if needed
+        with s:                     # starts the worker (loads and checks the port)
+            for job in s.jobs:
+                records += s.run_case(job)
+        meta = s.meta()
+
+    Raises abi.PortError / FixtureError / ValueError when the gate cannot run (exit 2).
+    """
+
+    def __init__(self, opts: GateOptions):
+        self.opts = opts
+        self.t0 = time.perf_counter()
+        self.started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.layer_names = opts.layers or L.available()
+        unknown = [n for n in self.layer_names if n not in L.LAYERS]
+        if unknown:
+            raise ValueError(f"unknown layer(s) {unknown}; known: {', '.join(L.LAYERS)}")
+        missing = [n for n in self.layer_names if n not in L.available()]
+        if missing:
+            raise ValueError(f"layer(s) {missing} have no harness module in this version")
+        self.modules = [L.module(n) for n in self.layer_names]
+        self.fixtures = {m.LAYER: [read_fixture(p) for p in _fixture_paths(opts, m)]
+                         for m in self.modules}
+        self.port_path = Path(opts.port) if opts.port else _bundled()
+        self.jobs = [Job(m, fx.path, case) for m in self.modules for fx in self.fixtures[m.LAYER]
+                     for case in fx.cases
+                     if opts.case is None or fnmatch.fnmatch(case.name, opts.case)]
+        self.executor = None
+        self.isas: list[str] = []
+        # Pool flips used (the whole-model pytorch tier): None until a layer reports one;
+        # then meta["flips"] lists them and the HTML report shows its flip section.
+        self.flips: list[dict] | None = None
+
+    def open(self) -> "GateSession":
+        self.executor = Executor(self.port_path, self.layer_names, self.opts.timeout)
+        self.isas = _select_isas(self.opts, self.executor.isas)
+        return self
+
+    def close(self) -> None:
+        if self.executor is not None:
+            self.executor.close()
+
+    def __enter__(self):
+        return self.open()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def run_case(self, job: Job) -> list[Record]:
+        return _run_case(self.opts, self.executor, job.module, job.fixture, job.case, self.isas,
+                         self.isas[0])
+
+    def meta(self) -> dict:
+        ex = self.executor
+        return {
+            "port": str(self.port_path), "port_sha256": _sha256(self.port_path),
+            "bundled": self.opts.port is None,
+            "abi_version": ex.info.get("abi_version") if ex else None,
+            "harness_abi_version": abi.ABI_VERSION,
+            "build": _build_info() if self.opts.port is None else None,
+            "fpenv": ex.info.get("fpenv") if ex else None,
+            "isas": self.isas, "isas_available": ex.isas if ex else [],
+            "threads": list(self.opts.threads), "tiers": list(self.opts.tiers),
+            "layers": self.layer_names, "case": self.opts.case, "timeout_s": self.opts.timeout,
+            "started": self.started, "wall_s": round(time.perf_counter() - self.t0, 3),
+            "cpu": cpu_info(), "host": host_info(), "tool": tool_info(),
+            "fixtures": {f.path.name: _fixture_info(f) for fs in self.fixtures.values() for f in fs},
+            **({"flips": list(self.flips)} if self.flips is not None else {}),
+        }
+
+
 def run_gate(opts: GateOptions, progress=None) -> GateResult:
     """Raises abi.PortError / FixtureError when the gate cannot run (exit 2)."""
-    t0 = time.perf_counter()
-    layer_names = opts.layers or L.available()
-    unknown = [n for n in layer_names if n not in L.LAYERS]
-    if unknown:
-        raise ValueError(f"unknown layer(s) {unknown}; known: {', '.join(L.LAYERS)}")
-    missing = [n for n in layer_names if n not in L.available()]
-    if missing:
-        raise ValueError(f"layer(s) {missing} have no harness module in this version")
-    modules = [L.module(n) for n in layer_names]
-    fixtures = {m.LAYER: [read_fixture(p) for p in _fixture_paths(opts, m)] for m in modules}
-    port_path = Path(opts.port) if opts.port else _bundled()
+    session = GateSession(opts)
     records: list[Record] = []
-    with Executor(port_path, layer_names, opts.timeout) as ex:
-        isas = _select_isas(opts, ex.isas)
-        base_isa = isas[0]
-        jobs = [(m, fx, case) for m in modules for fx in fixtures[m.LAYER] for case in fx.cases
-                if opts.case is None or fnmatch.fnmatch(case.name, opts.case)]
-        for n, (m, fx, case) in enumerate(jobs):
+    with session:
+        jobs = session.jobs
+        for n, job in enumerate(jobs):
             if progress:
-                progress(n, len(jobs), f"{m.LAYER} {case.name}")
-            records += _run_case(opts, ex, m, fx.path, case, isas, base_isa)
+                progress(n, len(jobs), f"{job.layer} {job.case.name}")
+            records += session.run_case(job)
         if progress:
             progress(len(jobs), len(jobs), "done")
-    meta = {"port": str(port_path), "bundled": opts.port is None, "isas": isas,
-            "isas_available": ex.isas, "threads": list(opts.threads), "tiers": list(opts.tiers),
-            "layers": layer_names, "wall_s": round(time.perf_counter() - t0, 3),
-            "fixtures": {str(f.path.name): f.attrs for fs in fixtures.values() for f in fs}}
-    return GateResult(records, meta)
+    return GateResult(records, session.meta())
 
 
 def _run_case(opts, ex, m, fixture_path, case, isas, base_isa) -> list[Record]:
     records = []
     try:
         base = ex.run(m.LAYER, fixture_path, case.name, base_isa, 1)
-    except (PortCrash, abi.PortCallError) as e:
-        return [_failure(opts, m.LAYER, case.name, t, base_isa, 1, str(e))
-                for t in case.expected if t in opts.tiers]
+    except (PortCrash, abi.PortCallError) as e:   # no base run: every tier of the case fails
+        tiers = [t for t in case.expected if t in opts.tiers]
+        if "identity" in opts.tiers and len(isas) * len(opts.threads) > 1:
+            tiers.append("identity")
+        return [_failure(opts, m.LAYER, case.name, t, base_isa, 1, str(e)) for t in tiers]
     for tier in case.expected:
         if tier in opts.tiers:
             records += _tier_records(opts, m, case, tier, base, base_isa)
@@ -175,7 +255,8 @@ def _run_case(opts, ex, m, fixture_path, case, isas, base_isa) -> list[Record]:
                 records.append(_failure(opts, m.LAYER, case.name, "identity", isa, threads, str(e)))
                 continue
             for tensor, a in base.items():
-                c = compare(other[tensor], a, "identity")
+                c = compare(other[tensor], a, "identity",
+                            heatmap_cols=_heatmap_cols(m, case, tensor, a))
                 if not c.passed:
                     c.note = (c.note + "; " if c.note else "") + f"differs from {base_isa} x 1 thread"
                 rec = _record(opts, m.LAYER, case.name, tensor, "identity", isa, threads, c)
@@ -199,3 +280,78 @@ def _select_isas(opts, available) -> list[str]:
 def _bundled() -> Path:
     from ctypes_kernels.build import build
     return build()
+
+
+def _heatmap_cols(module, case, tensor, ref):
+    """A layer module may define heatmap_columns(case, tensor, shape) -> column group starts
+    (e.g. one group per conv tap) so its heat maps follow its layout; else compare's default."""
+    fn = getattr(module, "heatmap_columns", None)
+    return fn(case, tensor, getattr(ref, "shape", ())) if fn else None
+
+
+def _sha256(path) -> str | None:
+    try:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()
+    except OSError:
+        return None
+
+
+def _fixture_info(f) -> dict:
+    d = {k: v for k, v in f.attrs.items() if k != "case_names"}
+    d["cases"] = len(f.cases)
+    d["sha256"] = _sha256(f.path)
+    return d
+
+
+def _build_info() -> dict | None:
+    from ctypes_kernels import build
+    try:
+        d = build.describe()
+    except build.BuildError:
+        return None
+    return {"cc": d["cc"], "cc_version": d["cc_version"], "opt": d["opt"],
+            "flags": list(d["base_flags"]), "isa_flags": {k: list(v) for k, v in d["isa_flags"].items()}}
+
+
+SIMD_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "fma", "avx", "avx2", "f16c", "avx512f",
+              "avx512dq", "avx512cd", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16",
+              "asimd", "sve")
+
+
+@lru_cache(maxsize=1)
+def cpu_info() -> dict:
+    model, flags = platform.processor() or "unknown", []
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in ("model name", "Model") and model in ("unknown", "", platform.machine()):
+                model = value.strip()
+            elif key in ("flags", "Features") and not flags:
+                flags = value.split()
+    except OSError:
+        pass
+    return {"model": model, "machine": platform.machine(), "logical_cpus": os.cpu_count(),
+            "simd_flags": [f for f in SIMD_FLAGS if f in flags], "flags": flags}
+
+
+def host_info() -> dict:
+    import h5py
+    import numpy
+    return {"os": platform.platform(), "python": platform.python_version(),
+            "numpy": numpy.__version__, "h5py": h5py.__version__}
+
+
+def tool_info() -> dict:
+    from importlib import metadata
+    try:
+        version = metadata.version("crnn-conformance")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    return {"name": "crnn-conformance", "version": version,
+            "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""}
+
