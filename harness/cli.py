@@ -57,11 +57,13 @@ def main():
 @click.option("--layers", default=None, help="comma list of layers (default: all)")
 @click.option("--case", default=None, help="only cases whose name matches this glob")
 @click.option("--report-dir", type=click.Path(file_okay=False), default=None,
-              help="write results.json (and the other reports) here")
+              help="write results.json, index.html and junit.xml here")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None,
+              help="also write JUnit XML to this file")
 @click.option("--timeout", type=float, default=120.0, show_default=True,
               help="seconds one layer call on one case may take before it counts as a hang")
 @click.option("-q", "--quiet", is_flag=True, help="print only failures and the verdict")
-def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, timeout, quiet):
+def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, junit_path, timeout, quiet):
     """Run a port against the fixtures; exit 0 pass, 1 fail, 2 cannot run."""
     try:
         opts = GateOptions(
@@ -75,6 +77,10 @@ def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, timeout,
         cannot_run(e.message)
     if any(t < 1 or t > 256 for t in opts.threads):
         cannot_run("thread counts must be between 1 and 256")
+    if not opts.threads:
+        cannot_run("--threads needs at least one thread count")
+    if not timeout > 0:
+        cannot_run("--timeout must be a positive number of seconds")
     progress = None if quiet or not sys.stderr.isatty() else _progress
     try:
         result = run_gate(opts, progress)
@@ -82,10 +88,85 @@ def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, timeout,
         cannot_run(str(e))
     from reports import console, json_report
     click.echo(console.render(result, quiet))
-    if report_dir:
-        path = json_report.write(result, report_dir)
-        click.echo(f"wrote {path}")
+    if report_dir or junit_path:
+        doc = json_report.to_json(result)
+        try:
+            for path in _write_reports(doc, report_dir, junit_path, results=True):
+                if not quiet:
+                    click.echo(f"wrote {path}")
+        except OSError as e:
+            cannot_run(f"cannot write the reports: {e}")
     sys.exit(EXIT_PASS if result.passed else EXIT_FAIL)
+
+
+def _write_reports(doc, html_dir, junit_path, results: bool) -> list[Path]:
+    from reports import html, json_report, junit
+    written = []
+    if html_dir:
+        if results:
+            written.append(json_report.write(doc, html_dir))
+        written.append(html.write(doc, html_dir))
+        if results:
+            written.append(junit.write(doc, Path(html_dir) / "junit.xml"))
+    if junit_path:
+        written.append(junit.write(doc, junit_path))
+    return written
+
+
+@main.command()
+@click.argument("results", type=click.Path(dir_okay=False))
+@click.option("--html", "html_dir", type=click.Path(file_okay=False), default=None,
+              help="write index.html into this directory")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None,
+              help="write JUnit XML to this file")
+@click.option("-q", "--quiet", is_flag=True, help="print nothing but errors")
+def report(results, html_dir, junit_path, quiet):
+    """Re-render the reports from a saved results.json; exit 0 whatever the verdict."""
+    from reports import json_report
+    if not html_dir and not junit_path:
+        cannot_run("nothing to write: give --html DIR and/or --junit FILE")
+    try:
+        doc = json_report.load(results)
+    except json_report.ReportError as e:
+        cannot_run(str(e))
+    try:
+        for path in _write_reports(doc, html_dir, junit_path, results=False):
+            if not quiet:
+                click.echo(f"wrote {path}")
+    except OSError as e:
+        cannot_run(f"cannot write the reports: {e}")
+
+
+@main.command()
+@click.argument("old", type=click.Path(dir_okay=False))
+@click.argument("new", type=click.Path(dir_okay=False))
+@click.option("--fail-on-increase", type=float, default=None, metavar="X",
+              help="exit 1 when any record's usage grew by more than X")
+@click.option("--tiers", default=None, help="only these tiers (comma list; default all)")
+@click.option("--all", "show_all", is_flag=True, help="list unchanged records too")
+@click.option("--limit", type=int, default=None, help="list at most this many records")
+def diff(old, new, fail_on_increase, tiers, show_all, limit):
+    """Per-tensor usage changes from OLD to NEW results.json, largest increase first.
+
+    Usage is |diff| / allowance for the float64 and pytorch tiers and the max ulp distance for
+    exact and identity. Exit 0, or 1 with --fail-on-increase X when any usage grew by more
+    than X; 2 when a file cannot be read."""
+    from reports import diff as D
+    from reports import json_report
+    try:
+        wanted = _split(tiers, TIERS, "tier")
+    except click.BadParameter as e:
+        cannot_run(e.message)
+    try:
+        a, b = json_report.load(old), json_report.load(new)
+    except json_report.ReportError as e:
+        cannot_run(str(e))
+    d = D.diff(a, b, wanted)
+    click.echo(D.render(d, show_all, limit))
+    if fail_on_increase is not None and d.max_increase > fail_on_increase:
+        click.echo(f"usage increased by more than {fail_on_increase:g}", err=True)
+        sys.exit(EXIT_FAIL)
+    sys.exit(EXIT_PASS)
 
 
 def _progress(done, total, label):

@@ -31,16 +31,29 @@ def _usage(u):
     return f"{u:.3f}" if u < 1000 else f"{u:.2e}"
 
 
-def failure_line(r) -> str:
-    w = r.worst or {}
+def _d(r) -> dict:
+    return r if isinstance(r, dict) else r.to_dict()
+
+
+def failure_message(r) -> str:
+    """One line: what failed and its worst element (a Record or a results.json record)."""
+    r = _d(r)
+    if r["tensor"] == "*" and not r["elements"]:   # the port crashed, hung or returned an error
+        return (f"{r['layer']}/{r['case']}/* tier={r['tier']} isa={r['isa']} "
+                f"threads={r['threads']}: no result: {r.get('note') or 'unknown'}")
+    w = r.get("worst") or {}
     where = f"[{','.join(map(str, w.get('index', [])))}]" if w else ""
-    what = (f"worst {where} ours={w.get('ours')} ref={w.get('ref')} allowance={w.get('allowance')}"
+    what = (f" worst {where} ours={w.get('ours')} ref={w.get('ref')} allowance={w.get('allowance')}"
             if w else "")
-    usage = f"usage={_usage(r.usage)}" if r.tier in ("float64", "pytorch") else (
-        f"mismatches={r.mismatches}/{r.elements} max_ulp={r.max_ulp}")
-    note = f" ({r.note})" if r.note else ""
-    return (f"FAIL {r.layer}/{r.case}/{r.tensor} tier={r.tier} isa={r.isa} threads={r.threads} "
-            f"{usage} {what}{note}\n  __REPRO: {r.repro}")
+    usage = f"usage={_usage(r['usage'])}" if r["tier"] in ("float64", "pytorch") else (
+        f"mismatches={r['mismatches']}/{r['elements']} max_ulp={r.get('max_ulp')}")
+    note = f" ({r['note']})" if r.get("note") else ""
+    return (f"{r['layer']}/{r['case']}/{r['tensor']} tier={r['tier']} isa={r['isa']} "
+            f"threads={r['threads']} {usage}{what}{note}")
+
+
+def failure_line(r) -> str:
+    return f"FAIL {failure_message(r)}\n  __REPRO: {_d(r).get('repro', '')}"
 
 
 def render(result, quiet: bool = False) -> str:

@@ -1,0 +1,107 @@
+"""Per-tensor usage changes between two results.json files (drift review for port authors).
+
+Records are matched on (layer, case, tensor, tier, isa, threads). A change is new usage minus
+old usage (unbounded usage, a crash or NaN, counts as infinite); the table is sorted by the
+largest increase first. Records present in only one run are counted and listed after it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass
+class Change:
+    key: tuple            # (layer, case, tensor, tier, isa, threads)
+    old: float
+    new: float
+    old_passed: bool
+    new_passed: bool
+
+    @property
+    def delta(self) -> float:
+        if self.old == self.new:
+            return 0.0
+        if math.isinf(self.new):
+            return math.inf
+        if math.isinf(self.old):
+            return -math.inf
+        return self.new - self.old
+
+
+@dataclass
+class Diff:
+    changes: list          # every matched record, largest increase first
+    added: list            # keys only in NEW
+    removed: list          # keys only in OLD
+
+    @property
+    def max_increase(self) -> float:
+        return max((c.delta for c in self.changes), default=0.0)
+
+
+def _key(r: dict) -> tuple:
+    return (r["layer"], r["case"], r["tensor"], r["tier"], r["isa"], int(r["threads"]))
+
+
+def _u(r: dict) -> float:
+    return math.inf if r.get("usage") is None else float(r["usage"])
+
+
+def diff(old: dict, new: dict, tiers=None) -> Diff:
+    """`tiers`: only records of these tiers (None: all)."""
+    keep = (lambda r: True) if not tiers else (lambda r: r["tier"] in tiers)
+    a = {_key(r): r for r in old.get("tensors", []) if keep(r)}
+    b = {_key(r): r for r in new.get("tensors", []) if keep(r)}
+    changes = [Change(k, _u(a[k]), _u(b[k]), a[k]["passed"], b[k]["passed"]) for k in b if k in a]
+    changes.sort(key=lambda c: (-c.delta, c.key))
+    return Diff(changes, [k for k in b if k not in a], [k for k in a if k not in b])
+
+
+def _fmt(u: float) -> str:
+    if math.isinf(u):
+        return "inf" if u > 0 else "-inf"
+    return f"{u:.4g}"
+
+
+def _delta(d: float) -> str:
+    if math.isinf(d):
+        return "+inf" if d > 0 else "-inf"
+    return f"{d:+.4g}"
+
+
+def _status(c: Change) -> str:
+    if c.old_passed and not c.new_passed:
+        return "NOW FAILS"
+    if not c.old_passed and c.new_passed:
+        return "now passes"
+    return "" if c.new_passed else "fails"
+
+
+def render(d: Diff, show_all: bool = False, limit: int | None = None) -> str:
+    """The table of changed records (every record with `show_all`), then a summary line."""
+    rows = [c for c in d.changes if show_all or c.delta != 0 or c.old_passed != c.new_passed]
+    shown = rows[:limit] if limit else rows
+    lines = []
+    if shown:
+        head = (f"{'layer/case/tensor':<44} {'tier':<8} {'isa':<7} {'thr':>3} "
+                f"{'old':>10} {'new':>10} {'change':>10}  status")
+        lines += [head, "-" * len(head)]
+        for c in shown:
+            layer, case, tensor, tier, isa, threads = c.key
+            name = f"{layer}/{case}/{tensor}"
+            lines.append(f"{name[:44]:<44} {tier:<8} {isa:<7} {threads:>3} {_fmt(c.old):>10} "
+                         f"{_fmt(c.new):>10} {_delta(c.delta):>10}  {_status(c)}".rstrip())
+        if len(rows) > len(shown):
+            lines.append(f"... {len(rows) - len(shown)} more change(s)")
+    for label, keys in (("only in NEW", d.added), ("only in OLD", d.removed)):
+        for k in keys[:20]:
+            lines.append(f"{label}: {'/'.join(map(str, k[:3]))} tier={k[3]} isa={k[4]} threads={k[5]}")
+        if len(keys) > 20:
+            lines.append(f"{label}: ... {len(keys) - 20} more")
+    up = sum(c.delta > 0 for c in d.changes)
+    down = sum(c.delta < 0 for c in d.changes)
+    lines.append(f"{len(d.changes)} records compared: {up} increased, {down} decreased, "
+                 f"{len(d.changes) - up - down} unchanged; {len(d.added)} only in NEW, "
+                 f"{len(d.removed)} only in OLD; largest increase {_delta(d.max_increase)}")
+    return "\n".join(lines)
