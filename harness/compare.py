@@ -160,6 +160,43 @@ def _same_bits(ours: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return ours == ref
 
 
+def _usage(o, r, tier, atol, rtol, floor):
+    """Per element of float64 arrays o (ours) and r (ref): (allowance, |o - r|, usage =
+    |o - r| / allowance). Equal values, infinities and NaN where the reference is NaN count
+    as 0 apart; NaN or Inf against a finite reference as infinitely far."""
+    allow = allowance(tier, r, atol, rtol, floor)
+    with np.errstate(all="ignore"):
+        diff = np.abs(o - r)
+        same_special = (o == r) | (np.isnan(o) & np.isnan(r))  # inf == inf, NaN where ref NaN
+        diff = np.where(same_special, 0.0, diff)
+        diff = np.where(np.isnan(diff), np.inf, diff)            # NaN/Inf against finite ref
+        ratio = np.where(diff == 0, 0.0, diff / allow)
+    return allow, diff, ratio
+
+
+def _over(ratio) -> np.ndarray:
+    return ratio > 1.0
+
+
+def within(ours, ref, tier: str, atol: float = 0.0, rtol: float = 0.0,
+           floor: float = 0.0) -> np.ndarray:
+    """Per element, True where `ours` is within its allowance of `ref`: the element-wise test
+    compare() applies (compare's mismatches are exactly the False elements). Bit equality for
+    the bit tiers and integer tensors (a dtype that differs from the reference's fails every
+    element), usage <= 1 otherwise. The shapes must be equal."""
+    ours, ref = np.asarray(ours), np.asarray(ref)
+    if ours.shape != ref.shape:
+        raise ValueError(f"shape {list(ours.shape)} != reference {list(ref.shape)}")
+    if ours.dtype.kind in "iu" or tier in BIT_TIERS:
+        if ours.dtype.kind in "iu":
+            ref = ref.astype(ours.dtype)
+        if ours.dtype != ref.dtype:
+            return np.zeros(ours.shape, bool)
+        return _same_bits(ours, ref)
+    _, _, ratio = _usage(ours.astype(np.float64), ref.astype(np.float64), tier, atol, rtol, floor)
+    return ~_over(ratio)
+
+
 def compare(ours, ref, tier: str, atol: float = 0.0, rtol: float = 0.0, floor: float = 0.0,
             mask: np.ndarray | None = None, heatmap_cols: list[int] | None = None) -> Comparison:
     """Compares one tensor. `mask` (bool, same shape) limits the elements compared;
@@ -178,7 +215,7 @@ def _compare_bits(ours, ref, tier, mask, cols=None) -> Comparison:
     if ours.dtype != ref.dtype:
         return Comparison(float("inf"), float("inf"), int(ref.size), int(ref.size), False,
                           note=f"dtype {ours.dtype} != reference {ref.dtype}")
-    bad = ~_same_bits(ours, ref)
+    bad = ~within(ours, ref, tier)
     if mask is not None:
         bad &= mask
     n = int(bad.sum())
@@ -212,17 +249,11 @@ def _compare_bits(ours, ref, tier, mask, cols=None) -> Comparison:
 def _compare_tolerance(ours, ref, tier, atol, rtol, floor, mask, cols=None) -> Comparison:
     o = ours.astype(np.float64)
     r = ref.astype(np.float64)
-    allow = allowance(tier, r, atol, rtol, floor)
-    with np.errstate(all="ignore"):
-        diff = np.abs(o - r)
-        same_special = (o == r) | (np.isnan(o) & np.isnan(r))  # inf == inf, NaN where ref NaN
-        diff = np.where(same_special, 0.0, diff)
-        diff = np.where(np.isnan(diff), np.inf, diff)            # NaN/Inf against finite ref
-        ratio = np.where(diff == 0, 0.0, diff / allow)
+    allow, diff, ratio = _usage(o, r, tier, atol, rtol, floor)   # the test within() applies
     if mask is not None:
         ratio = np.where(mask, ratio, 0.0)
         diff = np.where(mask, diff, 0.0)
-    over = ratio > 1.0
+    over = _over(ratio)
     n = int(over.sum())
     w = int(np.argmax(ratio)) if ratio.size else 0
     usage = float(ratio.flat[w]) if ratio.size else 0.0
