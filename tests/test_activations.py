@@ -25,7 +25,7 @@ PROGRAM = ROOT / "tests" / "c" / "exhaustive_act.c"
 ISA_NAMES = abi.ISA_NAMES
 
 # The documented maxima over all 2^32 inputs (docs/numerics.md); the tests hold the code to them.
-MAX_ULP = {"sigmoid": 2.25, "tanh": 1.45}
+MAX_ULP = {"sigmoid": 2.41, "tanh": 1.45}
 MAX_ABS = {"sigmoid": 9.0e-8, "tanh": 8.6e-8}
 
 
@@ -77,7 +77,7 @@ def test_exhaustive_strided(exhaustive_program):
 
 @pytest.mark.slow
 def test_exhaustive_all_inputs(exhaustive_program):
-    """All 2^32 inputs (a few minutes on 2 cores)."""
+    """All 2^32 inputs (about 20 minutes on 2 cores: the scalar path's fmaf is the C library's)."""
     stats = run_program(exhaustive_program, 1)
     assert all(d["checked"] == 1 << 32 for d in stats.values())
     check_stats(stats)
