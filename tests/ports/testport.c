@@ -1,0 +1,164 @@
+/* testport.c — a small, plain-C port of the crnn_port.h ABI for the gate's own tests.
+ *
+ * dot16 and the linear layer are implemented correctly (scalar only, one thread: the gate's
+ * identity tier still runs it at every thread count). Every other entry point returns
+ * CRNN_E_UNSUPPORTED. Compile-time switches turn it into a broken port:
+ *
+ *   -DTP_ABI=2            crnn_abi_version() returns 2
+ *   -DTP_OMIT             leaves out crnn_dot16, crnn_linear_backward and crnn_get_threads
+ *   -DTP_FTZ_ON_LOAD      sets FTZ and DAZ in MXCSR when the library is loaded
+ *   -DTP_FTZ_IN_CALL      linear_forward sets FTZ and DAZ and leaves them set
+ * and, only on the linear case with T = 16, I = 37, O = 37 (so the other cases show that the
+ * gate goes on), in crnn_linear_backward:
+ *   -DTP_SEGV             a store through a null pointer (SIGSEGV)
+ *   -DTP_ABORT            abort() (SIGABRT)
+ *   -DTP_HANG             never returns
+ *   -DTP_UNWRITTEN        leaves db[O-1] unwritten (the harness's poison stays)
+ *   -DTP_NAN              writes NaN to dW[1][2]
+ *   -DTP_ERRCODE          returns CRNN_E_NOMEM
+ *   -DTP_PERTURB=x        scales dW row 3 by (1 + x) on every case (x = 3e-6f: amber usage)
+ */
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include "crnn_port.h"
+
+#ifndef TP_ABI
+#define TP_ABI CRNN_ABI_VERSION
+#endif
+
+#if defined(TP_FTZ_ON_LOAD) || defined(TP_FTZ_IN_CALL)
+#include <xmmintrin.h>
+static void set_ftz_daz(void) { _mm_setcsr(_mm_getcsr() | 0x8040); }
+#endif
+#ifdef TP_FTZ_ON_LOAD
+__attribute__((constructor)) static void on_load(void) { set_ftz_daz(); }
+#endif
+
+static int g_threads = 1;
+
+int32_t crnn_abi_version(void) { return TP_ABI; }
+uint32_t crnn_isa_available(void) { return 1u << CRNN_ISA_SCALAR; }
+int32_t crnn_set_isa(int32_t isa) { return isa == CRNN_ISA_SCALAR ? CRNN_OK : CRNN_E_ISA; }
+int32_t crnn_get_isa(void) { return CRNN_ISA_SCALAR; }
+int32_t crnn_set_threads(int32_t n)
+{
+    if (n < 1 || n > 256) return CRNN_E_ARG;
+    g_threads = n;
+    return CRNN_OK;
+}
+#ifndef TP_OMIT
+int32_t crnn_get_threads(void) { return g_threads; }
+#endif
+
+/* dot16 with strides: term k is a[k*sa] * b[k*sb], into lane k mod 16, then the tree. */
+static float dot16s(const float *a, int64_t sa, const float *b, int64_t sb, int64_t n)
+{
+    float p[16] = {0};
+    for (int64_t k = 0; k < n; k++)
+        p[k % 16] = fmaf(a[k * sa], b[k * sb], p[k % 16]);
+    for (int s = 8; s >= 1; s >>= 1)
+        for (int i = 0; i < s; i++)
+            p[i] = p[i] + p[i + s];
+    return p[0];
+}
+
+#ifndef TP_OMIT
+int32_t crnn_dot16(const float *a, const float *b, int64_t n, float *out)
+{
+    if (n < 0 || !out || (n > 0 && (!a || !b))) return CRNN_E_ARG;
+    *out = dot16s(a, 1, b, 1, n);
+    return CRNN_OK;
+}
+#endif
+
+int32_t crnn_linear_forward(const float *x, const float *W, const float *b,
+                            int32_t T, int32_t I, int32_t O, float *y)
+{
+    if (T < 0 || I < 0 || O < 0 || !x || !W || !b || !y) return CRNN_E_ARG;
+#ifdef TP_FTZ_IN_CALL
+    set_ftz_daz();
+#endif
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t o = 0; o < O; o++)
+            y[t * O + o] = dot16s(x + t * I, 1, W + o * I, 1, I) + b[o];
+    return CRNN_OK;
+}
+
+#ifndef TP_OMIT
+int32_t crnn_linear_backward(const float *x, const float *W, const float *dY,
+                             int32_t T, int32_t I, int32_t O,
+                             float *dx, float *dW, float *db)
+{
+    static const float one = 1.0f;
+    if (T < 0 || I < 0 || O < 0 || !x || !W || !dY || !dW || !db) return CRNN_E_ARG;
+    int trigger = T == 16 && I == 37 && O == 37;
+    (void)trigger;
+#ifdef TP_SEGV
+    if (trigger) { volatile uintptr_t addr = 0; *(volatile int *)addr = 1; }
+#endif
+#ifdef TP_ABORT
+    if (trigger) abort();
+#endif
+#ifdef TP_HANG
+    if (trigger) for (;;) sleep(1);
+#endif
+#ifdef TP_ERRCODE
+    if (trigger) return CRNN_E_NOMEM;
+#endif
+    for (int64_t o = 0; o < O; o++) {
+        for (int64_t i = 0; i < I; i++)
+            dW[o * I + i] = dot16s(dY + o, O, x + i, I, T);
+#ifdef TP_UNWRITTEN
+        if (trigger && o == O - 1) continue;   /* db[O-1] is never written */
+#endif
+        db[o] = dot16s(dY + o, O, &one, 0, T);
+    }
+    if (dx)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t i = 0; i < I; i++)
+                dx[t * I + i] = dot16s(dY + t * O, 1, W + i, I, O);
+#ifdef TP_PERTURB
+    if (O > 3)
+        for (int64_t i = 0; i < I; i++) dW[3 * I + i] *= 1.0f + (TP_PERTURB);
+#endif
+#ifdef TP_NAN
+    if (trigger) dW[1 * I + 2] = NAN;
+#endif
+    return CRNN_OK;
+}
+#endif
+
+/* Everything else: a valid request this port does not implement. */
+#define UNSUPPORTED(name, ...) int32_t name(__VA_ARGS__) { return CRNN_E_UNSUPPORTED; }
+UNSUPPORTED(crnn_conv_forward, const float *x, int32_t H, int32_t W, int32_t C, const float *Wt,
+            const float *b, int32_t Out, int32_t kh, int32_t kw, int32_t padH, int32_t padW,
+            int32_t poolH, int32_t poolW, float *conv, float *pooled, int32_t *winners)
+UNSUPPORTED(crnn_conv_backward, const float *x, int32_t H, int32_t W, int32_t C, const float *Wt,
+            int32_t Out, int32_t kh, int32_t kw, int32_t padH, int32_t padW, int32_t poolH,
+            int32_t poolW, const float *dPooled, const int32_t *winners, float *dW, float *db,
+            float *dx)
+UNSUPPORTED(crnn_lstm_forward, const float *x, int32_t T, int32_t I, int32_t H, const float *W_ih,
+            const float *W_hh, const float *b, float *out, float *gates, float *c, float *tc,
+            float *hPrev)
+UNSUPPORTED(crnn_lstm_backward, const float *x, int32_t T, int32_t I, int32_t H,
+            const float *W_ih, const float *W_hh, const float *gates, const float *c,
+            const float *tc, const float *hPrev, const float *dOut, float *dW_ih, float *dW_hh,
+            float *db, float *dx)
+UNSUPPORTED(crnn_sigmoid, const float *x, int64_t n, float *y)
+UNSUPPORTED(crnn_tanh, const float *x, int64_t n, float *y)
+UNSUPPORTED(crnn_detmath_exp, const double *x, int64_t n, double *y)
+UNSUPPORTED(crnn_detmath_log, const double *x, int64_t n, double *y)
+UNSUPPORTED(crnn_ctc, const float *logits, int32_t T, int32_t K, const int32_t *target, int32_t L,
+            double scale, double *loss, float *dlogits)
+UNSUPPORTED(crnn_model_sizes, const int32_t *cfg, int32_t *nTensors, int64_t *sizes)
+UNSUPPORTED(crnn_step_gradients, const int32_t *cfg, const float *params, int32_t B,
+            const int32_t *widths, const float *images, const int32_t *targetLens,
+            const int32_t *targets, float *grads, double *losses, double *batchLoss)
+UNSUPPORTED(crnn_clip_gradients, float *grads, const int64_t *sizes, int32_t nTensors,
+            double limit, int32_t enabled, double *norm)
+UNSUPPORTED(crnn_adamw, float *p, float *m, float *v, const float *g, int64_t n, double lr,
+            double beta1, double beta2, double eps, double wd, int32_t decay, double b1t,
+            double b2t)

@@ -1,0 +1,199 @@
+"""The gate as a CI tool for any port: every bad input is one line on stderr and exit 2;
+a port that crashes, aborts, hangs, leaves poison, returns NaN or an error code fails (exit 1)
+with the layer and case named, and the gate goes on with the other cases.
+
+The test ports (tests/ports/testport.c) implement the whole ABI, dot16 and linear correctly,
+and misbehave only on the linear case T16_I37_O37 (in crnn_linear_backward).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
+from testports import build_port  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = ["--layers", "dot16,linear"]
+BAD_CASE = "linear/T16_I37_O37"
+
+
+def gate(*args, env=None, timeout=120):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "harness.cli", "gate", *args], cwd=ROOT,
+                          capture_output=True, text=True, env=e, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def ports(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ports")
+    return lambda *defines: build_port(d, *defines)
+
+
+def cannot_run(r, *fragments):
+    """Exit 2, exactly one line on stderr naming the problem, no traceback."""
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("crnn-conformance: cannot run: "), lines[0]
+    assert "Traceback" not in r.stderr + r.stdout
+    for f in fragments:
+        assert f in lines[0], (f, lines[0])
+    return lines[0]
+
+
+# ---- the good cases ------------------------------------------------------------------------
+
+def test_bundled_port_passes(tmp_path):
+    r = gate(*LAYERS, "-q", "--report-dir", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip().splitlines()[-1].startswith("PASS")
+    for name in ("results.json", "index.html", "junit.xml"):
+        assert (tmp_path / name).stat().st_size > 0, name
+
+
+def test_correct_test_port_passes(ports):
+    r = gate("--port", str(ports()), *LAYERS, "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+# ---- bad input: one line, exit 2 -----------------------------------------------------------
+
+def test_no_c_compiler(tmp_path):
+    line = cannot_run(gate(*LAYERS, env={"CC": "/nonexistent"}), "no C compiler", "CC=/nonexistent")
+    assert "install gcc or clang" in line
+
+
+def test_port_not_found(tmp_path):
+    cannot_run(gate("--port", str(tmp_path / "libnothere.so"), *LAYERS), "port library not found",
+               "libnothere.so")
+
+
+def test_port_not_loadable(tmp_path):
+    fake = tmp_path / "libfake.so"
+    fake.write_text("this is a text file, not a shared library\n" * 20)
+    cannot_run(gate("--port", str(fake), *LAYERS), "cannot be loaded", "libfake.so")
+
+
+def test_missing_symbols_are_all_listed(ports):
+    line = cannot_run(gate("--port", str(ports("-DTP_OMIT")), *LAYERS), "missing 3 symbol(s)")
+    for sym in ("crnn_get_threads", "crnn_dot16", "crnn_linear_backward"):
+        assert sym in line
+
+
+def test_wrong_abi_version(ports):
+    cannot_run(gate("--port", str(ports("-DTP_ABI=2")), *LAYERS), "ABI version 2",
+               "speaks version 1")
+
+
+def _fixture_copy(tmp_path) -> Path:
+    d = tmp_path / "fixtures"
+    d.mkdir()
+    for name in ("dot16.h5", "linear.h5"):
+        shutil.copy(ROOT / "fixtures" / name, d / name)
+    return d
+
+
+def test_fixture_with_bad_checksum(tmp_path):
+    d = _fixture_copy(tmp_path)
+    with h5py.File(d / "linear.h5", "r+") as f:
+        ds = f["T16_I37_O37/inputs/x"]
+        a = ds[()]
+        a[0, 0] += 1.0
+        ds[...] = a          # the stored SHA-256 now disagrees with the bytes
+    cannot_run(gate("--fixtures", str(d), *LAYERS), "linear.h5", "SHA-256")
+
+
+def test_fixture_of_unknown_schema_version(tmp_path):
+    d = _fixture_copy(tmp_path)
+    with h5py.File(d / "dot16.h5", "r+") as f:
+        f.attrs["schema_version"] = 99
+    cannot_run(gate("--fixtures", str(d), *LAYERS), "dot16.h5", "schema version 99")
+
+
+def test_ftz_set_by_the_port_on_load(ports):
+    cannot_run(gate("--port", str(ports("-DTP_FTZ_ON_LOAD")), *LAYERS),
+               "flush-to-zero (FTZ)", "denormals-are-zero (DAZ)", "right after loading", "MXCSR=")
+
+
+def test_ftz_left_set_by_a_port_call(ports):
+    cannot_run(gate("--port", str(ports("-DTP_FTZ_IN_CALL")), *LAYERS),
+               "flush-to-zero (FTZ)", "before running linear")
+
+
+def test_ftz_set_in_the_harness_process():
+    code = ("import sys\n"
+            "from harness.executor import fpenv_helper\n"
+            "h = fpenv_helper(); h.crnn_h_set_fpcsr(h.crnn_h_fpcsr() | 0x8040)\n"
+            "sys.argv = ['crnn-conformance', 'gate', '--layers', 'dot16,linear']\n"
+            "from harness.cli import main; main()\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    cannot_run(r, "flush-to-zero (FTZ)", "in the harness process before loading the port")
+
+
+def test_ftz_found_without_a_compiler(ports):
+    """No C compiler for the MXCSR helper: the NumPy probe still finds FTZ/DAZ."""
+    so = ports("-DTP_FTZ_ON_LOAD")
+    line = cannot_run(gate("--port", str(so), *LAYERS, env={"CC": "/nonexistent"}),
+                      "flush-to-zero (FTZ)", "right after loading")
+    assert "no C compiler for the helper" in line
+
+
+def test_a_port_runs_without_a_compiler(ports):
+    so = ports()
+    r = gate("--port", str(so), *LAYERS, "-q", env={"CC": "/nonexistent"})
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+# ---- a misbehaving port: a failure naming layer, case and cause; the gate goes on -------------
+
+FAILURES = {
+    "segv": ("-DTP_SEGV", ["the port crashed in crnn_linear_backward", "SIGSEGV"], "*"),
+    "abort": ("-DTP_ABORT", ["the port crashed in crnn_linear_backward", "SIGABRT"], "*"),
+    "hang": ("-DTP_HANG", ["hang: no answer in crnn_linear_backward within 2 s"], "*"),
+    "poison": ("-DTP_UNWRITTEN", ["never written (poison left)", "worst [36]"], "db"),
+    "nan": ("-DTP_NAN", ["NaN/Inf element(s) where the reference is finite", "worst [1,2]",
+                         "ours=nan"], "dW"),
+    "errcode": ("-DTP_ERRCODE", ["crnn_linear_backward returned -3 (CRNN_E_NOMEM)"], "*"),
+}
+
+
+@pytest.mark.parametrize("mode", list(FAILURES))
+def test_misbehaving_port_fails_and_the_gate_goes_on(mode, ports, tmp_path):
+    define, fragments, tensor = FAILURES[mode]
+    t0 = time.perf_counter()
+    r = gate("--port", str(ports(define)), *LAYERS, "-q", "--timeout", "2",
+             "--report-dir", str(tmp_path))
+    wall = time.perf_counter() - t0
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+    fails = [l for l in r.stdout.splitlines() if l.startswith("FAIL ")]
+    assert fails and all(l.startswith(f"FAIL {BAD_CASE}/{tensor} ") for l in fails), fails
+    for f in fragments:
+        assert any(f in l for l in fails), (f, fails)
+    assert "__REPRO: crnn-conformance gate --port" in r.stdout
+    data = json.loads((tmp_path / "results.json").read_text())
+    bad = [t for t in data["tensors"] if not t["passed"]]
+    assert {(t["layer"], t["case"]) for t in bad} == {tuple(BAD_CASE.split("/"))}
+    # every other case still ran and passed: dot16's three and linear's other seven
+    ran = {(t["layer"], t["case"]) for t in data["tensors"] if t["passed"]}
+    assert len({c for l, c in ran if l == "linear"} - {"T16_I37_O37"}) == 7
+    assert len({c for l, c in ran if l == "dot16"}) == 3
+    if mode == "hang":
+        assert wall < 30, wall
+
+
+def test_bad_options_are_exit_2():
+    cannot_run(gate("--layers", "dot16", "--threads", "0"), "thread counts")
+    cannot_run(gate("--layers", "dot16", "--timeout", "0"), "--timeout")
+    cannot_run(gate("--layers", "dot16", "--tiers", "bits"), "unknown tier bits")

@@ -1,0 +1,316 @@
+"""The reports: results.json against its schema, index.html parsed (every tensor row, every
+section, self-contained), JUnit XML parsed back, `report` re-rendering, `diff` between runs,
+and the page in headless Chromium when it is installed."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+from collections import defaultdict
+from html.parser import HTMLParser
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
+from testports import build_port  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = ROOT / "reports" / "results.schema.json"
+
+
+def cli(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two gate runs: the bundled port (passes) and a test port whose dW row 3 is off by
+    2e-5 relative on every case and which writes a NaN on one case (fails)."""
+    d = tmp_path_factory.mktemp("runs")
+    good, bad = d / "good", d / "bad"
+    r = cli("gate", "--layers", "dot16,linear", "-q", "--report-dir", str(good))
+    assert r.returncode == 0, r.stdout + r.stderr
+    so = build_port(d, "-DTP_PERTURB=2e-5f", "-DTP_NAN")
+    r = cli("gate", "--port", str(so), "--layers", "dot16,linear", "-q", "--report-dir", str(bad),
+            "--junit", str(d / "extra" / "bad.xml"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    return {"good": good, "bad": bad, "junit": d / "extra" / "bad.xml", "dir": d}
+
+
+def load(run) -> dict:
+    return json.loads((run / "results.json").read_text())
+
+
+# ---- JSON --------------------------------------------------------------------------------
+
+def test_results_json_validates_against_the_schema(runs):
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    for name in ("good", "bad"):
+        jsonschema.validate(load(runs[name]), schema, cls=jsonschema.Draft202012Validator)
+
+
+def test_schema_rejects_a_record_without_usage(runs):
+    jsonschema = pytest.importorskip("jsonschema")
+    doc = load(runs["good"])
+    del doc["tensors"][0]["usage"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, json.loads(SCHEMA.read_text()),
+                            cls=jsonschema.Draft202012Validator)
+
+
+def test_schema_version_is_documented():
+    from reports.json_report import REPORT_SCHEMA_VERSION
+    doc = (ROOT / "docs" / "report-schema.md").read_text()
+    assert f"schema_version` is {REPORT_SCHEMA_VERSION}" in doc
+    assert json.loads(SCHEMA.read_text())["properties"]["schema_version"]["const"] == \
+        REPORT_SCHEMA_VERSION
+
+
+def test_provenance_and_detail_data(runs):
+    good, bad = load(runs["good"]), load(runs["bad"])
+    m = good["meta"]
+    assert len(m["port_sha256"]) == 64 and m["abi_version"] == 1 and m["bundled"] is True
+    assert m["build"]["cc"] and "-ffp-contract=off" in m["build"]["flags"]
+    assert m["cpu"]["model"] and m["tool"]["version"]
+    assert m["fpenv"]["ftz"] is False and m["fpenv"]["daz"] is False
+    for name in ("dot16.h5", "linear.h5"):
+        assert len(m["fixtures"][name]["sha256"]) == 64
+    assert all(t["hist"] is None for t in good["tensors"])   # nothing > 0.5, nothing failing
+    assert bad["meta"]["bundled"] is False and bad["meta"]["build"] is None
+    # the perturbed row 3 of dW stands out in the heat map of a float64 record
+    rec = next(t for t in bad["tensors"] if t["tensor"] == "dW" and t["tier"] == "float64"
+               and t["case"] == "T25_I128_O48")
+    assert not rec["passed"] and rec["worst"]["index"][0] == 3
+    hm = rec["heatmap"]
+    row_max = [max(v if v is not None else float("inf") for v in row) for row in hm["max"]]
+    assert hm["row_starts"][:5] == [0, 1, 2, 3, 4]
+    assert row_max[3] > 1 and max(row_max[:3] + row_max[4:]) <= 1
+    h = rec["hist"]
+    assert h["zero"] + h["below"] + sum(h["counts"]) + h["above"] == rec["elements"]
+
+
+# ---- HTML --------------------------------------------------------------------------------
+
+class _Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.rows, self.ids, self.tags, self.urls = [], set(), defaultdict(int), []
+        self.classes = defaultdict(int)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.tags[tag] += 1
+        for c in (a.get("class") or "").split():
+            self.classes[c] += 1
+        if "id" in a:
+            self.ids.add(a["id"])
+        if tag == "tr" and "data-tensor" in a:
+            self.rows.append((a["data-layer"], a["data-case"], a["data-tensor"]))
+        for k in ("src", "href"):
+            if a.get(k):
+                self.urls.append(a[k])
+
+
+def parse(path) -> _Page:
+    p = _Page()
+    p.feed(Path(path).read_text(encoding="utf-8"))
+    return p
+
+
+@pytest.mark.parametrize("name", ["good", "bad"])
+def test_html_has_a_row_for_every_tensor(runs, name):
+    doc = load(runs[name])
+    page = parse(runs[name] / "index.html")
+    want = {(t["layer"], t["case"], t["tensor"]) for t in doc["tensors"]}
+    assert len(page.rows) == len(set(page.rows)) == len(want)
+    assert set(page.rows) == want
+
+
+def test_html_is_self_contained(runs):
+    for name in ("good", "bad"):
+        text = (runs[name] / "index.html").read_text(encoding="utf-8")
+        page = parse(runs[name] / "index.html")
+        assert page.tags["script"] == 0 and page.tags["link"] == 0
+        assert page.tags["style"] == 1
+        external = [u for u in page.urls if not (u.startswith("#") or u.startswith("data:"))]
+        assert external == []
+        assert "@import" not in text and "url(http" not in text
+
+
+def test_html_sections(runs):
+    good = parse(runs["good"] / "index.html")
+    assert good.classes["verdict"] == 1 and good.classes["pass"] >= 1
+    assert {"summary", "layer-dot16", "layer-linear", "identity", "provenance"} <= good.ids
+    assert "failures" not in good.ids and "details" not in good.ids
+    assert "flips" not in good.ids          # no flip information in the records: no section
+    bad = parse(runs["bad"] / "index.html")
+    assert {"details", "failures", "identity", "provenance"} <= bad.ids
+    assert bad.classes["fail"] >= 1 and bad.tags["svg"] >= 2 and bad.classes["repro"] >= 1
+
+
+def test_html_shows_provenance_and_every_repro(runs):
+    from markupsafe import escape
+    doc = load(runs["bad"])
+    text = (runs["bad"] / "index.html").read_text(encoding="utf-8")
+    m = doc["meta"]
+    assert m["port_sha256"] in text and m["cpu"]["model"] in text
+    for f in m["fixtures"].values():
+        assert f["sha256"] in text
+    fails = [t for t in doc["tensors"] if not t["passed"]]
+    assert fails
+    for t in fails:
+        assert str(escape(t["repro"])) in text
+
+
+def test_html_flip_section_only_when_the_results_carry_flips(runs, tmp_path):
+    from reports import html
+    doc = load(runs["good"])
+    doc["meta"]["flips"] = [{"layer": "step", "case": "b4", "window": [3, 7, 12],
+                             "ours": 0.25, "ref": 0.2500001, "margin": 1.2e-7}]
+    page = parse(html.write(doc, tmp_path))
+    assert "flips" in page.ids
+    assert "0.2500001" in (tmp_path / "index.html").read_text()
+
+
+# ---- JUnit -------------------------------------------------------------------------------
+
+def test_junit_parses_back(runs):
+    doc = load(runs["bad"])
+    keys = {(t["layer"], t["case"], t["tensor"], t["tier"]) for t in doc["tensors"]}
+    failing = {(t["layer"], t["case"], t["tensor"], t["tier"]) for t in doc["tensors"]
+               if not t["passed"]}
+    for path in (runs["junit"], runs["bad"] / "junit.xml"):
+        root = ET.parse(path).getroot()
+        assert root.tag == "testsuites"
+        cases = root.findall("./testsuite/testcase")
+        assert len(cases) == len(keys) == int(root.get("tests"))
+        assert int(root.get("failures")) == len(failing)
+        got = set()
+        for tc in cases:
+            _, layer, case = tc.get("classname").split(".", 2)
+            tensor, tier = tc.get("name")[:-1].split("[")
+            got.add((layer, case, tensor, tier))
+            f = tc.find("failure")
+            assert (f is not None) == ((layer, case, tensor, tier) in failing)
+            if f is not None:
+                assert f.get("message").startswith(f"{layer}/{case}/{tensor} tier={tier}")
+                assert "worst [" in f.get("message") and "reproduce: crnn-conformance gate" in f.text
+        assert got == keys
+        assert {s.get("name") for s in root.findall("testsuite")} == {"crnn.dot16", "crnn.linear"}
+
+
+# ---- report and diff ---------------------------------------------------------------------
+
+def test_report_rerenders_the_same_html_and_junit(runs, tmp_path):
+    r = cli("report", str(runs["bad"] / "results.json"), "--html", str(tmp_path / "html"),
+            "--junit", str(tmp_path / "j.xml"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "html" / "index.html").read_text() == (runs["bad"] / "index.html").read_text()
+    assert (tmp_path / "j.xml").read_text() == (runs["bad"] / "junit.xml").read_text()
+
+
+def test_report_refuses_other_schema_versions(runs, tmp_path):
+    doc = load(runs["good"])
+    doc["schema_version"] = 99
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    r = cli("report", str(tmp_path / "r.json"), "--html", str(tmp_path))
+    assert r.returncode == 2 and "schema version 99" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_diff_sorts_by_largest_increase(runs):
+    r = cli("diff", str(runs["good"] / "results.json"), str(runs["bad"] / "results.json"),
+            "--tiers", "float64")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.strip().splitlines()
+    rows = [l for l in lines[2:] if l.startswith(("dot16/", "linear/"))]
+    assert rows[0].startswith("linear/T16_I37_O37/dW ") and "+inf" in rows[0]   # the NaN
+    deltas = [float(l.split()[6]) for l in rows[1:]]
+    assert deltas == sorted(deltas, reverse=True) and deltas[0] > 1
+    assert "NOW FAILS" in rows[0]
+    assert lines[-1].startswith("33 records compared:")
+
+
+def test_diff_fail_on_increase(runs):
+    good, bad = str(runs["good"] / "results.json"), str(runs["bad"] / "results.json")
+    assert cli("diff", good, bad, "--fail-on-increase", "0.5").returncode == 1
+    r = cli("diff", good, good, "--fail-on-increase", "0")
+    assert r.returncode == 0 and "0 increased" in r.stdout
+    r = cli("diff", good, str(runs["dir"] / "missing.json"))
+    assert r.returncode == 2 and "not found" in r.stderr
+
+
+# ---- in a real browser ---------------------------------------------------------------------
+
+def _chromium():
+    for c in ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"):
+        if os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def _png_pixel(path, x, y):
+    """RGB of one pixel of an 8-bit RGB/RGBA PNG (enough of a decoder for a screenshot)."""
+    data = Path(path).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, w = 8, b"", None
+    while pos < len(data):
+        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            w, h, depth, ctype = struct.unpack(">IIBB", body[:10])
+            assert depth == 8 and ctype in (2, 6)
+            bpp = 3 if ctype == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    raw, stride = zlib.decompress(idat), w * bpp
+    prev = bytearray(stride)
+    for row in range(y + 1):
+        f, line = raw[row * (stride + 1)], bytearray(raw[row * (stride + 1) + 1:(row + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 255
+            elif f == 2:
+                line[i] = (line[i] + b) & 255
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        prev = line
+    return tuple(prev[x * bpp:x * bpp + 3])
+
+
+@pytest.mark.skipif(_chromium() is None, reason="headless Chromium is not installed")
+@pytest.mark.parametrize("name,banner", [("good", "green"), ("bad", "red")])
+def test_report_in_headless_chromium(runs, name, banner, tmp_path):
+    shot = tmp_path / f"{name}.png"
+    html_path = runs[name] / "index.html"
+    r = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+                        "--hide-scrollbars", "--window-size=1400,1600",
+                        f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
+                        html_path.as_uri()], capture_output=True, text=True, timeout=90)
+    assert shot.exists() and shot.stat().st_size > 20_000, r.stderr[-2000:]
+    keep = os.environ.get("CRNN_SCREENSHOT_DIR")
+    if keep:
+        shutil.copy(shot, Path(keep) / shot.name)
+    red, green, blue = _png_pixel(shot, 700, 20)          # inside the verdict banner
+    if banner == "green":
+        assert green > red and green > blue, (red, green, blue)
+    else:
+        assert red > green + 60 and red > blue + 60, (red, green, blue)
+    white = _png_pixel(shot, 1390, 1500)                  # the page body is white
+    assert min(white) > 230, white
