@@ -10,7 +10,7 @@
 #define NEG_INF (-INFINITY)
 
 /* hi + log(1 + exp(lo - hi)), hi/lo the larger/smaller argument; hi when lo is -inf or
- * lo - hi < -40 (log(1 + e^-40) is 4e-18: below a double ulp of any |hi| >= 2^-6). */
+ * lo - hi < -40 (log(1 + e^-40) = 4.2e-18: under half an ulp of any |hi| >= 1/16). */
 static double logadd(double a, double b)
 {
     double hi = a > b ? a : b, lo = a > b ? b : a;
