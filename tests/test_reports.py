@@ -314,3 +314,16 @@ def test_report_in_headless_chromium(runs, name, banner, tmp_path):
         assert red > green + 60 and red > blue + 60, (red, green, blue)
     white = _png_pixel(shot, 1390, 1500)                  # the page body is white
     assert min(white) > 230, white
+
+
+def test_report_from_a_minimal_document(tmp_path):
+    """Only the keys the readers require: the reports still render (meta is optional)."""
+    rec = {"case": "c", "layer": "linear", "tensor": "y", "tier": "float64", "isa": "scalar",
+           "threads": 1, "usage": None, "max_abs_diff": None, "mismatches": 1, "elements": 4,
+           "passed": False}
+    (tmp_path / "r.json").write_text(json.dumps({"schema_version": 1, "tensors": [rec]}))
+    r = cli("report", str(tmp_path / "r.json"), "--html", str(tmp_path / "h"),
+            "--junit", str(tmp_path / "j.xml"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert parse(tmp_path / "h" / "index.html").rows == [("linear", "c", "y")]
+    assert ET.parse(tmp_path / "j.xml").getroot().get("failures") == "1"
