@@ -327,3 +327,18 @@ def test_report_from_a_minimal_document(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert parse(tmp_path / "h" / "index.html").rows == [("linear", "c", "y")]
     assert ET.parse(tmp_path / "j.xml").getroot().get("failures") == "1"
+
+
+def test_passing_tensors_above_half_their_allowance_get_plots(runs, tmp_path):
+    so = build_port(runs["dir"], "-DTP_PERTURB=1.5e-6f")     # dW row 3: usage about 0.6-0.8
+    r = cli("gate", "--port", str(so), "--layers", "linear", "--tiers", "float64", "-q",
+            "--report-dir", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    recs = load(tmp_path)["tensors"]
+    amber = [t for t in recs if t["usage"] > 0.5]
+    assert amber and all(t["passed"] and t["tensor"] == "dW" for t in amber)
+    assert all(t["hist"] and t["heatmap"] for t in amber)
+    assert all(t["hist"] is None for t in recs if t["usage"] <= 0.5)
+    page = parse(tmp_path / "index.html")
+    assert "details" in page.ids and page.classes["card"] == len(amber)
+    assert page.classes["a"] >= len(amber)      # amber usage cells and chips
