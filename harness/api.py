@@ -57,7 +57,11 @@ def _numpy(a):
     """A NumPy array from an array-like; a torch tensor (anything with .detach()) through
     .detach().cpu().numpy(), so torch is never imported here."""
     if hasattr(a, "detach") and hasattr(a, "cpu"):
-        a = a.detach().cpu().numpy()
+        try:
+            a = a.detach().cpu().numpy()
+        except TypeError as e:      # bfloat16 and other dtypes NumPy has no equivalent of
+            raise TypeError(f"a tensor of dtype {getattr(a, 'dtype', '?')} has no NumPy "
+                            f"equivalent ({e}); convert it to float32 explicitly") from None
     return np.asarray(a)
 
 
@@ -75,7 +79,8 @@ def _f32(name: str, a, allow_float16: bool) -> np.ndarray:
                 "both references then judge float32 arithmetic on those values")
         return a.astype(np.float32)
     if kind not in "fiub":
-        raise TypeError(f"{name} has dtype {a.dtype}; the references take real numbers")
+        raise TypeError(f"{name} has dtype {a.dtype}; the references take float32 inputs "
+                        "(float16 with allow_float16=True): convert it explicitly")
     out = a.astype(np.float32)
     with np.errstate(all="ignore"):
         back = out.astype(a.dtype) if kind == "f" else out.astype(np.float64)
@@ -218,8 +223,8 @@ class Result:
                  backward=None):
         self._op = op
         self._layer = layer
-        self._exact = dict(exact)
-        self._float64 = dict(float64)
+        self._exact = {k: np.asarray(v, order="C") for k, v in exact.items()}
+        self._float64 = {k: np.asarray(v, order="C") for k, v in float64.items()}
         self._table = dict(table_names)
         self._backward = backward
 
