@@ -237,9 +237,13 @@ def _run_case(opts, ex, m, fixture_path, case, isas, base_isa) -> list[Record]:
         base = ex.run(m.LAYER, fixture_path, case.name, base_isa, 1)
     except (PortCrash, abi.PortCallError) as e:   # no base run: every tier of the case fails
         tiers = [t for t in case.expected if t in opts.tiers]
+        out = [_failure(opts, m.LAYER, case.name, t, base_isa, 1, str(e)) for t in tiers]
         if "identity" in opts.tiers and len(isas) * len(opts.threads) > 1:
-            tiers.append("identity")
-        return [_failure(opts, m.LAYER, case.name, t, base_isa, 1, str(e)) for t in tiers]
+            rec = _failure(opts, m.LAYER, case.name, "identity", base_isa, 1, str(e))
+            rec.repro = repro_command(opts, m.LAYER, case.name, "identity", ",".join(isas),
+                                      ",".join(map(str, opts.threads)))
+            out.append(rec)
+        return out
     for tier in case.expected:
         if tier in opts.tiers:
             records += _tier_records(opts, m, case, tier, base, base_isa)

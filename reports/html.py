@@ -146,7 +146,7 @@ def _headline(by_tier: dict) -> dict:
 def worst_text(r: dict) -> str:
     w = r.get("worst") or {}
     if not w:
-        return r.get("note") or "—"
+        return "—"          # the note (crash, hang, error code) is shown under it
     idx = ",".join(map(str, w.get("index", [])))
     s = f"[{idx}] ours {_num(w.get('ours'))} ref {_num(w.get('ref'))}"
     if r["tier"] in ("float64", "pytorch"):
