@@ -32,6 +32,8 @@ BUILDERS = {
     "ctc": "generators.cases.ctc",
     "clip": "generators.cases.clip",
     "adamw": "generators.cases.adamw",
+    "step": "generators.cases.step",
+    "train3": "generators.cases.train3",
 }
 
 

@@ -1,0 +1,361 @@
+"""Whole-model batch gradient fixture cases (`crnn_step_gradients`).
+
+crnn_v0_b4: random crnn-v0 weights (model.init_params, rounded to fp16 through the model
+container, as a fine-tuning run starts from), four synthetic lines (generators/lines.py) of
+widths 64, 100, 257 (16-tails in T = 25 and 64 -> 25, 64; the conv rows 100 and 257 are not
+multiples of 16) and 48, with targets including repeated labels; the last line's target has 13
+labels for T = 12 steps: no alignment (loss +inf, zero gradient, still counted in B).
+small_b3: a small config (height 16, two blocks of other kernel/pool shapes, one LSTM layer of
+hidden 8, 7 classes) on random images: nothing in the port may hard-code crnn-v0.
+
+Tensors: every parameter gradient (named by model.param_specs), the per-line losses and the
+batch loss; exact tier from generators/spec/step.py, float64 tier from generators/float64/step.py.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+
+from generators import model
+from generators.float64 import conv as conv64
+from generators.float64 import step as ref
+from generators.h5io import Case
+from generators.spec import step as spec
+
+NAME = "step"
+LAYER = "step"
+SEED = 9009
+
+
+def fp16_params(config, params):
+    """The weights as the fp16 container stores them, widened back to fp32 master copies."""
+    try:
+        from generators import container
+    except ImportError:
+        container = None
+    if container is None:
+        return {k: np.asarray(v, np.float32).astype(np.float16).astype(np.float32)
+                for k, v in params.items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.h5")
+        container.save_container(path, config, params)
+        _, loaded = container.load_container(path)
+    return loaded
+
+
+def small_config() -> dict:
+    return {"name": "small", "input_height": 16, "input_channels": 1,
+            "blocks": [{"out": 4, "kh": 3, "kw": 3, "padH": 1, "padW": 1, "poolH": 2, "poolW": 2},
+                       {"out": 6, "kh": 3, "kw": 2, "padH": 1, "padW": 0, "poolH": 2, "poolW": 1}],
+            "lstm_layers": 1, "hidden": 8, "classes": 7, "alphabet": "abcdef"}
+
+
+def winner_flips(config, params, images, lines_state) -> list:
+    """Pool windows whose winner differs between the spec and the float64 reference,
+    as (line, block, flat index, spec winner, float64 winner)."""
+    out = []
+    for n_line, (image, st) in enumerate(zip(images, lines_state)):
+        x = np.asarray(image, np.float64)
+        x = x[:, :, None] if x.ndim == 2 else x
+        for n, blk in enumerate(config["blocks"]):
+            geo = (blk["kh"], blk["kw"], blk["padH"], blk["padW"], blk["poolH"], blk["poolW"])
+            _, x, w64 = conv64.forward(x, params[f"conv{n}.W"], params[f"conv{n}.b"], *geo)
+            ws = st["winners"][n]
+            for i in np.flatnonzero(ws.ravel() != w64.ravel()):
+                out.append((n_line, n, int(i), int(ws.ravel()[i]), int(w64.ravel()[i])))
+    return out
+
+
+def make_case(name, config, params, images, targets, note) -> Case:
+    grads, losses, batch_loss, lines_state = spec.batch_gradient(config, params, images, targets,
+                                                                return_lines=True)
+    g64, l64, bl64 = ref.batch_gradient(config, params, images, targets)
+    flips = winner_flips(config, params, images, lines_state)
+    specs = model.param_specs(config)
+    inputs = {"cfg": model.cfg_array(config), "params": model.flatten(config, params),
+              "widths": np.array([im.shape[1] for im in images], np.int32),
+              "images": np.concatenate([np.asarray(im, np.float32).ravel() for im in images]),
+              "target_lens": np.array([len(t) for t in targets], np.int32),
+              "targets": np.concatenate([np.asarray(t, np.int32) for t in targets]
+                                        + [np.zeros(0, np.int32)])}
+    exact = {s.name: grads[s.name] for s in specs}
+    exact["losses"] = np.asarray(losses, np.float64)
+    exact["batch_loss"] = np.array([batch_loss], np.float64)
+    f64 = {s.name: np.asarray(g64[s.name], np.float64) for s in specs}
+    f64["losses"] = np.asarray(l64, np.float64)
+    f64["batch_loss"] = np.array([bl64], np.float64)
+    params_json = {"config": config, "names": [s.name for s in specs],
+                   "shapes": [list(s.shape) for s in specs], "B": len(images),
+                   "widths": [int(im.shape[1]) for im in images],
+                   "steps": [int(model.steps_for_width(config, im.shape[1])) for im in images],
+                   "target_lens": [len(t) for t in targets], "winner_flips": flips, "note": note}
+    return Case(name, params_json, inputs, {"exact": exact, "float64": f64})
+
+
+def crnn_v0_batch(rng, config):
+    from generators import lines
+    texts = ["hello", lines.random_text(rng, 6, 6), "aabbxy7700zz", lines.random_text(rng, 13, 13)]
+    images, targets = [], []
+    for text, width in zip(texts, (64, 100, 257, 48)):
+        img, tgt = lines.make_line(rng, text, width)
+        images.append(img)
+        targets.append(tgt)
+    return images, targets
+
+
+def build() -> list[Case]:
+    rng = np.random.default_rng(SEED)
+    config = model.default_config()
+    params = fp16_params(config, model.init_params(config, rng))
+    images, targets = crnn_v0_batch(rng, config)
+    cases = [make_case("crnn_v0_b4", config, params, images, targets,
+                       "crnn-v0, widths 64/100/257/48; repeats; line 3 has no alignment")]
+    small = small_config()
+    params = fp16_params(small, model.init_params(small, rng))
+    images = [rng.uniform(0.0, 1.0, (16, w)).astype(np.float32) for w in (20, 37, 16)]
+    targets = [np.array([1, 1, 2], np.int32), np.array([3, 4, 5, 6, 6, 2], np.int32),
+               np.array([], np.int32)]
+    cases.append(make_case("small_b3", small, params, images, targets,
+                           "small config; repeats, an empty target"))
+    return cases
+
+
+# ---------------------------------------------------------------- the derived error bound
+#
+# The float64 tier's allowance for the whole-model gradients is a first-order error bound
+# evaluated on the fixture data, the same construction as the LSTM layer's
+# (tests/test_lstm.py): the float64 model is rerun with every local binary32 error at its
+# bound and of one sign s (then the other), and the bound is the deviation this causes:
+#   - a dot16 of n terms moves by m(n)*u*sum|terms|, m(n) = ceil(n/16) + 4 (conv, LSTM,
+#     classifier, every gradient dot);
+#   - sigmoid / tanh move by their approximation's max abs error over all 2^32 inputs;
+#   - every other binary32 operation (bias adds, cell updates, the dx tap sum, the batch sum)
+#     moves by u*|result|; the CTC's binary64 work is exact at this scale, its final binary32
+#     rounding of the logit gradient moves it by u*|value|;
+#   - pool decisions are the reference's (a decision flip is not a rounding error: the gate
+#     reports it as a flip, DESIGN "The single permitted pool flip").
+# Atol of each step tensor = the max over the fixture cases and elements of that bound,
+# rounded up to two significant digits (tests/test_step.py checks the table against it).
+
+U = 2.0 ** -24
+EPS_SIGMOID = 9.0e-8      # max abs error of the sigmoid approximation (docs/numerics.md)
+EPS_TANH = 8.6e-8         # max abs error of the tanh approximation (docs/numerics.md)
+
+
+def m_of(n: int) -> int:
+    return -(-int(n) // 16) + 4
+
+
+def _sig(z):
+    e = np.exp(-np.abs(z))
+    return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _col2im(dcol, H, W, C, kh, kw, padH, padW):
+    Hc, Wc = H + 2 * padH - kh + 1, W + 2 * padW - kw + 1
+    dxp = np.zeros((H + 2 * padH, W + 2 * padW, C))
+    for ky in range(kh):
+        for kx in range(kw):
+            k = (ky * kw + kx) * C
+            dxp[ky:ky + Hc, kx:kx + Wc] += dcol[:, k:k + C].reshape(Hc, Wc, C)
+    return dxp[padH:padH + H, padW:padW + W]
+
+
+def _lstm_fwd(x, W_ih, W_hh, b, s):
+    r = lambda v: v + s * U * np.abs(v)
+    T, I = x.shape
+    H = W_hh.shape[2]
+    G = 4 * H
+    out = np.zeros((T, 2 * H))
+    st = {"gates": np.zeros((2, T, G)), "c": np.zeros((2, T, H)), "tc": np.zeros((2, T, H)),
+          "hPrev": np.zeros((2, T, H))}
+    for d in (0, 1):
+        h, c = np.zeros(H), np.zeros(H)
+        for t in (range(T) if d == 0 else range(T - 1, -1, -1)):
+            st["hPrev"][d, t] = h
+            xw = W_ih[d] @ x[t] + s * m_of(I) * U * (np.abs(W_ih[d]) @ np.abs(x[t]))
+            hw = W_hh[d] @ h + s * m_of(H) * U * (np.abs(W_hh[d]) @ np.abs(h))
+            z = r(r(xw + hw) + b[d])
+            a = np.concatenate([_sig(z[:2 * H]) + s * EPS_SIGMOID,
+                                np.tanh(z[2 * H:3 * H]) + s * EPS_TANH,
+                                _sig(z[3 * H:]) + s * EPS_SIGMOID])
+            i, f, g, o = np.split(a, 4)
+            c = r(r(f * c) + r(i * g))
+            tc = np.tanh(c) + s * EPS_TANH
+            h = r(o * tc)
+            st["gates"][d, t], st["c"][d, t], st["tc"][d, t] = a, c, tc
+            out[t, d * H:(d + 1) * H] = h
+    return out, st
+
+
+def _lstm_bwd(x, W_ih, W_hh, st, dOut, s):
+    r = lambda v: v + s * U * np.abs(v)
+    T, I = x.shape
+    H = W_hh.shape[2]
+    G = 4 * H
+    dz = np.zeros((T, 2 * G))
+    for d in (0, 1):
+        dhRec, dcNext = np.zeros(H), np.zeros(H)
+        for t in (range(T - 1, -1, -1) if d == 0 else range(T)):
+            prev = t - 1 if d == 0 else t + 1
+            cP = st["c"][d, prev] if 0 <= prev < T else np.zeros(H)
+            i, f, g, o = np.split(st["gates"][d, t], 4)
+            tc = st["tc"][d, t]
+            dh = r(dOut[t, d * H:(d + 1) * H] + dhRec)
+            dtc, do = r(dh * o), r(dh * tc)
+            dc = r(dcNext + r(dtc * r(1 - r(tc * tc))))
+            di, dg, df = r(dc * g), r(dc * i), r(dc * cP)
+            dcNext = r(dc * f)
+            dzt = np.concatenate([r(di * r(i * r(1 - i))), r(df * r(f * r(1 - f))),
+                                  r(dg * r(1 - r(g * g))), r(do * r(o * r(1 - o)))])
+            dz[t, d * G:(d + 1) * G] = dzt
+            dhRec = W_hh[d].T @ dzt + s * m_of(G) * U * (np.abs(W_hh[d]).T @ np.abs(dzt))
+    adz = np.abs(dz)
+    mT = m_of(T)
+    dW_ih = (dz.T @ x + s * mT * U * (adz.T @ np.abs(x))).reshape(2, G, I)
+    dW_hh = np.stack([dz[:, d * G:(d + 1) * G].T @ st["hPrev"][d] + s * mT * U *
+                      (adz[:, d * G:(d + 1) * G].T @ np.abs(st["hPrev"][d])) for d in (0, 1)])
+    db = (dz.sum(0) + s * mT * U * adz.sum(0)).reshape(2, G)
+    Wc = W_ih.reshape(2 * G, I)
+    dx = dz @ Wc + s * m_of(2 * G) * U * (adz @ np.abs(Wc))
+    return dW_ih, dW_hh, db, dx
+
+
+def _line(config, P, image, target, scale, s, winners=None):
+    """One line in float64 with every local error at its bound of sign s (s = 0: the plain
+    float64 model). winners: the reference's pool decisions (None: decide here).
+    -> (loss, grads, winners)."""
+    from generators.float64 import ctc as ctc64
+    r = lambda v: v + s * U * np.abs(v)
+    x = np.asarray(image, np.float64)
+    x = x[:, :, None] if x.ndim == 2 else x
+    keep, win_out = [], []
+    for n, blk in enumerate(config["blocks"]):
+        W, b = P[f"conv{n}.W"], P[f"conv{n}.b"]
+        H, Wd, C = x.shape
+        Hc = H + 2 * blk["padH"] - blk["kh"] + 1
+        Wc = Wd + 2 * blk["padW"] - blk["kw"] + 1
+        col = conv64.im2col(x, blk["kh"], blk["kw"], blk["padH"], blk["padW"], W.shape[1])
+        conv = col @ W.T + s * m_of(W.shape[1]) * U * (np.abs(col) @ np.abs(W).T)
+        conv = r(conv + b)
+        if winners is None:
+            pooled, win = conv64.relu_maxpool(conv, Hc, Wc, blk["poolH"], blk["poolW"])
+        else:
+            win = winners[n]
+            pooled = np.where(win >= 0, conv.ravel()[np.maximum(win, 0)], 0.0)
+        keep.append((x, col, win, Hc, Wc))
+        win_out.append(win)
+        x = pooled
+    Hp, Tn, Cl = x.shape
+    seq = x.transpose(1, 0, 2).reshape(Tn, Hp * Cl)
+    lstm_keep = []
+    for layer in range(config["lstm_layers"]):
+        Ws = [np.stack([P[f"lstm{layer}.{d}.{k}"] for d in ("fwd", "rev")])
+              for k in ("W_ih", "W_hh", "b")]
+        out, st = _lstm_fwd(seq, *Ws, s)
+        lstm_keep.append((seq, Ws, st))
+        seq = out
+    Wf, bf = P["fc.W"], P["fc.b"]
+    logits = r(seq @ Wf.T + s * m_of(Wf.shape[1]) * U * (np.abs(seq) @ np.abs(Wf).T) + bf)
+    loss, dl = ctc64.ctc(logits, target, scale)
+    grads = {sp.name: np.zeros(sp.shape) for sp in model.param_specs(config)}
+    if not np.isfinite(loss):
+        return loss, grads, win_out
+    dl = dl + s * U * np.abs(dl)
+    adl = np.abs(dl)
+    mT = m_of(Tn)
+    grads["fc.W"] = dl.T @ seq + s * mT * U * (adl.T @ np.abs(seq))
+    grads["fc.b"] = dl.sum(0) + s * mT * U * adl.sum(0)
+    dseq = dl @ Wf + s * m_of(Wf.shape[0]) * U * (adl @ np.abs(Wf))
+    for layer in reversed(range(config["lstm_layers"])):
+        xin, Ws, st = lstm_keep[layer]
+        dW_ih, dW_hh, db, dseq = _lstm_bwd(xin, Ws[0], Ws[1], st, dseq, s)
+        for d, name in enumerate(("fwd", "rev")):
+            grads[f"lstm{layer}.{name}.W_ih"] = dW_ih[d]
+            grads[f"lstm{layer}.{name}.W_hh"] = dW_hh[d]
+            grads[f"lstm{layer}.{name}.b"] = db[d]
+    dP = dseq.reshape(Tn, Hp, Cl).transpose(1, 0, 2)
+    for n in reversed(range(len(config["blocks"]))):
+        blk = config["blocks"][n]
+        xin, col, win, Hc, Wc = keep[n]
+        W = P[f"conv{n}.W"]
+        Out = W.shape[0]
+        dC = np.zeros(Hc * Wc * Out)
+        live = win.ravel() >= 0
+        dC[win.ravel()[live]] = dP.ravel()[live]
+        dC = dC.reshape(Hc * Wc, Out)
+        adC = np.abs(dC)
+        mP = m_of(Hc * Wc)
+        grads[f"conv{n}.W"] = dC.T @ col + s * mP * U * (adC.T @ np.abs(col))
+        grads[f"conv{n}.b"] = dC.sum(0) + s * mP * U * adC.sum(0)
+        if n > 0:
+            dcol = dC @ W + s * m_of(Out) * U * (adC @ np.abs(W))
+            H, Wd, C = xin.shape
+            geo = (H, Wd, C, blk["kh"], blk["kw"], blk["padH"], blk["padW"])
+            dP = _col2im(dcol, *geo) + s * blk["kh"] * blk["kw"] * U * _col2im(np.abs(dcol), *geo)
+    return loss, grads, win_out
+
+
+def _batch(config, P, images, targets, s, winners=None):
+    r = lambda v: v + s * U * np.abs(v)
+    B = len(images)
+    grads, losses, wins = None, np.zeros(B), []
+    for n, (image, target) in enumerate(zip(images, targets)):
+        losses[n], g, w = _line(config, P, image, target, 1.0 / B, s,
+                                None if winners is None else winners[n])
+        wins.append(w)
+        grads = g if grads is None else {k: r(grads[k] + g[k]) for k in grads}
+    out = dict(grads)
+    out["losses"] = losses
+    out["batch_loss"] = np.array([float(np.sum(losses[np.isfinite(losses)])) / B])
+    return out, wins
+
+
+def propagated_error(config, params, images, targets) -> dict:
+    """Per tensor, elementwise: max over s = +1, -1 of |perturbed(s) - float64 model|."""
+    P = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    ref, wins = _batch(config, P, images, targets, 0.0)
+    runs = [_batch(config, P, images, targets, s, wins)[0] for s in (1.0, -1.0)]
+    out = {}
+    for k, v in ref.items():
+        with np.errstate(invalid="ignore"):
+            d = [np.where(np.isfinite(v), np.abs(p[k] - v), 0.0) for p in runs]
+        out[k] = np.maximum(*d)
+    return out
+
+
+def case_inputs(case):
+    """(config, params dict, images, targets) of a step case, back from its stored inputs."""
+    config = case.params["config"]
+    params = model.unflatten(config, np.asarray(case.inputs["params"], np.float32))
+    H, C = config["input_height"], config["input_channels"]
+    images, targets, at, ta = [], [], 0, 0
+    for w, n in zip(case.inputs["widths"], case.inputs["target_lens"]):
+        size = H * int(w) * C
+        images.append(case.inputs["images"][at:at + size].reshape(H, int(w), C))
+        targets.append(case.inputs["targets"][ta:ta + int(n)])
+        at += size
+        ta += int(n)
+    return config, params, images, targets
+
+
+def round_up(x: float, digits: int = 2) -> float:
+    """x rounded up to `digits` significant digits (0 stays 0)."""
+    if x <= 0:
+        return 0.0
+    e = int(np.floor(np.log10(x))) - digits + 1
+    v = np.ceil(x / 10.0 ** e - 1e-9) * 10.0 ** e
+    return float(f"{v:.{digits}g}")
+
+
+def derived_atols(cases) -> dict:
+    """Per tensor: the max over the cases and elements of propagated_error, rounded up to two
+    significant digits -- the step entries of harness/tolerances.toml."""
+    out = {}
+    for case in cases:
+        E = propagated_error(*case_inputs(case))
+        for k, v in E.items():
+            out[k] = max(out.get(k, 0.0), float(np.max(v)) if v.size else 0.0)
+    return {k: round_up(v) for k, v in out.items()}

@@ -1,0 +1,62 @@
+"""The whole-model batch gradient through a port: crnn_model_sizes + crnn_step_gradients.
+
+The port's gradient vector is split into the named parameter tensors with the sizes the port
+reports; a port whose sizes differ from the config's parameter shapes fails the call."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from ctypes_kernels.abi import PortCallError
+
+from ._ffi import call, f32, i32, out, ptr
+
+LAYER = "step"
+FIXTURE = "step"
+
+
+def param_sizes(lib, cfg, shapes) -> np.ndarray:
+    n = ctypes.c_int32(-1)
+    call(lib, "crnn_model_sizes", ptr(cfg), ctypes.addressof(n), None)
+    sizes = np.zeros(max(n.value, 0), np.int64)
+    call(lib, "crnn_model_sizes", ptr(cfg), ctypes.addressof(n), ptr(sizes))
+    want = [int(np.prod(s)) for s in shapes]
+    if list(sizes) != want:
+        raise PortCallError(f"crnn_model_sizes reports {len(sizes)} tensors {list(sizes)[:6]}...; "
+                            f"the config has {len(want)} tensors {want[:6]}...")
+    return sizes
+
+
+def batch_gradient(lib, case, params) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """-> (flat gradient, losses[B], batch_loss[1]) for the case's batch at `params`."""
+    inp = case.inputs
+    cfg = i32(inp["cfg"])
+    widths, images = i32(inp["widths"]), f32(inp["images"])
+    lens, targets = i32(inp["target_lens"]), i32(inp["targets"])
+    B = len(widths)
+    grads = out(params.size)
+    losses = out(B, np.float64)
+    batch_loss = out(1, np.float64)
+    call(lib, "crnn_step_gradients", ptr(cfg), ptr(params), B, ptr(widths), ptr(images), ptr(lens),
+         ptr(targets) if targets.size else None, ptr(grads), ptr(losses), ptr(batch_loss))
+    return grads, losses, batch_loss
+
+
+def split(flat, names, shapes) -> dict:
+    result, at = {}, 0
+    for name, shape in zip(names, shapes):
+        n = int(np.prod(shape))
+        result[name] = flat[at:at + n].reshape(shape)
+        at += n
+    return result
+
+
+def run(lib, case) -> dict:
+    names, shapes = case.params["names"], case.params["shapes"]
+    param_sizes(lib, i32(case.inputs["cfg"]), shapes)
+    grads, losses, batch_loss = batch_gradient(lib, case, f32(case.inputs["params"]))
+    result = split(grads, names, shapes)
+    result["losses"] = losses
+    result["batch_loss"] = batch_loss
+    return result

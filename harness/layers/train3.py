@@ -1,0 +1,70 @@
+"""Three real training steps through a port: per batch crnn_step_gradients, then
+crnn_clip_gradients, then crnn_adamw on every tensor (the running beta products kept here).
+
+Returns the weights (named by parameter), their moments ("<name>.m", "<name>.v"), the losses
+[3][B] and the norms [3]. The float64 tier compares the weights only where the fixture's
+mask says the float64 gradient is large enough in every step (compare_tier)."""
+from __future__ import annotations
+
+import numpy as np
+
+from harness.compare import compare
+
+from . import step as step_layer
+from ._ffi import call, f32, i32, out, ptr
+
+LAYER = "train3"
+FIXTURE = "train3"
+
+
+class _Batch:
+    """The view of one batch that step_layer.batch_gradient reads."""
+
+    def __init__(self, case, t):
+        self.inputs = {"cfg": case.inputs["cfg"], **{k: case.inputs[f"batch{t}_{k}"] for k in
+                                                    ("widths", "images", "target_lens", "targets")}}
+
+
+def run(lib, case) -> dict:
+    names, shapes, decay = case.params["names"], case.params["shapes"], case.params["decay"]
+    cfg = i32(case.inputs["cfg"])
+    sizes = step_layer.param_sizes(lib, cfg, shapes)
+    lr, beta1, beta2, eps, wd = (float(x) for x in case.inputs["hparams"])
+    limit, enabled = float(case.inputs["clip"][0]), int(case.inputs["clip"][1])
+    params = f32(case.inputs["params"]).copy()
+    m, v = np.zeros_like(params), np.zeros_like(params)
+    offs = np.concatenate([[0], np.cumsum(sizes)])
+    steps = int(case.params["steps"])
+    losses, norms = [], out(steps, np.float64)
+    b1t = b2t = 1.0
+    for t in range(steps):
+        grads, line_losses, _ = step_layer.batch_gradient(lib, _Batch(case, t), params)
+        losses.append(line_losses)
+        call(lib, "crnn_clip_gradients", ptr(grads), ptr(sizes), len(sizes), limit, enabled,
+             ptr(norms[t:t + 1]))
+        b1t, b2t = b1t * beta1, b2t * beta2
+        for i in range(len(sizes)):
+            a, b = int(offs[i]), int(offs[i + 1])
+            call(lib, "crnn_adamw", ptr(params[a:b]), ptr(m[a:b]), ptr(v[a:b]), ptr(grads[a:b]),
+                 b - a, lr, beta1, beta2, eps, wd, int(decay[i]), b1t, b2t)
+    result = {}
+    for name, shape, a, b in zip(names, shapes, offs[:-1], offs[1:]):
+        result[name] = params[a:b].reshape(shape)
+        result[f"{name}.m"] = m[a:b].reshape(shape)
+        result[f"{name}.v"] = v[a:b].reshape(shape)
+    result["losses"] = np.stack(losses)
+    result["norms"] = norms
+    return result
+
+
+def compare_tier(case, tier, tensor, ours, ref, tol, floor):
+    """The float64 tier compares weights only where the gradient was large in all 3 steps."""
+    mask = None
+    if tier == "float64" and f"mask_{tensor}" in case.inputs:
+        mask = case.inputs[f"mask_{tensor}"].astype(bool)
+    c = compare(ours[tensor], ref[tensor], tier, tol.atol if tol else 0.0, tol.rtol if tol else 0.0,
+                floor or 0.0, mask=mask)
+    if mask is not None:
+        note = f"{int(mask.sum())} of {mask.size} elements compared (gradient >= 50 bounds in every step)"
+        c.note = f"{c.note}; {note}" if c.note else note
+    return c

@@ -1,0 +1,187 @@
+"""The whole-model batch gradient (crnn_step_gradients): C == the executable spec bit for bit
+on every ISA path x threads {1, 2, 3, 7}, on a small config and on crnn-v0; parameter sizes;
+no-alignment lines; argument checks; the step tolerances equal the derived error bound; and
+`crnn-conformance gate --layers ctc,step,clip,adamw,train3` exits 0."""
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from generators import model
+from generators.cases import step as cases
+from generators.h5io import read_fixture
+from generators.spec import step as spec
+from harness.runner import FIXTURES_DIR, THREADS
+from harness.tolerances import lookup
+
+ISA_IDS = {"scalar": 0, "sse": 1, "avx2": 2, "avx512": 3}
+
+
+@pytest.fixture
+def restore(lib):
+    isa, threads = lib.crnn_get_isa(), lib.crnn_get_threads()
+    yield
+    lib.crnn_set_isa(isa)
+    lib.crnn_set_threads(threads)
+
+
+def c_step(lib, config, params, images, targets):
+    cfg = model.cfg_array(config)
+    flat = model.flatten(config, params)
+    B = len(images)
+    widths = np.array([im.shape[1] for im in images], np.int32)
+    imgs = np.concatenate([np.asarray(im, np.float32).ravel() for im in images])
+    lens = np.array([len(t) for t in targets], np.int32)
+    tg = np.concatenate([np.asarray(t, np.int32) for t in targets] + [np.zeros(0, np.int32)])
+    grads = np.full(flat.size, np.nan, np.float32)
+    losses, bl = np.full(B, np.nan), np.full(1, np.nan)
+    rc = lib.crnn_step_gradients(cfg.ctypes.data, flat.ctypes.data, B, widths.ctypes.data,
+                                 imgs.ctypes.data, lens.ctypes.data,
+                                 tg.ctypes.data if tg.size else None, grads.ctypes.data,
+                                 losses.ctypes.data, bl.ctypes.data)
+    return rc, model.unflatten(config, grads), losses, float(bl[0])
+
+
+def random_batch(rng, config, widths, with_no_alignment=True):
+    images = [rng.uniform(0.0, 1.0, (config["input_height"], w, config["input_channels"]))
+              .astype(np.float32) for w in widths]
+    targets = []
+    for i, w in enumerate(widths):
+        T = model.steps_for_width(config, w)
+        if with_no_alignment and i == len(widths) - 1:
+            targets.append(rng.integers(1, config["classes"], T + 1))      # cannot fit
+        elif i == 0:
+            targets.append(np.repeat(rng.integers(1, config["classes"], 2), 2)[:max(0, (T - 1) // 2)])
+        else:
+            targets.append(rng.integers(1, config["classes"], int(rng.integers(0, (T + 1) // 2 + 1))))
+    return images, [np.asarray(t, np.int32) for t in targets]
+
+
+def check_every_path(lib, isas, config, params, images, targets):
+    want, wl, wbl = spec.batch_gradient(config, params, images, targets)
+    for isa in isas:
+        for threads in THREADS:
+            assert lib.crnn_set_isa(ISA_IDS[isa]) == 0 and lib.crnn_set_threads(threads) == 0
+            rc, got, losses, bl = c_step(lib, config, params, images, targets)
+            assert rc == 0
+            bad = [k for k in want if got[k].tobytes() != want[k].tobytes()]
+            assert not bad, f"{isa} x {threads}: {bad}"
+            assert losses.tobytes() == np.asarray(wl, np.float64).tobytes(), (isa, threads)
+            assert np.float64(bl).tobytes() == np.float64(wbl).tobytes(), (isa, threads)
+    return wl
+
+
+def test_small_config_every_isa_and_thread_count(lib, isas, restore):
+    config = cases.small_config()
+    rng = np.random.default_rng(11)
+    params = model.init_params(config, rng)
+    images, targets = random_batch(rng, config, (20, 16, 37, 9, 12))
+    losses = check_every_path(lib, isas, config, params, images, targets)
+    assert np.isinf(losses[-1]) and np.all(np.isfinite(losses[:-1]))
+
+
+def test_crnn_v0_every_isa_and_thread_count(lib, isas, restore):
+    config = model.default_config()
+    rng = np.random.default_rng(12)
+    params = cases.fp16_params(config, model.init_params(config, rng))
+    images, targets = random_batch(rng, config, (33, 16, 48, 20))
+    check_every_path(lib, isas, config, params, images, targets)
+
+
+def test_single_line_and_sum_in_line_order(lib, restore):
+    """B = 1 is that line's gradient; B = 3 is float32 (g0 + g1) + g2 of the lines at scale 1/3."""
+    config = cases.small_config()
+    rng = np.random.default_rng(13)
+    params = model.init_params(config, rng)
+    images, targets = random_batch(rng, config, (24, 30, 17), with_no_alignment=False)
+    per_line = [spec.line_forward_backward(config, params, im, t, 1.0 / 3)[1]
+                for im, t in zip(images, targets)]
+    rc, got, _, _ = c_step(lib, config, params, images, targets)
+    assert rc == 0
+    for k in got:
+        want = (per_line[0][k] + per_line[1][k]) + per_line[2][k]
+        assert got[k].tobytes() == want.tobytes(), k
+    rc, one, losses, bl = c_step(lib, config, params, images[:1], targets[:1])
+    want = spec.line_forward_backward(config, params, images[0], targets[0], 1.0)
+    assert rc == 0 and losses[0] == want[0] == bl
+    assert all(one[k].tobytes() == want[1][k].tobytes() for k in one)
+
+
+def test_no_alignment_line_counts_zero_and_stays_in_B(lib):
+    config = cases.small_config()
+    rng = np.random.default_rng(14)
+    params = model.init_params(config, rng)
+    images, targets = random_batch(rng, config, (20, 20), with_no_alignment=True)
+    rc, got, losses, bl = c_step(lib, config, params, images, targets)
+    assert rc == 0 and np.isinf(losses[1]) and bl == losses[0] / 2
+    alone = spec.line_forward_backward(config, params, images[0], targets[0], 0.5)[1]
+    assert all(got[k].tobytes() == alone[k].tobytes() for k in got)   # g0 + (+0) = g0
+
+
+@pytest.mark.parametrize("config", [model.default_config(), cases.small_config()],
+                         ids=["crnn-v0", "small"])
+def test_model_sizes_follow_the_config(lib, config):
+    n = ctypes.c_int32(-1)
+    cfg = model.cfg_array(config)
+    assert lib.crnn_model_sizes(cfg.ctypes.data, ctypes.addressof(n), None) == 0
+    sizes = np.zeros(n.value, np.int64)
+    assert lib.crnn_model_sizes(cfg.ctypes.data, ctypes.addressof(n), sizes.ctypes.data) == 0
+    assert list(sizes) == [int(np.prod(s.shape)) for s in model.param_specs(config)]
+
+
+@pytest.mark.parametrize("what", ["width3", "label0", "labelK", "B0", "blocks0", "hidden0"])
+def test_bad_arguments_are_rejected(lib, what):
+    config = model.default_config()
+    rng = np.random.default_rng(15)
+    params = model.init_params(config, rng)
+    images, targets = [rng.uniform(size=(32, 12)).astype(np.float32)], [np.array([1, 2], np.int32)]
+    if what == "width3":
+        images = [images[0][:, :3]]
+    elif what == "label0":
+        targets = [np.array([0, 2], np.int32)]
+    elif what == "labelK":
+        targets = [np.array([1, 37], np.int32)]
+    elif what == "blocks0":
+        config["blocks"] = []
+    elif what == "hidden0":
+        config["hidden"] = 0
+    cfg = model.cfg_array(config)
+    flat = np.zeros(400000, np.float32)
+    widths = np.array([im.shape[1] for im in images], np.int32)
+    imgs = np.concatenate([im.ravel() for im in images])
+    lens = np.array([len(t) for t in targets], np.int32)
+    tg = np.concatenate(targets)
+    grads, losses, bl = np.zeros(400000, np.float32), np.zeros(1), np.zeros(1)
+    rc = lib.crnn_step_gradients(cfg.ctypes.data, flat.ctypes.data, 0 if what == "B0" else 1,
+                                 widths.ctypes.data, imgs.ctypes.data, lens.ctypes.data,
+                                 tg.ctypes.data, grads.ctypes.data, losses.ctypes.data,
+                                 bl.ctypes.data)
+    assert rc == -1
+
+
+def test_tolerances_are_the_derived_bound():
+    """Each step atol is propagated_error's max over the fixture cases, rounded up to two
+    significant digits; the spec's usage in the float64 tier stays <= 0.5."""
+    fx = read_fixture(FIXTURES_DIR / "step.h5")
+    derived = cases.derived_atols(fx.cases)
+    for tensor, atol in derived.items():
+        tol = lookup("step", tensor)
+        assert (tol.atol, tol.rtol) == (atol, 0.0), tensor
+    for case in fx.cases:
+        ex, f64 = case.expected["exact"], case.expected["float64"]
+        for tensor in ex:
+            tol = lookup("step", tensor)
+            with np.errstate(invalid="ignore"):
+                d = np.where(np.isfinite(f64[tensor]), np.abs(ex[tensor] - f64[tensor]), 0.0)
+            assert np.max(d) <= 0.5 * tol.atol, (case.name, tensor)
+
+
+def test_gate_passes():
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "gate", "--layers",
+                        "ctc,step,clip,adamw,train3", "-q"], capture_output=True, text=True,
+                       cwd=FIXTURES_DIR.parent, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
