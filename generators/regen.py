@@ -30,9 +30,9 @@ BUILDERS = {
     "lstm": "generators.cases.lstm",
     "conv": "generators.cases.conv",
     "ctc": "generators.cases.ctc",
+    "step": "generators.cases.step",
     "clip": "generators.cases.clip",
     "adamw": "generators.cases.adamw",
-    "step": "generators.cases.step",
     "train3": "generators.cases.train3",
 }
 
