@@ -1,7 +1,8 @@
 """sigmoid and tanh (docs/numerics.md, "sigmoid and tanh").
 
 - The exhaustive C program (tests/c/exhaustive_act.c) over all 2^32 inputs: every vector path
-  equals the scalar definition bit for bit, NaN in gives NaN out, the range holds, and the max
+  equals the scalar path bit for bit (and the scalar definitions built with the C library's
+  fmaf, on a 1/61 subset), NaN in gives NaN out, the range holds, and the max
   error against the exact function stays within the documented bound. Slow (run with --slow);
   a strided run over ~10^6 inputs of the same program runs by default.
 - NumPy spec == C on every ISA path for >= 10^6 inputs of every float class.
@@ -25,8 +26,8 @@ PROGRAM = ROOT / "tests" / "c" / "exhaustive_act.c"
 ISA_NAMES = abi.ISA_NAMES
 
 # The documented maxima over all 2^32 inputs (docs/numerics.md); the tests hold the code to them.
-MAX_ULP = {"sigmoid": 2.41, "tanh": 1.45}
-MAX_ABS = {"sigmoid": 9.0e-8, "tanh": 8.6e-8}
+MAX_ULP = {"sigmoid": 2.41, "tanh": 1.52}
+MAX_ABS = {"sigmoid": 8.94e-8, "tanh": 9.04e-8}
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +64,7 @@ def check_stats(stats: dict) -> None:
     for name, d in stats.items():
         assert d["mismatches"] == {"sse": 0, "avx2": 0, "avx512": 0}, d
         assert d["range_errors"] == 0, d
+        assert d["generic_mismatches"] == 0 and d["generic_checked"] > 0, d
         assert d["max_ulp"] <= MAX_ULP[name], d
         assert d["max_abs"] <= MAX_ABS[name], d
 

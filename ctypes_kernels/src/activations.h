@@ -34,6 +34,13 @@
 float crnn_sigmoid1(float x);
 float crnn_tanh1(float x);
 
+/* The scalar path over an array (the definitions; with the FMA3 instruction where the CPU has
+ * it, else the C library's fmaf: the same bits). */
+void crnn_sigmoid_scalar(const float *x, float *y, int64_t n);
+void crnn_tanh_scalar(const float *x, float *y, int64_t n);
+/* fn 0 sigmoid / 1 tanh; variant 0 C library fmaf, 1 FMA3 (falls back to 0 without it). */
+void crnn_act_scalar_variant(int fn, int variant, const float *x, float *y, int64_t n);
+
 /* y[k] = f(x[k]) for k < n on the selected ISA path, on the calling thread.
  * x and y may be the same buffer. */
 void crnn_sigmoid_n(const float *x, float *y, int64_t n);
