@@ -7,6 +7,7 @@ from ._ffi import call, f32, ptr
 
 LAYER = "adamw"
 FIXTURE = "adamw"
+FIXTURES = ["adamw", "pytorch_adamw"]   # the second: the pytorch tier (trained crnn-v0)
 
 
 def run(lib, case) -> dict:

@@ -5,6 +5,7 @@ from ._ffi import call, f32, out, ptr
 
 LAYER = "linear"
 FIXTURE = "linear"
+FIXTURES = ["linear", "pytorch_linear"]   # the second: the pytorch tier (trained crnn-v0)
 
 
 def run(lib, case) -> dict:

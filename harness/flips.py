@@ -1,0 +1,367 @@
+"""The single permitted pool flip of the whole-model pytorch tier (DESIGN, "The three tiers").
+
+The port's pool decisions are compared window by window with PyTorch's (the pytorch_step
+fixture keeps PyTorch's max_pool2d indices as our flat index p*Out + o, and its pooled values).
+A window whose winners differ is classified:
+
+  dead  PyTorch's pooled value is 0 (nothing positive: its index points at some cell holding
+        0) and the port says -1 (none). The same decision: not a difference.
+  twin  both winners are cells, and their input windows (the kh x kw x C patches the conv
+        reads, zero padding included, in the port's block input) are identical bit for bit:
+        a tie between twin cells. Both cells are the same function of every weight of the
+        block, so the choice changes no parameter gradient of the block: not a flip.
+  flip  anything else. Its two candidates are the port's winner and PyTorch's (a cell, or
+        'none' with value 0 when either side found nothing positive); their values are the
+        port's conv values of those cells, and the margin is |value_port - value_pytorch|.
+
+Rounding bound of a flip in block n: bound = allowance(a) + allowance(b), the pytorch-tier
+allowances of the two candidates' conv values, 2*Atol + 2*Floor_n + 2*Rtol*|v| each (Atol,
+Rtol: the conv tolerance entry; Floor_n: max |fp32 - float64| of block n's conv values in the
+whole-model run, params.conv_floor). A conforming port's conv values lie within that
+allowance of PyTorch's; the port ranks a above b and PyTorch b above a, so
+v_a - v_b <= (v_a - pt_a) + (pt_b - v_b) <= allowance(a) + allowance(b): a flip with a margin
+above the bound cannot come from rounding.
+
+Verdict: no flip passes; exactly one flip with margin <= bound is "1 flip used": the
+out-of-allowance elements of that block's weights and bias, confined to the flip's output
+channel (row o of conv<n>.W, element o of conv<n>.b), are excused and the records say so.
+Two or more flips, or one whose margin exceeds the bound, fail the `winners` record, and
+nothing is excused.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from generators import model
+from harness.compare import Comparison, compare, within
+from harness.tolerances import lookup
+
+DEAD, TWIN, FLIP = "dead", "twin", "flip"
+
+
+@dataclass
+class WindowDiff:
+    """One pool window whose winners differ between the port and PyTorch."""
+    kind: str                 # dead | twin | flip
+    line: int
+    block: int                # 0-based block index (conv<block>.W)
+    window: list              # [oy, ox, o]
+    channel: int
+    ours: int                 # the port's winner (flat p*Out + o) or -1
+    pytorch: int              # PyTorch's winner, -1 when its pooled value is 0
+    ours_value: float         # the port's conv value of its winner (0 for none)
+    pytorch_cell_value: float  # the port's conv value of PyTorch's winner (0 for none)
+    pytorch_value: float      # PyTorch's pooled value (its winner's value in PyTorch)
+    margin: float
+    bound: float
+
+    def describe(self) -> str:
+        cell = lambda w: "none" if w < 0 else f"cell {w}"
+        return (f"line {self.line}, block {self.block + 1} (conv{self.block}), channel "
+                f"{self.channel}, window [oy, ox] = {self.window[:2]}: port {cell(self.ours)} = "
+                f"{self.ours_value!r}, PyTorch {cell(self.pytorch)} = {self.pytorch_value!r} "
+                f"(port's value there {self.pytorch_cell_value!r}), margin {self.margin:.3g}, "
+                f"rounding bound {self.bound:.3g}")
+
+
+@dataclass
+class Verdict:
+    diffs: list = field(default_factory=list)      # every differing window (dead, twin, flip)
+
+    @property
+    def flips(self) -> list:
+        return [d for d in self.diffs if d.kind == FLIP]
+
+    @property
+    def counts(self) -> dict:
+        return {k: sum(d.kind == k for d in self.diffs) for k in (DEAD, TWIN, FLIP)}
+
+    @property
+    def passed(self) -> bool:
+        f = self.flips
+        return len(f) == 0 or (len(f) == 1 and f[0].margin <= f[0].bound)
+
+    @property
+    def used(self) -> WindowDiff | None:
+        """The one permitted flip, when the verdict uses it."""
+        f = self.flips
+        return f[0] if len(f) == 1 and f[0].margin <= f[0].bound else None
+
+    def note(self) -> str:
+        c = self.counts
+        head = (f"{c[FLIP]} flip(s); {c[TWIN]} twin tie(s) and {c[DEAD]} dead window(s) "
+                "differ in index only (not flips)")
+        f = self.flips
+        if not f:
+            return "no flip; " + head
+        if self.used is not None:
+            return f"1 flip used: {f[0].describe()}; " + head
+        why = ("more than one flip" if len(f) > 1 else
+               "the flip's margin is beyond rounding (margin > bound)")
+        shown = "; ".join(d.describe() for d in f[:5]) + (f"; +{len(f) - 5} more" if len(f) > 5 else "")
+        return f"FAIL: {why}: {shown}; " + head
+
+    def to_meta(self, layer: str, case: str) -> list[dict]:
+        out = []
+        for d in self.flips:
+            m = {"layer": layer, "case": case, **asdict(d)}
+            m.pop("kind")
+            m["block"] = d.block + 1
+            m["used"] = d is self.used
+            out.append(m)
+        return out
+
+
+# ------------------------------------------------------------------ classification
+
+
+def patches(x, kh, kw, padH, padW) -> np.ndarray:
+    """The port's input windows: patch[y][x] = the kh x kw x C block of x (zero padded) that
+    conv position (y, x) reads, as raw bytes per position ([Hc][Wc] of kh*kw*C floats)."""
+    x = np.asarray(x, np.float32)
+    H, W, C = x.shape
+    xp = np.zeros((H + 2 * padH, W + 2 * padW, C), np.float32)
+    xp[padH:padH + H, padW:padW + W] = x
+    Hc, Wc = H + 2 * padH - kh + 1, W + 2 * padW - kw + 1
+    out = np.empty((Hc, Wc, kh, kw, C), np.float32)
+    for ky in range(kh):
+        for kx in range(kw):
+            out[:, :, ky, kx] = xp[ky:ky + Hc, kx:kx + Wc]
+    return out.reshape(Hc, Wc, -1)
+
+
+def classify_block(ours_w, pt_w, pt_pooled, conv, x, geo: dict, line: int, block: int,
+                   bound_fn) -> list[WindowDiff]:
+    """The differing windows of one block of one line.
+
+    ours_w, pt_w: int [Hp][Wp][Out] winners (port; PyTorch's index as p*Out + o);
+    pt_pooled: PyTorch's pooled values [Hp][Wp][Out]; conv: the port's conv values [P][Out];
+    x: the port's block input [H][W][C]; bound_fn(v_a, v_b) -> the rounding bound."""
+    ours_w, pt_w = np.asarray(ours_w), np.asarray(pt_w)
+    pt_pooled = np.asarray(pt_pooled)
+    conv = np.asarray(conv, np.float32)
+    pt_dead = pt_pooled == 0
+    pt_eff = np.where(pt_dead, -1, pt_w)
+    differ = ours_w != pt_eff
+    dead = (ours_w != pt_w) & pt_dead & (ours_w == -1)
+    out = []
+    if not differ.any() and not dead.any():
+        return out
+    Out = conv.shape[1]
+    pat = None
+    val = lambda w: 0.0 if w < 0 else float(conv.flat[w])
+    # dead windows: same decision, different index (counted, not flips)
+    for idx in zip(*np.nonzero(dead)):
+        out.append(WindowDiff(DEAD, line, block, [int(i) for i in idx], int(idx[2]), -1,
+                              int(pt_w[idx]), 0.0, val(int(pt_w[idx])), 0.0, 0.0, 0.0))
+    for idx in zip(*np.nonzero(differ)):
+        a, b = int(ours_w[idx]), int(pt_eff[idx])
+        va, vb = val(a), val(b)
+        kind = FLIP
+        if a >= 0 and b >= 0:
+            if pat is None:
+                pat = patches(x, geo["kh"], geo["kw"], geo["padH"], geo["padW"])
+            Wc = pat.shape[1]
+            pa, pb = a // Out, b // Out
+            if np.array_equal(pat[pa // Wc, pa % Wc].view(np.uint32),
+                              pat[pb // Wc, pb % Wc].view(np.uint32)):
+                kind = TWIN
+        margin = 0.0 if kind == TWIN else abs(va - vb)
+        out.append(WindowDiff(kind, line, block, [int(i) for i in idx], int(idx[2]), a, b, va, vb,
+                              float(pt_pooled[idx]), margin, float(bound_fn(va, vb))))
+    return out
+
+
+def conv_bound_fn(conv_floor: float):
+    """bound(v_a, v_b) = allowance(v_a) + allowance(v_b), the conv tolerance's pytorch-tier
+    allowance with the block's conv Floor."""
+    tol = lookup("conv", "conv")
+
+    def bound(va, vb):
+        return (4 * tol.atol + 4 * conv_floor + 2 * tol.rtol * (abs(va) + abs(vb)))
+    return bound
+
+
+# ------------------------------------------------------------------ the whole-model step
+
+
+def layout(config: dict, widths) -> list[list[dict]]:
+    """Per line, per block: the geometry and the offsets of that block's winners / pooled
+    ([Hp][Wp][Out]) and conv values ([P][Out]) in the concatenations (line by line, block by
+    block) that the pytorch_step fixture and the step module's run() use."""
+    out, wo, co = [], 0, 0
+    for w in widths:
+        per = []
+        for g in model.block_geometry(config, int(w)):
+            nw, nc = g["Hp"] * g["Wp"] * g["out"], g["Hc"] * g["Wc"] * g["out"]
+            per.append({**g, "w_at": wo, "w_n": nw, "c_at": co, "c_n": nc})
+            wo += nw
+            co += nc
+        out.append(per)
+    return out
+
+
+def analyse_step(case, ours: dict, ref: dict) -> Verdict:
+    """Every differing window of every block of every line of a pytorch_step case."""
+    config = case.params["config"]
+    widths = [int(w) for w in case.inputs["widths"]]
+    lay = layout(config, widths)
+    H, C = config["input_height"], config["input_channels"]
+    images, at = [], 0
+    for w in widths:
+        images.append(np.asarray(case.inputs["images"][at:at + H * w * C], np.float32).reshape(H, w, C))
+        at += H * w * C
+    ow, pw = np.asarray(ours["winners"]), np.asarray(ref["winners"])
+    pp = np.asarray(case.inputs["pt_pooled"])
+    conv = np.asarray(ours["conv_out"], np.float32)
+    floors = case.params["conv_floor"]
+    v = Verdict()
+    for line, per in enumerate(lay):
+        x = images[line]
+        for n, g in enumerate(per):
+            shp = (g["Hp"], g["Wp"], g["out"])
+            sl = slice(g["w_at"], g["w_at"] + g["w_n"])
+            cv = conv[g["c_at"]:g["c_at"] + g["c_n"]].reshape(-1, g["out"])
+            wn = ow[sl].reshape(shp)
+            v.diffs += classify_block(wn, pw[sl].reshape(shp), pp[sl].reshape(shp), cv, x, g,
+                                      line, n, conv_bound_fn(float(floors[n])))
+            # the port's pooled output is the next block's input
+            x = np.where(wn >= 0, cv.ravel()[np.maximum(wn, 0)], np.float32(0)).astype(np.float32)
+    return v
+
+
+_CACHE: dict = {}
+
+
+def _verdict(case, ours, ref) -> Verdict:
+    key = (case.name, id(ours))
+    hit = _CACHE.get(key)
+    if hit is None or hit[0] is not ours:
+        _CACHE.clear()
+        hit = (ours, analyse_step(case, ours, ref))
+        _CACHE[key] = hit
+    return hit[1]
+
+
+def excused_mask(tensor: str, shape, used: WindowDiff | None) -> np.ndarray | None:
+    """The elements a used flip excuses in `tensor`: row `channel` of conv<block>.W, element
+    `channel` of conv<block>.b; None when the flip excuses nothing there."""
+    if used is None or tensor not in (f"conv{used.block}.W", f"conv{used.block}.b"):
+        return None
+    m = np.zeros(shape, bool)
+    m[used.channel] = True
+    return m
+
+
+def judge(tensor: str, ours_t, ref_t, atol: float, rtol: float, floor: float,
+          verdict: Verdict) -> Comparison:
+    """A gradient tensor in the pytorch tier under the flip rule: out-of-allowance elements
+    are excused only when the verdict uses its one flip and every such element lies in the
+    flip's channel of that block's weights or bias."""
+    c = compare(ours_t, ref_t, "pytorch", atol, rtol, floor)
+    if c.passed:
+        return c
+    used = verdict.used
+    ex = excused_mask(tensor, np.shape(ref_t), used)
+    if ex is None:
+        if verdict.flips:
+            c.note = "; ".join(x for x in (c.note, verdict.note()) if x)
+        return c
+    bad = ~within(ours_t, ref_t, "pytorch", atol, rtol, floor)
+    if (bad & ~ex).any():
+        c.note = "; ".join(x for x in (c.note, f"{int((bad & ~ex).sum())} element(s) out of "
+                           f"allowance outside channel {used.channel}: the flip does not excuse "
+                           "them", verdict.note()) if x)
+        return c
+    rest = compare(ours_t, ref_t, "pytorch", atol, rtol, floor, mask=~ex)
+    rest.note = (f"1 flip used: {int(bad.sum())} element(s) of channel {used.channel} excused "
+                 f"(usage up to {c.usage:.3g} there); {used.describe()}")
+    rest.excused = {"elements": int(bad.sum()), "usage": c.usage}
+    return rest
+
+
+def compare_step(case, tensor: str, ours: dict, ref: dict, tol, floor) -> Comparison:
+    """The step module's pytorch-tier hook: `winners` gets the flip verdict (and carries the
+    flips for the report's meta), conv gradients may use the one flip, the rest compare
+    normally."""
+    atol, rtol = (tol.atol, tol.rtol) if tol else (0.0, 0.0)
+    v = _verdict(case, ours, ref)
+    if tensor == "winners":
+        f = v.flips
+        usage = 0.0 if not f else (f[0].margin / f[0].bound if len(f) == 1 and f[0].bound > 0
+                                   else float("inf"))
+        if len(f) > 1:
+            usage = float("inf")
+        n = int(np.size(ref["winners"]))
+        worst = {}
+        if f:
+            d = f[0]
+            worst = {"index": d.window, "ours": d.ours, "ref": d.pytorch, "allowance": d.bound,
+                     "line": d.line, "block": d.block + 1, "ours_value": d.ours_value,
+                     "ref_value": d.pytorch_value, "margin": d.margin}
+        c = Comparison(usage, max((d.margin for d in f), default=0.0), 0 if v.passed else len(f),
+                       n, v.passed, None, worst, v.note())
+        c.flips = v.to_meta("step", case.name)
+        return c
+    return judge(tensor, ours[tensor], ref[tensor], atol, rtol, floor or 0.0, v)
+
+
+def port_pool_outputs(lib, case) -> dict:
+    """The port's pool decisions on a step case, for the flip rule: per line, block by block,
+    crnn_conv_forward on the line (then on the port's own pooled output) with the case's
+    weights. The ABI's step does not return its winners; its conv forward is this same entry
+    point on the same data, so these are its decisions. -> {"winners": int32, "conv_out":
+    float32}, concatenated line by line, block by block (layout())."""
+    from harness.layers._ffi import call, f32, out, ptr
+
+    config = case.params["config"]
+    params = model.unflatten(config, f32(case.inputs["params"]))
+    H, C = config["input_height"], config["input_channels"]
+    wins, convs, at = [], [], 0
+    for w in (int(v) for v in case.inputs["widths"]):
+        x = f32(np.asarray(case.inputs["images"][at:at + H * w * C]).reshape(H, w, C))
+        at += H * w * C
+        for n, g in enumerate(model.block_geometry(config, w)):
+            Wt, b = f32(params[f"conv{n}.W"]), f32(params[f"conv{n}.b"])
+            conv = out((g["Hc"] * g["Wc"], g["out"]))
+            pooled = out((g["Hp"], g["Wp"], g["out"]))
+            win = out((g["Hp"], g["Wp"], g["out"]), np.int32)
+            call(lib, "crnn_conv_forward", ptr(x), g["H"], g["W"], g["C"], ptr(Wt), ptr(b),
+                 g["out"], g["kh"], g["kw"], g["padH"], g["padW"], g["poolH"], g["poolW"],
+                 ptr(conv), ptr(pooled), ptr(win))
+            wins.append(win.ravel())
+            convs.append(conv.ravel())
+            x = pooled
+    return {"winners": np.concatenate(wins), "conv_out": np.concatenate(convs)}
+
+
+def compare_layer_winners(case, ours: dict, ref: dict) -> Comparison:
+    """The conv layer's winners in the pytorch tier (pytorch_conv): equal up to dead windows
+    and twin ties (classify_block); the per-layer fixtures permit no flip, so any flip fails
+    (with its window, both candidates and margin in the note)."""
+    ow, pw = np.asarray(ours["winners"]), np.asarray(ref["winners"])
+    n = int(pw.size)
+    if ow.shape != pw.shape:
+        return compare(ow, pw, "exact")
+    p = case.params
+    geo = {k: int(p[k]) for k in ("kh", "kw", "padH", "padW")}
+    x = np.asarray(case.inputs["x"], np.float32)
+    x = x[:, :, None] if x.ndim == 2 else x
+    v = Verdict(classify_block(ow, pw, ref["pooled"], ours["conv"], x, geo, int(p.get("line", 0)),
+                               int(p.get("block", 1)) - 1, lambda a, b: float("nan")))
+    f = v.flips
+    c = v.counts
+    note = (f"{c[TWIN]} twin tie(s) and {c[DEAD]} dead window(s) differ in index only "
+            "(PyTorch's index of a dead window points at a cell holding 0; the spec says -1)")
+    if not f:
+        return Comparison(0.0, 0.0, 0, n, True, None, {}, note)
+    d = f[0]
+    shown = "; ".join(x.describe().split(", rounding bound")[0] for x in f[:5])
+    return Comparison(float("inf"), max(x.margin for x in f), len(f), n, False, None,
+                      {"index": d.window, "ours": d.ours, "ref": d.pytorch, "allowance": 0.0,
+                       "ours_value": d.ours_value, "ref_value": d.pytorch_value,
+                       "margin": d.margin},
+                      f"{len(f)} decision flip(s) against PyTorch (a per-layer fixture permits "
+                      f"none): {shown}; " + note)
