@@ -113,7 +113,10 @@ def _tier_records(opts, module, case, tier, ours, isa) -> list[Record]:
         else:
             c = compare(ours[tensor], r, tier, tol.atol if tol else 0.0, tol.rtol if tol else 0.0,
                         floor or 0.0, heatmap_cols=_heatmap_cols(module, case, tensor, r))
-        out.append(_record(opts, module.LAYER, case.name, tensor, tier, isa, 1, c, tol, floor))
+        rec = _record(opts, module.LAYER, case.name, tensor, tier, isa, 1, c, tol, floor)
+        if getattr(c, "flips", None) is not None:   # harness/flips.py: pool flips of this case
+            rec.flips = list(c.flips)                # (not a Record field: meta["flips"] holds them)
+        out.append(rec)
     return out
 
 
@@ -194,8 +197,12 @@ class GateSession:
         self.close()
 
     def run_case(self, job: Job) -> list[Record]:
-        return _run_case(self.opts, self.executor, job.module, job.fixture, job.case, self.isas,
-                         self.isas[0])
+        records = _run_case(self.opts, self.executor, job.module, job.fixture, job.case, self.isas,
+                            self.isas[0])
+        for r in records:   # a record that judged pool flips reports them (possibly none)
+            if getattr(r, "flips", None) is not None:
+                self.flips = (self.flips or []) + list(r.flips)
+        return records
 
     def meta(self) -> dict:
         ex = self.executor

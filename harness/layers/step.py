@@ -14,6 +14,7 @@ from ._ffi import call, f32, i32, out, ptr
 
 LAYER = "step"
 FIXTURE = "step"
+FIXTURES = ["step", "pytorch_step"]   # the second: the pytorch tier (trained crnn-v0)
 
 
 def param_sizes(lib, cfg, shapes) -> np.ndarray:
@@ -59,4 +60,17 @@ def run(lib, case) -> dict:
     result = split(grads, names, shapes)
     result["losses"] = losses
     result["batch_loss"] = batch_loss
+    if "pytorch" in case.expected:   # the flip rule needs the port's pool decisions
+        from harness.flips import port_pool_outputs
+        result.update(port_pool_outputs(lib, case))
     return result
+
+
+def compare_tier(case, tier, tensor, ours, ref, tol, floor):
+    """The pytorch tier judges pool flips (harness/flips.py); every other tier compares as usual."""
+    if tier == "pytorch" and "winners" in ref:
+        from harness.flips import compare_step
+        return compare_step(case, tensor, ours, ref, tol, floor)
+    from harness.compare import compare
+    return compare(ours[tensor], ref[tensor], tier, tol.atol if tol else 0.0,
+                   tol.rtol if tol else 0.0, floor or 0.0)

@@ -15,6 +15,7 @@ from ._ffi import call, f32, i32, out, ptr
 
 LAYER = "train3"
 FIXTURE = "train3"
+FIXTURES = ["train3", "pytorch_train3"]   # the second: the pytorch tier (trained crnn-v0)
 
 
 class _Batch:
@@ -62,9 +63,25 @@ def compare_tier(case, tier, tensor, ours, ref, tol, floor):
     mask = None
     if tier == "float64" and f"mask_{tensor}" in case.inputs:
         mask = case.inputs[f"mask_{tensor}"].astype(bool)
+    pt_note = None
+    if tier == "pytorch" and f"grad0.{tensor}" in case.inputs:
+        mask, pt_note = pytorch_mask(case, tensor)
     c = compare(ours[tensor], ref[tensor], tier, tol.atol if tol else 0.0, tol.rtol if tol else 0.0,
                 floor or 0.0, mask=mask)
     if mask is not None:
-        note = f"{int(mask.sum())} of {mask.size} elements compared (gradient >= 50 bounds in every step)"
+        note = pt_note or (f"{int(mask.sum())} of {mask.size} elements compared (gradient >= 50 "
+                           "bounds in every step)")
         c.note = f"{c.note}; {note}" if c.note else note
     return c
+
+
+def pytorch_mask(case, tensor):
+    """pytorch_train3: compared where |grad<t>| >= 50 Floors of grad<t> in every step t (the
+    kept PyTorch fp32 gradients and their Floors; generators.pytorch_ref.train_mask)."""
+    from generators.pytorch_ref import MASK_FACTOR, train_mask
+    steps = int(case.params["steps"])
+    mask = train_mask([case.inputs[f"grad{t}.{tensor}"] for t in range(steps)],
+                      [case.floor[f"inputs/grad{t}.{tensor}"] for t in range(steps)])
+    n = int(mask.sum())
+    return mask, (f"{n} of {mask.size} elements compared, {mask.size - n} masked (|gradient| < "
+                  f"{MASK_FACTOR:g} Floors in some step); Floor over the compared elements")
