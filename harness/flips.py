@@ -236,13 +236,14 @@ _CACHE: dict = {}
 
 
 def _verdict(case, ours, ref) -> Verdict:
-    key = (case.name, id(ours))
+    """analyse_step once per case run (compare_step is called once per tensor)."""
+    key = (case.name, id(ours), id(ref))
     hit = _CACHE.get(key)
-    if hit is None or hit[0] is not ours:
+    if hit is None or hit[0] is not ours or hit[1] is not ref:
         _CACHE.clear()
-        hit = (ours, analyse_step(case, ours, ref))
+        hit = (ours, ref, analyse_step(case, ours, ref))
         _CACHE[key] = hit
-    return hit[1]
+    return hit[2]
 
 
 def excused_mask(tensor: str, shape, used: WindowDiff | None) -> np.ndarray | None:
