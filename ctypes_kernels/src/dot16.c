@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include "core.h"
+#include "mutants.h"
 
 void crnn_dot16_tail(float p[16], const float *a, const float *b, int64_t n)
 {
@@ -24,26 +25,9 @@ int32_t crnn_dot16(const float *a, const float *b, int64_t n, float *out)
     return CRNN_OK;
 }
 
-#if defined(CRNN_MUTANT_SEQUENTIAL)
-/* Mutant (docs/mutants.md): a port that sums every dot sequentially, one fma chain. */
-static void gemm16_sequential(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                              const float *B, int64_t ldb, float *C, int64_t ldc)
-{
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++) {
-            float s = 0.0f;
-            for (int64_t k = 0; k < K; k++) s = fmaf(A[i * lda + k], B[j * ldb + k], s);
-            C[i * ldc + j] = s;
-        }
-}
-static const crnn_gemm16_fn kernels[CRNN_NISA] = {
-    gemm16_sequential, gemm16_sequential, gemm16_sequential, gemm16_sequential,
-};
-#else
 static const crnn_gemm16_fn kernels[CRNN_NISA] = {
     crnn_gemm16_scalar, crnn_gemm16_sse, crnn_gemm16_avx2, crnn_gemm16_avx512,
 };
-#endif
 
 typedef struct {
     crnn_gemm16_fn fn;
@@ -70,6 +54,9 @@ void crnn_gemm16(int64_t M, int64_t N, int64_t K,
 {
     if (M <= 0 || N <= 0) return;
     gemm_job g = {kernels[crnn_current_isa()], M, N, K, lda, ldb, ldc, A, B, C, M >= N};
+#if defined(CRNN_MUTANT)   /* a mutant build only (docs/mutants.md): its kernel, if it has one */
+    g.fn = crnn_mutant_gemm16(crnn_current_isa(), g.fn);
+#endif
     /* Small products are not worth a thread; either way each output is whole. */
     if (M * N * (K + 16) < 4096 || crnn_current_threads() == 1) {
         gemm_range(&g, 0, g.by_rows ? M : N);

@@ -12,13 +12,28 @@
 #include <string.h>
 #include "core.h"
 #include "activations.h"
+#if defined(CRNN_MUTANT)   /* mutant builds only (docs/mutants.md) */
+#include <math.h>
+#include "mutants.h"
+#endif
+#if defined(CRNN_MUTANT_LSTM_GATES_IGFO)
+#define ROW_F 2            /* mutant: the gate rows read as [i|g|f|o] */
+#define ROW_G 1
+#else
+#define ROW_F 1            /* gate rows [i|f|g|o] */
+#define ROW_G 2
+#endif
 
 static crnn_gemm16_fn gemm16_here(void)
 {
     static const crnn_gemm16_fn k[CRNN_NISA] = {
         crnn_gemm16_scalar, crnn_gemm16_sse, crnn_gemm16_avx2, crnn_gemm16_avx512,
     };
+#if defined(CRNN_MUTANT)
+    return crnn_mutant_gemm16(crnn_current_isa(), k[crnn_current_isa()]);
+#else
     return k[crnn_current_isa()];
+#endif
 }
 
 /* ---- forward ----------------------------------------------------------------------- */
@@ -47,14 +62,28 @@ static void forward_dir(fwd_ctx *k, int d)
         else memset(hp, 0, sizeof(float) * (size_t)H);
         gemm(1, G, H, hp, H, Whh, H, hw, G);
         const float *xwt = k->xw + (size_t)t * 2 * G + (size_t)d * G;
+#if defined(CRNN_MUTANT_LSTM_BIAS_GROUPING)
+        for (int64_t g = 0; g < G; g++) z[g] = xwt[g] + (hw[g] + b[g]);   /* mutant */
+#else
         for (int64_t g = 0; g < G; g++) z[g] = (xwt[g] + hw[g]) + b[g];
+#endif
+#if defined(CRNN_MUTANT_LSTM_GATES_IGFO)
+        crnn_sigmoid_n(z, act, H);                       /* mutant: i, g, then f, o */
+        crnn_tanh_n(z + H, act + H, H);
+        crnn_sigmoid_n(z + 2 * H, act + 2 * H, 2 * H);
+#else
         crnn_sigmoid_n(z, act, 2 * H);                   /* i, f */
         crnn_tanh_n(z + 2 * H, act + 2 * H, H);          /* g */
         crnn_sigmoid_n(z + 3 * H, act + 3 * H, H);       /* o */
-        const float *i = act, *f = act + H, *g = act + 2 * H, *o = act + 3 * H;
+#endif
+        const float *i = act, *f = act + ROW_F * H, *g = act + ROW_G * H, *o = act + 3 * H;
         for (int64_t j = 0; j < H; j++) {
+#if defined(CRNN_MUTANT_LSTM_CELL_FMA)
+            ct[j] = fmaf(f[j], cp ? cp[j] : 0.0f, i[j] * g[j]);   /* mutant: contracted */
+#else
             float fc = f[j] * (cp ? cp[j] : 0.0f);
             ct[j] = fc + i[j] * g[j];
+#endif
         }
         crnn_tanh_n(ct, tct, H);
         float *ht = k->out + (size_t)t * 2 * H + (size_t)d * H;
@@ -107,7 +136,7 @@ static void backward_dir(bwd_ctx *k, int d)
         int64_t prev = d == 0 ? t - 1 : t + 1;          /* visited before t in the forward */
         const float *cPrev = prev >= 0 && prev < T ? k->c + ((size_t)d * T + prev) * H : NULL;
         const float *act = k->gates + ((size_t)d * T + t) * G;
-        const float *i = act, *f = act + H, *g = act + 2 * H, *o = act + 3 * H;
+        const float *i = act, *f = act + ROW_F * H, *g = act + ROW_G * H, *o = act + 3 * H;
         const float *tct = k->tc + ((size_t)d * T + t) * H;
         const float *dO = k->dOut + (size_t)t * 2 * H + (size_t)d * H;
         float *dz = k->dz + (size_t)t * 2 * G + (size_t)d * G;
@@ -119,10 +148,14 @@ static void backward_dir(bwd_ctx *k, int d)
             float di = dc * g[j];
             float dg = dc * i[j];
             float df = dc * (cPrev ? cPrev[j] : 0.0f);
+#if defined(CRNN_MUTANT_LSTM_NO_DC_CARRY)
+            dcNext[j] = 0.0f;                            /* mutant: the carry dc*f dropped */
+#else
             dcNext[j] = dc * f[j];
+#endif
             dz[j] = di * (i[j] * (1.0f - i[j]));
-            dz[H + j] = df * (f[j] * (1.0f - f[j]));
-            dz[2 * H + j] = dg * (1.0f - g[j] * g[j]);
+            dz[ROW_F * H + j] = df * (f[j] * (1.0f - f[j]));
+            dz[ROW_G * H + j] = dg * (1.0f - g[j] * g[j]);
             dz[3 * H + j] = d_o * (o[j] * (1.0f - o[j]));
         }
         gemm(1, H, G, dz, G, WT, G, dhRec, H);          /* dhRec[j] = dot over 4H of dz, W_hh[.][j] */
