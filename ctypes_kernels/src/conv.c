@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
+#if defined(CRNN_MUTANT)   /* mutant builds only (docs/mutants.md) */
+#include "mutants.h"
+#endif
 
 typedef struct {
     int64_t H, W, C, Out, kh, kw, padH, padW, poolH, poolW;
@@ -66,11 +69,18 @@ static void im2col_rows(void *ctx, int64_t y0, int64_t y1)
                 int64_t iy = y + ky - g->padH;
                 for (int64_t kx = 0; kx < g->kw; kx++) {
                     int64_t ix = xo + kx - g->padW;
+#if defined(CRNN_MUTANT_CONV_CHW_TAPS)   /* mutant: k = (c*kh + ky)*kw + kx, PyTorch's order */
+                    int inside = iy >= 0 && iy < g->H && ix >= 0 && ix < g->W;
+                    for (int64_t c = 0; c < g->C; c++)
+                        row[(c * g->kh + ky) * g->kw + kx] =
+                            inside ? j->x[(iy * g->W + ix) * g->C + c] : 0.0f;
+#else
                     float *dst = row + (ky * g->kw + kx) * g->C;
                     if (iy >= 0 && iy < g->H && ix >= 0 && ix < g->W)
                         memcpy(dst, j->x + (iy * g->W + ix) * g->C, sizeof(float) * g->C);
                     else
                         for (int64_t c = 0; c < g->C; c++) dst[c] = 0.0f;
+#endif
                 }
             }
             for (int64_t k = g->K; k < g->KP; k++) row[k] = 0.0f;
@@ -112,13 +122,27 @@ static void pool_rows(void *ctx, int64_t oy0, int64_t oy1)
             for (int64_t o = 0; o < Out; o++) {
                 float m = 0.0f;
                 int32_t w = -1;
-                for (int64_t dy = 0; dy < g->poolH; dy++)
-                    for (int64_t dx = 0; dx < g->poolW; dx++) {
+#if defined(CRNN_MUTANT_POOL_KEEPS_PARTIAL)   /* mutant: the last windows take the leftovers */
+                int64_t ph = oy == g->Hp - 1 ? g->Hc - oy * g->poolH : g->poolH;
+                int64_t pw = ox == g->Wp - 1 ? g->Wc - ox * g->poolW : g->poolW;
+#else
+                int64_t ph = g->poolH, pw = g->poolW;
+#endif
+                for (int64_t dy = 0; dy < ph; dy++)
+                    for (int64_t dx = 0; dx < pw; dx++) {
                         int64_t p = (oy * g->poolH + dy) * g->Wc + ox * g->poolW + dx;
                         float v = j->conv[p * Out + o];
+#if defined(CRNN_MUTANT_POOL_TIES_LAST)
+                        if (v >= m) {                  /* mutant: >=, the last maximum wins */
+#else
                         if (v > m) {
+#endif
                             m = v;
+#if defined(CRNN_MUTANT_WINNER_WINDOW_RELATIVE)   /* mutant: the cell within the window */
+                            w = (int32_t)((dy * g->poolW + dx) * Out + o);
+#else
                             w = (int32_t)(p * Out + o);
+#endif
                         }
                     }
                 int64_t at = (oy * g->Wp + ox) * Out + o;
@@ -140,10 +164,17 @@ int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
     float *col = nb ? malloc(nb) : NULL;
     if (!col) return CRNN_E_NOMEM;
     im2col(&g, x, col);
+#if defined(CRNN_MUTANT_BIAS_FIRST)   /* mutant: the bias starts lane 0 of each dot */
+    crnn_mutant_gemm16_bias_first(g.P, g.Out, g.KP, col, g.KP, Wt, g.KP, b, conv, g.Out);
+    free(col);
+    fwd_job j = {&g, b, conv, pooled, winners};
+    (void)bias_rows;
+#else
     crnn_gemm16(g.P, g.Out, g.KP, col, g.KP, Wt, g.KP, conv, g.Out);
     free(col);
     fwd_job j = {&g, b, conv, pooled, winners};
     crnn_parallel_for(g.P, bias_rows, &j);
+#endif
     crnn_parallel_for(g.Hp, pool_rows, &j);
     return CRNN_OK;
 }
@@ -156,18 +187,40 @@ static int scatter_winners(const geom_t *g, const float *dPooled, const int32_t 
                            float *dC)
 {
     int64_t Out = g->Out, n = g->Hp * g->Wp * Out;
+#if defined(CRNN_MUTANT_WINNER_WINDOW_RELATIVE)
+    /* mutant: its own backward reads its window-relative winners back */
+    int64_t cells = g->poolH * g->poolW * Out;
+    for (int64_t i = 0; i < n; i++)
+        if (winners[i] != -1 && (winners[i] < 0 || winners[i] >= cells || winners[i] % Out != i % Out))
+            return 0;
+    memset(dC, 0, sizeof(float) * (size_t)(g->P * Out));
+    for (int64_t i = 0; i < n; i++) {
+        if (winners[i] < 0) continue;
+        int64_t win = i / Out, oy = win / g->Wp, ox = win % g->Wp, l = winners[i] / Out;
+        int64_t p = (oy * g->poolH + l / g->poolW) * g->Wc + ox * g->poolW + l % g->poolW;
+        dC[p * Out + i % Out] = dPooled[i];
+    }
+    return 1;
+#else
     for (int64_t i = 0; i < n; i++) {
         int64_t w = winners[i];
         if (w == -1) continue;
         int64_t o = i % Out, win = i / Out, oy = win / g->Wp, ox = win % g->Wp;
         if (w < 0 || w >= g->P * Out || w % Out != o) return 0;
         int64_t p = w / Out, py = p / g->Wc, px = p % g->Wc;
+#if defined(CRNN_MUTANT_POOL_KEEPS_PARTIAL)   /* mutant: leftovers belong to the last window */
+        int64_t wy = py / g->poolH < g->Hp ? py / g->poolH : g->Hp - 1;
+        int64_t wx = px / g->poolW < g->Wp ? px / g->poolW : g->Wp - 1;
+        if (wy != oy || wx != ox) return 0;
+#else
         if (py / g->poolH != oy || px / g->poolW != ox) return 0;
+#endif
     }
     memset(dC, 0, sizeof(float) * (size_t)(g->P * Out));
     for (int64_t i = 0; i < n; i++)
         if (winners[i] >= 0) dC[winners[i]] = dPooled[i];
     return 1;
+#endif
 }
 
 typedef struct {
@@ -187,14 +240,33 @@ static void gather_rows(void *ctx, int64_t iy0, int64_t iy1)
         for (int64_t ix = 0; ix < g->W; ix++) {
             float *d = j->dx + (iy * g->W + ix) * C;
             for (int64_t c = 0; c < C; c++) d[c] = 0.0f;
+#if defined(CRNN_MUTANT_DX_TAPS_KX_FIRST)   /* mutant: the taps gathered kx outer, ky inner */
+            for (int64_t kx = 0; kx < g->kw; kx++) {
+                int64_t px = ix + g->padW - kx;
+                if (px < 0 || px >= g->Wc) continue;
+                for (int64_t ky = 0; ky < g->kh; ky++) {
+                    int64_t py = iy + g->padH - ky;
+                    if (py < 0 || py >= g->Hc) continue;
+                    const float *s = j->dcol + (py * g->Wc + px) * g->KP + (ky * g->kw + kx) * C;
+                    for (int64_t c = 0; c < C; c++) d[c] = d[c] + s[c];
+                }
+            }
+            continue;
+#endif
             for (int64_t ky = 0; ky < g->kh; ky++) {
                 int64_t py = iy + g->padH - ky;
                 if (py < 0 || py >= g->Hc) continue;
                 for (int64_t kx = 0; kx < g->kw; kx++) {
                     int64_t px = ix + g->padW - kx;
                     if (px < 0 || px >= g->Wc) continue;
+#if defined(CRNN_MUTANT_CONV_CHW_TAPS)   /* mutant: its own channel-major tap order */
+                    const float *s = j->dcol + (py * g->Wc + px) * g->KP;
+                    for (int64_t c = 0; c < C; c++)
+                        d[c] = d[c] + s[(c * g->kh + ky) * g->kw + kx];
+#else
                     const float *s = j->dcol + (py * g->Wc + px) * g->KP + (ky * g->kw + kx) * C;
                     for (int64_t c = 0; c < C; c++) d[c] = d[c] + s[c];
+#endif
                 }
             }
         }
