@@ -130,9 +130,17 @@ void crnn_act_scalar_variant(int fn, int variant, const float *x, float *y, int6
     f(x, y, n);
 }
 
+#if defined(CRNN_MUTANT_SIGMOID_EXPF)
+#include "mutants.h"   /* mutant (docs/mutants.md): 1/(1 + expf(-x)) on every path */
+static const act_fn sigmoid_paths[CRNN_NISA] = {
+    crnn_mutant_sigmoid_expf, crnn_mutant_sigmoid_expf, crnn_mutant_sigmoid_expf,
+    crnn_mutant_sigmoid_expf,
+};
+#else
 static const act_fn sigmoid_paths[CRNN_NISA] = {
     crnn_sigmoid_scalar, crnn_sigmoid_sse, crnn_sigmoid_avx2, crnn_sigmoid_avx512,
 };
+#endif
 static const act_fn tanh_paths[CRNN_NISA] = {
     crnn_tanh_scalar, crnn_tanh_sse, crnn_tanh_avx2, crnn_tanh_avx512,
 };

@@ -12,6 +12,9 @@ int32_t crnn_adamw(float *p, float *m, float *v, const float *g, int64_t n,
     if (n < 0 || (n > 0 && (!p || !m || !v || !g)) || (decay != 0 && decay != 1))
         return CRNN_E_ARG;
     if (!(b1t < 1.0) || !(b2t < 1.0) || !(b2t >= 0.0) || !(b1t >= 0.0)) return CRNN_E_ARG;
+#if defined(CRNN_MUTANT_ADAMW_DECAY_ALL)   /* mutant (docs/mutants.md): every tensor decays */
+    decay = 1;
+#endif
     const float omb1 = (float)(1.0 - beta1);
     const float b2 = (float)beta2;
     const float omb2 = (float)(1.0 - beta2);

@@ -18,7 +18,11 @@ int32_t crnn_clip_gradients(float *grads, const int64_t *sizes, int32_t nTensors
     }
     if (total > 0 && !grads) return CRNN_E_ARG;
 
+#if defined(CRNN_MUTANT_NORM_FLOAT)   /* mutant (docs/mutants.md): the sum in float */
+    float sumsq = 0.0f;
+#else
     double sumsq = 0.0;
+#endif
     const float *g = grads;
     for (int32_t i = 0; i < nTensors; i++) {
         float d = 0.0f;

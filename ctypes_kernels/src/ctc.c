@@ -31,6 +31,9 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
     for (int64_t i = 0; i < (int64_t)T * K; i++)
         if (!isfinite(logits[i])) return CRNN_E_ARG;
 
+#if defined(CRNN_MUTANT_CTC_MEAN_BY_LENGTH)   /* mutant (docs/mutants.md): PyTorch's 'mean' */
+    if (L > 0) scale = scale / (double)L;
+#endif
     const int64_t S = 2 * (int64_t)L + 1, nTK = (int64_t)T * K;
     for (int64_t i = 0; i < nTK; i++) dlogits[i] = 0.0f;
     if (T == 0) { *loss = INFINITY; return CRNN_OK; }
@@ -47,7 +50,11 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
         double m = z[0];
         for (int32_t k = 1; k < K; k++) if ((double)z[k] > m) m = z[k];
         double s = 0.0;
+#if defined(CRNN_MUTANT_LOGSOFTMAX_DESCENDING)   /* mutant: classes summed K-1 .. 0 */
+        for (int32_t k = K - 1; k >= 0; k--) s = s + crnn_detmath_exp1((double)z[k] - m);
+#else
         for (int32_t k = 0; k < K; k++) s = s + crnn_detmath_exp1((double)z[k] - m);
+#endif
         double ls = crnn_detmath_log1(s);
         for (int32_t k = 0; k < K; k++) lp[t * K + k] = ((double)z[k] - m) - ls;
     }
@@ -84,7 +91,11 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
         free(lp); free(ext);
         return CRNN_OK;
     }
+#if defined(CRNN_MUTANT_CTC_MEAN_BY_LENGTH)   /* mutant: the loss divided by the target length */
+    *loss = L > 0 ? -logP / (double)L : -logP;
+#else
     *loss = -logP;
+#endif
 
     /* 4. acc[t][k]: logadd over the entries labelled k, ascending; then the gradient */
     for (int64_t i = 0; i < nTK; i++) acc[i] = NEG_INF;
@@ -95,7 +106,11 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
         }
     for (int64_t i = 0; i < nTK; i++) {
         double occ = crnn_detmath_exp1((acc[i] - lp[i]) - logP);
+#if defined(CRNN_MUTANT_CTC_GRAD_FLOAT)   /* mutant: both terms rounded to float, then subtracted */
+        dlogits[i] = (float)(scale * crnn_detmath_exp1(lp[i])) - (float)(scale * occ);
+#else
         dlogits[i] = (float)(scale * (crnn_detmath_exp1(lp[i]) - occ));
+#endif
     }
     free(lp); free(ext);
     return CRNN_OK;

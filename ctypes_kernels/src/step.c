@@ -362,16 +362,30 @@ int32_t crnn_step_gradients(const int32_t *cfg, const float *params, int32_t B,
     if (rc == CRNN_OK) {
         /* g = g_0, then g = g + g_b in line order */
         if (B > 1) {
+#if defined(CRNN_MUTANT_BATCH_SUM_REVERSE)   /* mutant (docs/mutants.md): lines B-1 .. 0 */
+            memcpy(grads, lineGrads + (int64_t)(B - 1) * m.nParams, sizeof(float) * (size_t)m.nParams);
+            for (int32_t b = B - 2; b >= 0; b--) {
+                const float *gb = lineGrads + (int64_t)b * m.nParams;
+                for (int64_t i = 0; i < m.nParams; i++) grads[i] = grads[i] + gb[i];
+            }
+#else
             memcpy(grads, lineGrads, sizeof(float) * (size_t)m.nParams);
             for (int32_t b = 1; b < B; b++) {
                 const float *gb = lineGrads + (int64_t)b * m.nParams;
                 for (int64_t i = 0; i < m.nParams; i++) grads[i] = grads[i] + gb[i];
             }
+#endif
         }
         double total = 0.0;
         for (int32_t b = 0; b < B; b++)
             if (!isinf(losses[b])) total = total + losses[b];
+#if defined(CRNN_MUTANT_BATCH_LOSS_FINITE_ONLY)   /* mutant: lines without alignment leave B */
+        int32_t finite = 0;
+        for (int32_t b = 0; b < B; b++) finite += !isinf(losses[b]);
+        *batchLoss = total / (double)(finite > 0 ? finite : 1);
+#else
         *batchLoss = total / (double)B;
+#endif
     }
     free(stack);
     if (B > 1) free(lineGrads);
