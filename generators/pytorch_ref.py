@@ -104,6 +104,11 @@ def git_revision() -> str:
     return (rev + ("+dirty" if dirty else "")) if rev else "unknown"
 
 
+def _rel(path) -> str:
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def provenance() -> dict:
     """Fixture attributes of every pytorch-tier fixture (regen --check reads the first two)."""
     torch = _torch()
@@ -113,7 +118,7 @@ def provenance() -> dict:
             "torch_cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
             "machine": platform.machine(),
             "generator_git_revision": git_revision(),
-            "model": "fixtures/model/crnn-v0.h5",
+            "model": _rel(MODEL_PATH),
             "model_cer": float(attrs.get("cer", -1.0)),
             "model_steps": int(attrs.get("steps", -1))}
 
@@ -121,9 +126,10 @@ def provenance() -> dict:
 # ------------------------------------------------------------------ model and data
 
 
-def trained_model(path=MODEL_PATH) -> tuple[dict, dict]:
-    """(config, params): the trained container's fp16 weights widened to fp32."""
-    return container.load_container(str(path))
+def trained_model(path=None) -> tuple[dict, dict]:
+    """(config, params): the trained container's fp16 weights widened to fp32 (MODEL_PATH
+    unless given; regen-fixtures --retrain points MODEL_PATH at the new model)."""
+    return container.load_container(str(path or MODEL_PATH))
 
 
 def real_lines(seed: int, n: int, widths=None) -> tuple[list, list]:

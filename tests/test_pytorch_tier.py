@@ -428,3 +428,33 @@ def test_check_compares_within_floors_when_torch_or_cpu_differ(tmp_path):
 def test_retrain_cannot_be_combined_with_check():
     r = _regen("--retrain", "--check", "--only", "pytorch_ctc")
     assert r.returncode == 2 and "--retrain" in r.stderr
+
+
+def test_retrain_then_regenerates_from_the_new_model(tmp_path, monkeypatch):
+    """--retrain runs the trainer (stubbed here: it 'trains' by copying the checked-in model),
+    writes the model under OUT/model/ and builds the pytorch fixtures from it."""
+    from click.testing import CliRunner
+
+    from generators import regen, train
+    calls = []
+
+    def fake_train(argv):
+        out = argv[argv.index("--out") + 1]
+        calls.append(out)
+        shutil.copy(R.MODEL_PATH, out)
+        with h5py.File(out, "r+") as f:                       # a visibly different model
+            d = f["params/fc.b"]
+            d[0] = d[0] + np.float16(0.5)
+        return 0
+
+    monkeypatch.setattr(train, "main", fake_train)
+    monkeypatch.setattr(R, "MODEL_PATH", R.MODEL_PATH)       # restored after the test
+    r = CliRunner().invoke(regen.main, ["--retrain", "--out", str(tmp_path), "--only",
+                                        "pytorch_ctc", "-q"])
+    assert r.exit_code == 0, r.output
+    assert calls == [str(tmp_path / "model" / "crnn-v0.h5")]
+    assert R.MODEL_PATH == tmp_path / "model" / "crnn-v0.h5"
+    diff = regen.differences(R.ROOT / "fixtures" / "pytorch_ctc.h5", tmp_path / "pytorch_ctc.h5")
+    assert diff and all("/inputs/logits" in d or "/expected/pytorch/" in d for d in diff)
+    with h5py.File(tmp_path / "pytorch_ctc.h5", "r") as f:
+        assert f.attrs["model"] == str(tmp_path / "model" / "crnn-v0.h5")
