@@ -297,11 +297,9 @@ def compare_step(case, tensor: str, ours: dict, ref: dict, tol, floor) -> Compar
             usage = float("inf")
         n = int(np.size(ref["winners"]))
         worst = {}
-        if f:
+        if f:   # the schema's worst: the window, both winners; the note and meta say the rest
             d = f[0]
-            worst = {"index": d.window, "ours": d.ours, "ref": d.pytorch, "allowance": d.bound,
-                     "line": d.line, "block": d.block + 1, "ours_value": d.ours_value,
-                     "ref_value": d.pytorch_value, "margin": d.margin}
+            worst = {"index": d.window, "ours": d.ours, "ref": d.pytorch, "allowance": d.bound}
         c = Comparison(usage, max((d.margin for d in f), default=0.0), 0 if v.passed else len(f),
                        n, v.passed, None, worst, v.note())
         c.flips = v.to_meta("step", case.name)
@@ -361,8 +359,6 @@ def compare_layer_winners(case, ours: dict, ref: dict) -> Comparison:
     d = f[0]
     shown = "; ".join(x.describe().split(", rounding bound")[0] for x in f[:5])
     return Comparison(float("inf"), max(x.margin for x in f), len(f), n, False, None,
-                      {"index": d.window, "ours": d.ours, "ref": d.pytorch, "allowance": 0.0,
-                       "ours_value": d.ours_value, "ref_value": d.pytorch_value,
-                       "margin": d.margin},
+                      {"index": d.window, "ours": d.ours, "ref": d.pytorch, "allowance": 0.0},
                       f"{len(f)} decision flip(s) against PyTorch (a per-layer fixture permits "
                       f"none): {shown}; " + note)

@@ -273,6 +273,16 @@ def test_gate_meta_carries_flips(tmp_path, step_case):
     assert not r.passed
     assert len(r.meta["flips"]) == 1 and r.meta["flips"][0]["block"] == 2
     assert not r.meta["flips"][0]["used"]
+    # the results document (flips in meta, the failing winners record) follows the schema,
+    # and the HTML report shows the flip
+    from reports import html, json_report
+    json_report.write(r, tmp_path / "rep")
+    doc = json.loads((tmp_path / "rep" / "results.json").read_text())
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((R.ROOT / "reports" / "results.schema.json").read_text())
+    jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+    page = html.write(doc, tmp_path / "rep").read_text()
+    assert 'id="flips"' in page and str(r.meta["flips"][0]["margin"])[:6] in page
 
 
 # ------------------------------------------------------------------ the gate's pytorch tier
