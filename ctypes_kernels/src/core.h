@@ -24,25 +24,47 @@ void crnn_dot16_tail(float p[16], const float *a, const float *b, int64_t n);
 /* The readable definition: 16 partials from +0, term k into lane k mod 16, then the tree. */
 float crnn_dot16_scalar(const float *a, const float *b, int64_t n);
 
-/* C[i*ldc + j] = dot16(A + i*lda, B + j*ldb, K) for i < M, j < N. */
+/* Two layouts of the same product; both compute every output as one dot16 of exactly K
+ * terms, term k in lane k mod 16, whatever the ISA, the blocking or the thread split.
+ *
+ * "nt": C[i*ldc + j] = dot16(A + i*lda, B + j*ldb, K): both operands are read along rows
+ *       (k contiguous). The vector paths hold an output's 16 partials across the lanes of
+ *       its accumulator(s) and reduce a tile of outputs together with shuffles.
+ * "kn": C[i*ldc + j] = dot16 over k of A[i*a_i + k*a_k] and B[k*ldb + j]: B is read down
+ *       its columns (row k holds term k of every output j), A with any strides. The vector
+ *       paths hold one lane of 16 consecutive outputs per register and the 16 lanes of the
+ *       partials in 16 registers, so the tree is plain vertical adds. This covers C = A Bᵀ
+ *       for row-major weights read as columns (dx = dY W), dots over time or positions
+ *       (dW = dYᵀ x) and a vector times a matrix, without transposing anything. */
 typedef void (*crnn_gemm16_fn)(int64_t M, int64_t N, int64_t K,
                                const float *A, int64_t lda,
                                const float *B, int64_t ldb,
                                float *C, int64_t ldc);
-void crnn_gemm16_scalar(int64_t, int64_t, int64_t, const float *, int64_t,
-                        const float *, int64_t, float *, int64_t);
-void crnn_gemm16_sse(int64_t, int64_t, int64_t, const float *, int64_t,
-                     const float *, int64_t, float *, int64_t);
-void crnn_gemm16_avx2(int64_t, int64_t, int64_t, const float *, int64_t,
-                      const float *, int64_t, float *, int64_t);
-void crnn_gemm16_avx512(int64_t, int64_t, int64_t, const float *, int64_t,
-                        const float *, int64_t, float *, int64_t);
+typedef void (*crnn_gemm16kn_fn)(int64_t M, int64_t N, int64_t K,
+                                 const float *A, int64_t a_i, int64_t a_k,
+                                 const float *B, int64_t ldb,
+                                 float *C, int64_t ldc);
+#define CRNN_DECLARE_GEMM16(isa)                                                          \
+    void crnn_gemm16_##isa(int64_t, int64_t, int64_t, const float *, int64_t,            \
+                           const float *, int64_t, float *, int64_t);                     \
+    void crnn_gemm16kn_##isa(int64_t, int64_t, int64_t, const float *, int64_t, int64_t,  \
+                             const float *, int64_t, float *, int64_t);
+CRNN_DECLARE_GEMM16(scalar)
+CRNN_DECLARE_GEMM16(sse)
+CRNN_DECLARE_GEMM16(avx2)
+CRNN_DECLARE_GEMM16(avx512)
 
-/* Dispatches on the selected ISA and splits whole outputs (rows or columns of C)
- * across the selected number of threads. */
+/* Dispatch on the selected ISA and split whole outputs (blocks of rows or of columns of C)
+ * across the selected number of threads; run on the calling thread inside a parallel chunk. */
 void crnn_gemm16(int64_t M, int64_t N, int64_t K,
                  const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc);
+void crnn_gemm16_kn(int64_t M, int64_t N, int64_t K,
+                    const float *A, int64_t a_i, int64_t a_k, const float *B, int64_t ldb,
+                    float *C, int64_t ldc);
+/* The selected ISA's kernels, to call on the current thread only. */
+crnn_gemm16_fn crnn_gemm16_kernel(void);
+crnn_gemm16kn_fn crnn_gemm16kn_kernel(void);
 
 /* Dense transpose: dst[j][i] = src[i][j], src is rows x cols. */
 void crnn_transpose(const float *src, int64_t rows, int64_t cols, float *dst);

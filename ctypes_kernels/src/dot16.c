@@ -28,10 +28,66 @@ int32_t crnn_dot16(const float *a, const float *b, int64_t n, float *out)
 static const crnn_gemm16_fn kernels[CRNN_NISA] = {
     crnn_gemm16_scalar, crnn_gemm16_sse, crnn_gemm16_avx2, crnn_gemm16_avx512,
 };
+static const crnn_gemm16kn_fn kn_kernels[CRNN_NISA] = {
+    crnn_gemm16kn_scalar, crnn_gemm16kn_sse, crnn_gemm16kn_avx2, crnn_gemm16kn_avx512,
+};
+
+#if defined(CRNN_MUTANT)
+/* A mutant build only (docs/mutants.md): a mutant that changes the dots has an nt kernel;
+ * kn products run through it on gathered rows (A) and a transposed B, so the mistake
+ * applies to every dot, whatever its layout. */
+static void kn_via_mutant(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i,
+                          int64_t a_k, const float *B, int64_t ldb, float *C, int64_t ldc)
+{
+    int isa = crnn_current_isa();
+    crnn_gemm16_fn nt = crnn_mutant_gemm16(isa, kernels[isa]);
+    if (nt == kernels[isa] || K == 0) {
+        kn_kernels[isa](M, N, K, A, a_i, a_k, B, ldb, C, ldc);
+        return;
+    }
+    float *rows = malloc(sizeof(float) * (size_t)((M + N) * K));
+    if (!rows) abort();
+    float *cols = rows + M * K;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t k = 0; k < K; k++) rows[i * K + k] = A[i * a_i + k * a_k];
+    for (int64_t j = 0; j < N; j++)
+        for (int64_t k = 0; k < K; k++) cols[j * K + k] = B[k * ldb + j];
+    nt(M, N, K, rows, K, cols, K, C, ldc);
+    free(rows);
+}
+#endif
+
+static crnn_gemm16_fn nt_kernel(void)
+{
+#if defined(CRNN_MUTANT)
+    return crnn_mutant_gemm16(crnn_current_isa(), kernels[crnn_current_isa()]);
+#else
+    return kernels[crnn_current_isa()];
+#endif
+}
+
+static crnn_gemm16kn_fn kn_kernel(void)
+{
+#if defined(CRNN_MUTANT)
+    return kn_via_mutant;
+#else
+    return kn_kernels[crnn_current_isa()];
+#endif
+}
+
+crnn_gemm16_fn crnn_gemm16_kernel(void) { return nt_kernel(); }
+crnn_gemm16kn_fn crnn_gemm16kn_kernel(void) { return kn_kernel(); }
+
+/* Threads get whole blocks of rows (multiples of ROWS_Q) or of columns (multiples of
+ * COLS_Q) of C, so each runs full register blocks; either way every output is whole. */
+#define ROWS_Q 4
+#define COLS_Q 16
+#define SMALL_WORK 65536     /* multiply-adds below which a product stays on one thread */
 
 typedef struct {
-    crnn_gemm16_fn fn;
-    int64_t M, N, K, lda, ldb, ldc;
+    crnn_gemm16_fn nt;       /* exactly one of nt, kn is set */
+    crnn_gemm16kn_fn kn;
+    int64_t M, N, K, a_i, a_k, ldb, ldc;
     const float *A, *B;
     float *C;
     int by_rows;
@@ -39,30 +95,50 @@ typedef struct {
 
 static void gemm_range(void *ctx, int64_t begin, int64_t end)
 {
-    gemm_job *g = ctx;
-    if (g->by_rows)
-        g->fn(end - begin, g->N, g->K, g->A + begin * g->lda, g->lda, g->B, g->ldb,
-              g->C + begin * g->ldc, g->ldc);
-    else
-        g->fn(g->M, end - begin, g->K, g->A, g->lda, g->B + begin * g->ldb, g->ldb,
-              g->C + begin, g->ldc);
+    const gemm_job *g = ctx;
+    int64_t q = g->by_rows ? ROWS_Q : COLS_Q, lim = g->by_rows ? g->M : g->N;
+    int64_t b = begin * q, e = end * q < lim ? end * q : lim;
+    if (b >= e) return;
+    if (g->by_rows) {
+        if (g->kn) g->kn(e - b, g->N, g->K, g->A + b * g->a_i, g->a_i, g->a_k, g->B, g->ldb,
+                         g->C + b * g->ldc, g->ldc);
+        else g->nt(e - b, g->N, g->K, g->A + b * g->a_i, g->a_i, g->B, g->ldb,
+                   g->C + b * g->ldc, g->ldc);
+    } else {
+        if (g->kn) g->kn(g->M, e - b, g->K, g->A, g->a_i, g->a_k, g->B + b, g->ldb,
+                         g->C + b, g->ldc);
+        else g->nt(g->M, e - b, g->K, g->A, g->a_i, g->B + b * g->ldb, g->ldb, g->C + b, g->ldc);
+    }
+}
+
+static void gemm_run(gemm_job *g)
+{
+    if (g->M <= 0 || g->N <= 0) return;
+    int64_t rb = (g->M + ROWS_Q - 1) / ROWS_Q, cb = (g->N + COLS_Q - 1) / COLS_Q;
+    int t = crnn_current_threads();
+    if (t == 1 || g->M * g->N * (g->K + 16) < SMALL_WORK) {
+        g->by_rows = 1;
+        gemm_range(g, 0, rb);
+        return;
+    }
+    g->by_rows = rb >= cb || rb >= t;
+    crnn_parallel_for(g->by_rows ? rb : cb, gemm_range, g);
 }
 
 void crnn_gemm16(int64_t M, int64_t N, int64_t K,
                  const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc)
 {
-    if (M <= 0 || N <= 0) return;
-    gemm_job g = {kernels[crnn_current_isa()], M, N, K, lda, ldb, ldc, A, B, C, M >= N};
-#if defined(CRNN_MUTANT)   /* a mutant build only (docs/mutants.md): its kernel, if it has one */
-    g.fn = crnn_mutant_gemm16(crnn_current_isa(), g.fn);
-#endif
-    /* Small products are not worth a thread; either way each output is whole. */
-    if (M * N * (K + 16) < 4096 || crnn_current_threads() == 1) {
-        gemm_range(&g, 0, g.by_rows ? M : N);
-        return;
-    }
-    crnn_parallel_for(g.by_rows ? M : N, gemm_range, &g);
+    gemm_job g = {nt_kernel(), NULL, M, N, K, lda, 1, ldb, ldc, A, B, C, 1};
+    gemm_run(&g);
+}
+
+void crnn_gemm16_kn(int64_t M, int64_t N, int64_t K,
+                    const float *A, int64_t a_i, int64_t a_k, const float *B, int64_t ldb,
+                    float *C, int64_t ldc)
+{
+    gemm_job g = {NULL, kn_kernel(), M, N, K, a_i, a_k, ldb, ldc, A, B, C, 1};
+    gemm_run(&g);
 }
 
 void crnn_transpose(const float *src, int64_t rows, int64_t cols, float *dst)

@@ -1,11 +1,110 @@
-/* gemm16 on the scalar path: the readable definition, one dot16 per output. */
+/* gemm16 on the scalar path: the readable definition, one dot16 per output.
+ *
+ * dot16 (docs/numerics.md): 16 partials from +0, term k into lane k mod 16 in ascending k,
+ * then the tree p[i] = p[i] + p[i+s] for s = 8, 4, 2, 1. The loop below is that definition
+ * with k written as k0 + l (l = k mod 16).
+ *
+ * fmaf is one correctly rounded operation on every machine, but code built for baseline
+ * x86-64 calls the C library for it. Where the CPU has FMA3 the same definition is also
+ * compiled with the instruction enabled (target("fma")), and used: an fma has exactly one
+ * correct result, so only the speed differs. */
+#include <math.h>
 #include "../core.h"
+
+#define AI static inline __attribute__((always_inline))
+
+/* dot16 over k < n of a[k*as] * b[k*bs] */
+AI float dot16_def(const float *a, int64_t as, const float *b, int64_t bs, int64_t n)
+{
+    float p[16];
+    for (int l = 0; l < 16; l++) p[l] = 0.0f;
+    int64_t k0 = 0;
+    for (; k0 + 16 <= n; k0 += 16)
+        for (int l = 0; l < 16; l++)
+            p[l] = fmaf(a[(k0 + l) * as], b[(k0 + l) * bs], p[l]);
+    for (int l = 0; k0 + l < n; l++)
+        p[l] = fmaf(a[(k0 + l) * as], b[(k0 + l) * bs], p[l]);
+    for (int s = 8; s >= 1; s >>= 1)
+        for (int i = 0; i < s; i++) p[i] = p[i] + p[i + s];
+    return p[0];
+}
+
+AI void nt_def(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+               const float *B, int64_t ldb, float *C, int64_t ldc)
+{
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++)
+            C[i * ldc + j] = dot16_def(A + i * lda, 1, B + j * ldb, 1, K);
+}
+
+AI void kn_def(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i, int64_t a_k,
+               const float *B, int64_t ldb, float *C, int64_t ldc)
+{
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++)
+            C[i * ldc + j] = dot16_def(A + i * a_i, a_k, B + j, ldb, K);
+}
+
+static void nt_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                       const float *B, int64_t ldb, float *C, int64_t ldc)
+{
+    nt_def(M, N, K, A, lda, B, ldb, C, ldc);
+}
+
+static void kn_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i, int64_t a_k,
+                       const float *B, int64_t ldb, float *C, int64_t ldc)
+{
+    kn_def(M, N, K, A, a_i, a_k, B, ldb, C, ldc);
+}
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+__attribute__((target("fma")))
+static void nt_fma3(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                    const float *B, int64_t ldb, float *C, int64_t ldc)
+{
+    nt_def(M, N, K, A, lda, B, ldb, C, ldc);
+}
+
+__attribute__((target("fma")))
+static void kn_fma3(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i, int64_t a_k,
+                    const float *B, int64_t ldb, float *C, int64_t ldc)
+{
+    kn_def(M, N, K, A, a_i, a_k, B, ldb, C, ldc);
+}
+
+static int has_fma3(void)
+{
+    static int known = -1;   /* benign race: every thread computes the same value */
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("fma") ? 1 : 0;
+    }
+    return known;
+}
+#else
+#define nt_fma3 nt_generic
+#define kn_fma3 kn_generic
+static int has_fma3(void) { return 0; }
+#endif
 
 void crnn_gemm16_scalar(int64_t M, int64_t N, int64_t K,
                         const float *A, int64_t lda, const float *B, int64_t ldb,
                         float *C, int64_t ldc)
 {
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++)
-            C[i * ldc + j] = crnn_dot16_scalar(A + i * lda, B + j * ldb, K);
+    (has_fma3() ? nt_fma3 : nt_generic)(M, N, K, A, lda, B, ldb, C, ldc);
+}
+
+void crnn_gemm16kn_scalar(int64_t M, int64_t N, int64_t K,
+                          const float *A, int64_t a_i, int64_t a_k,
+                          const float *B, int64_t ldb, float *C, int64_t ldc)
+{
+    (has_fma3() ? kn_fma3 : kn_generic)(M, N, K, A, a_i, a_k, B, ldb, C, ldc);
+}
+
+/* Both variants, for tests: 0 = the C library's fmaf, 1 = FMA3 (0 without it). */
+void crnn_gemm16_scalar_variant(int variant, int64_t M, int64_t N, int64_t K,
+                                const float *A, int64_t lda, const float *B, int64_t ldb,
+                                float *C, int64_t ldc)
+{
+    (variant && has_fma3() ? nt_fma3 : nt_generic)(M, N, K, A, lda, B, ldb, C, ldc);
 }

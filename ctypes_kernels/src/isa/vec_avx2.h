@@ -21,3 +21,31 @@ typedef __m256 vmask_t;
 #define VNEG(a)        _mm256_xor_ps((a), _mm256_set1_ps(-0.0f)) /* flips the sign bit only */
 #define VPOW2I(k)      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), \
                            _mm256_set1_epi32(127)), 23))         /* 2^k, integral k in [-126, 127] */
+/* ---- gemm16 vocabulary (src/isa/gemm16_impl.h) ---- */
+static inline __m256i vlanes_lt(int n)   /* all-ones in lanes i < n */
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#define VLOADN(p, n)     _mm256_maskload_ps((p), vlanes_lt(n))
+#define VSTOREN(p, v, n) _mm256_maskstore_ps((p), vlanes_lt(n), (v))
+#define VFMA_N(a, b, c, n) _mm256_blendv_ps((c), _mm256_fmadd_ps((a), (b), (c)), \
+                                            _mm256_castsi256_ps(vlanes_lt(n)))
+/* x[r] holds lanes p[i] + p[i+8] (i < 8) of output r, levels s >= 8 done. Returns lane r =
+ * the tree of output r (position m holds output 4(m%2) + m/2 so the results come out in
+ * order); each level adds lane i and lane i + s of the same output, lane i first. */
+static inline __m256 vtree_tile(const __m256 *x)
+{
+#define TP(m) x[4 * ((m) % 2) + (m) / 2]
+    __m256 w[4], y[2];
+    for (int m = 0; m < 4; m++) {            /* s = 4: 128-bit halves */
+        __m256 a = TP(2 * m), b = TP(2 * m + 1);
+        w[m] = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    }
+#undef TP
+    for (int n = 0; n < 2; n++) {            /* s = 2 */
+        __m256d e = _mm256_castps_pd(w[2 * n]), f = _mm256_castps_pd(w[2 * n + 1]);
+        y[n] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(e, f)),
+                             _mm256_castpd_ps(_mm256_unpackhi_pd(e, f)));
+    }
+    return _mm256_add_ps(_mm256_shuffle_ps(y[0], y[1], 0x88), _mm256_shuffle_ps(y[0], y[1], 0xDD));
+}

@@ -22,3 +22,34 @@ typedef __mmask16 vmask_t;
                            _mm512_set1_epi32((int)0x80000000)))  /* flips the sign bit only */
 #define VPOW2I(k)      _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), \
                            _mm512_set1_epi32(127)), 23))         /* 2^k, integral k in [-126, 127] */
+/* ---- gemm16 vocabulary (src/isa/gemm16_impl.h) ---- */
+/* the first n lanes (0 <= n <= VW) of p, zeros elsewhere; store the first n lanes */
+#define VLOADN(p, n)     _mm512_maskz_loadu_ps((__mmask16)((1u << (n)) - 1u), (p))
+#define VSTOREN(p, v, n) _mm512_mask_storeu_ps((p), (__mmask16)((1u << (n)) - 1u), (v))
+/* fma(a, b, c) in the first n lanes, c unchanged in the others */
+#define VFMA_N(a, b, c, n) _mm512_mask3_fmadd_ps((a), (b), (c), (__mmask16)((1u << (n)) - 1u))
+/* x[r] holds the 16 partials of output r (lane i = p[i]). Returns lane r = the tree of
+ * output r: each level adds lane i and lane i + s of the same output, lane i first, with the
+ * outputs moved between registers by shuffles (position m holds output 4(m%4) + m/4 so that
+ * the results come out in order). */
+static inline __m512 vtree_tile(const __m512 *x)
+{
+#define TP(m) x[4 * ((m) % 4) + (m) / 4]
+    __m512 w[8], y[4], z[2];
+    for (int m = 0; m < 8; m++) {            /* s = 8: 128-bit chunks 0,1 + chunks 2,3 */
+        __m512 a = TP(2 * m), b = TP(2 * m + 1);
+        w[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    }
+#undef TP
+    for (int n = 0; n < 4; n++) {            /* s = 4: chunk 0 + chunk 1 of each output */
+        __m512 c = w[2 * n], d = w[2 * n + 1];
+        y[n] = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x88), _mm512_shuffle_f32x4(c, d, 0xDD));
+    }
+    for (int n = 0; n < 2; n++) {            /* s = 2: elements 0,1 + elements 2,3 */
+        __m512d e = _mm512_castps_pd(y[2 * n]), f = _mm512_castps_pd(y[2 * n + 1]);
+        z[n] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(e, f)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(e, f)));
+    }
+    /* s = 1: element 0 + element 1 */
+    return _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], 0x88), _mm512_shuffle_ps(z[0], z[1], 0xDD));
+}

@@ -21,3 +21,35 @@ typedef __m128 vmask_t;
 #define VNEG(a)        _mm_xor_ps((a), _mm_set1_ps(-0.0f))      /* flips the sign bit only */
 #define VPOW2I(k)      _mm_castsi128_ps(_mm_slli_epi32(_mm_add_epi32(_mm_cvtps_epi32(k), \
                            _mm_set1_epi32(127)), 23))            /* 2^k, integral k in [-126, 127] */
+/* ---- gemm16 vocabulary (src/isa/gemm16_impl.h) ---- */
+static inline __m128 vlanes_lt(int n)    /* all-ones in lanes i < n */
+{
+    return _mm_castsi128_ps(_mm_cmpgt_epi32(_mm_set1_epi32(n), _mm_setr_epi32(0, 1, 2, 3)));
+}
+static inline __m128 sse_loadn(const float *p, int n)
+{
+    float b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int i = 0; i < n; i++) b[i] = p[i];
+    return _mm_loadu_ps(b);
+}
+static inline void sse_storen(float *p, __m128 v, int n)
+{
+    float b[4];
+    _mm_storeu_ps(b, v);
+    for (int i = 0; i < n; i++) p[i] = b[i];
+}
+#define VLOADN(p, n)     sse_loadn((p), (n))
+#define VSTOREN(p, v, n) sse_storen((p), (v), (n))
+#define VFMA_N(a, b, c, n) _mm_blendv_ps((c), _mm_fmadd_ps((a), (b), (c)), vlanes_lt(n))
+/* x[r] holds lanes (p[i] + p[i+8]) + (p[i+4] + p[i+12]) (i < 4) of output r, levels s >= 4
+ * done. Returns lane r = the tree of output r; each level adds lane i and lane i + s of the
+ * same output, lane i first. */
+static inline __m128 vtree_tile(const __m128 *x)
+{
+    __m128 y[2];
+    for (int n = 0; n < 2; n++) {            /* s = 2 */
+        __m128d e = _mm_castps_pd(x[2 * n]), f = _mm_castps_pd(x[2 * n + 1]);
+        y[n] = _mm_add_ps(_mm_castpd_ps(_mm_unpacklo_pd(e, f)), _mm_castpd_ps(_mm_unpackhi_pd(e, f)));
+    }
+    return _mm_add_ps(_mm_shuffle_ps(y[0], y[1], 0x88), _mm_shuffle_ps(y[0], y[1], 0xDD));
+}

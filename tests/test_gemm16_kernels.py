@@ -1,0 +1,110 @@
+"""The bundled port's gemm16 kernels (internal, not ABI): both layouts, every ISA path and
+thread count, give the bits of the spec's dot16 for every output.
+
+nt: C[i][j] = dot16(A[i], B[j]);  kn: C[i][j] = dot16 over k of A(i, k) and B[k][j], A read
+with strides (rows or columns). Shapes cover the register tiles' row, column and K tails;
+the data reveals any other summation order and holds products that round to -0 (a zero
+padded tail or a lane that got an extra +0 term turns them into +0)."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from ctypes_kernels.abi import ISA_NAMES
+from generators.spec.dot16 import gemm16
+
+THREADS = (1, 2, 3, 7)
+i64 = ctypes.c_int64
+P = ctypes.c_void_p
+
+
+@pytest.fixture(scope="module")
+def kern(lib):
+    f = lib.crnn_gemm16
+    f.restype, f.argtypes = None, [i64, i64, i64, P, i64, P, i64, P, i64]
+    g = lib.crnn_gemm16_kn
+    g.restype, g.argtypes = None, [i64, i64, i64, P, i64, i64, P, i64, P, i64]
+    isa0, th0 = lib.crnn_get_isa(), lib.crnn_get_threads()
+    yield lib
+    lib.crnn_set_isa(isa0)
+    lib.crnn_set_threads(th0)
+
+
+def data(rng, shape):
+    """Magnitudes 2^-30..2^30, signs mixed, some exact cancellations, some tiny values whose
+    products underflow to -0 or +0."""
+    n = int(np.prod(shape))
+    a = (rng.choice([-1, 1], n) * np.exp2(rng.integers(-30, 31, n)) * rng.uniform(1, 2, n))
+    tiny = rng.random(n) < 0.15
+    a[tiny] = rng.choice([-1, 1], tiny.sum()) * 1e-30
+    zero = rng.random(n) < 0.05
+    a[zero] = rng.choice([-0.0, 0.0], zero.sum())
+    return a.astype(np.float32).reshape(shape)
+
+
+def bits(a):
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+SHAPES = [(1, 1, 0), (1, 1, 1), (1, 1, 15), (1, 1, 16), (1, 1, 17), (2, 3, 5), (3, 5, 31),
+          (4, 4, 16), (4, 16, 33), (5, 17, 48), (7, 33, 64), (9, 37, 100), (1, 256, 64),
+          (17, 15, 7), (6, 64, 144), (16, 16, 300), (13, 47, 1)]
+
+
+@pytest.mark.parametrize("isa", ISA_NAMES)
+def test_nt_equals_spec(kern, isas, isa):
+    if isa not in isas:
+        pytest.skip(f"{isa} not on this CPU")
+    rng = np.random.default_rng(11)
+    assert kern.crnn_set_isa(ISA_NAMES.index(isa)) == 0
+    for M, N, K in SHAPES:
+        lda, ldb, ldc = K + 3, K + 1, N + 2
+        A, B = data(rng, (M, lda)), data(rng, (N, ldb))
+        want = gemm16(A[:, :K], B[:, :K])
+        for t in THREADS:
+            kern.crnn_set_threads(t)
+            C = np.full((M, ldc), np.nan, np.float32)
+            kern.crnn_gemm16(M, N, K, A.ctypes.data, lda, B.ctypes.data, ldb, C.ctypes.data, ldc)
+            assert np.array_equal(bits(C[:, :N]), bits(want)), (isa, t, M, N, K)
+            assert np.isnan(C[:, N:]).all(), "wrote outside C"
+
+
+@pytest.mark.parametrize("isa", ISA_NAMES)
+@pytest.mark.parametrize("a_layout", ["rows", "cols"])
+def test_kn_equals_spec(kern, isas, isa, a_layout):
+    if isa not in isas:
+        pytest.skip(f"{isa} not on this CPU")
+    rng = np.random.default_rng(12)
+    assert kern.crnn_set_isa(ISA_NAMES.index(isa)) == 0
+    for M, N, K in SHAPES:
+        ldb, ldc = N + 5, N + 2
+        B = data(rng, (max(K, 1), ldb))
+        if a_layout == "rows":                 # A(i, k) = A[i*(K+2) + k]
+            Abuf = data(rng, (M, K + 2))
+            a_i, a_k, Aik = K + 2, 1, Abuf[:, :K]
+        else:                                  # A(i, k) = A[k*(M+3) + i]
+            Abuf = data(rng, (max(K, 1), M + 3))
+            a_i, a_k, Aik = 1, M + 3, Abuf[:K, :M].T
+        want = gemm16(Aik, B[:K, :N].T)
+        for t in THREADS:
+            kern.crnn_set_threads(t)
+            C = np.full((M, ldc), np.nan, np.float32)
+            kern.crnn_gemm16_kn(M, N, K, Abuf.ctypes.data, a_i, a_k, B.ctypes.data, ldb,
+                                C.ctypes.data, ldc)
+            assert np.array_equal(bits(C[:, :N]), bits(want)), (isa, t, M, N, K)
+            assert np.isnan(C[:, N:]).all(), "wrote outside C"
+
+
+def test_negative_zero_lanes(kern, isas):
+    """17 products that round to -0: every lane is -0 and the dot is -0, in both layouts."""
+    a = np.full(17, -1e-30, np.float32)
+    b = np.full(17, 1e-30, np.float32)
+    for isa in isas:
+        kern.crnn_set_isa(ISA_NAMES.index(isa))
+        c = np.zeros(1, np.float32)
+        kern.crnn_gemm16(1, 1, 17, a.ctypes.data, 17, b.ctypes.data, 17, c.ctypes.data, 1)
+        assert bits(c)[0] == 0x80000000, isa
+        kern.crnn_gemm16_kn(1, 1, 17, a.ctypes.data, 17, 1, b.ctypes.data, 1, c.ctypes.data, 1)
+        assert bits(c)[0] == 0x80000000, isa
