@@ -92,7 +92,12 @@ def cpu_flags() -> list[str]:
 
 def git_revision() -> str:
     """HEAD of the repository the generator runs from, '+dirty' when generators/ or the
-    trained model have uncommitted changes; 'unknown' outside a git checkout."""
+    trained model have uncommitted changes; 'unknown' outside a git checkout. The environment
+    variable CRNN_GENERATOR_REVISION overrides it (a build from an exported tree; tests that
+    compare two builds while the working tree may change under them)."""
+    import os
+    if os.environ.get("CRNN_GENERATOR_REVISION"):
+        return os.environ["CRNN_GENERATOR_REVISION"]
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                              text=True, timeout=10).stdout.strip()
