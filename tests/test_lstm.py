@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from ctypes_kernels import abi
+from generators import bounds
 from generators.cases import lstm as cases
 from generators.float64 import lstm as ref64
-from generators.float64.lstm import sigmoid as sigmoid64
 from generators.h5io import Case, read_fixture
 from generators.spec import lstm as spec
 from harness.compare import compare
@@ -29,71 +29,15 @@ TENSORS = cases.TENSORS
 
 # ---------------------------------------------------------------- the derived error bound
 
-U = 2.0 ** -24            # binary32 unit roundoff
-EPS_SIGMOID = 9.0e-8      # max abs error of the sigmoid approximation, all 2^32 inputs (8.93e-8)
-EPS_TANH = 9.1e-8         # max abs error of the tanh approximation, all 2^32 inputs (9.03e-8)
-
-
-def m_of(n: int) -> int:
-    """Roundings along one dot16 of n terms: ceil(n/16) fmas in a lane, then the 4-level tree."""
-    return -(-n // 16) + 4
-
-
 def perturbed(inp: dict, s: float) -> dict:
-    """The layer in float64 with every local float32 error at its bound, all of sign s:
-    each sigmoid/tanh shifted by its approximation's max error, each dot16 of n terms by
-    m(n)*u*sum|terms|, each other operation by u*|result|. First order in u."""
+    """The layer in float64 with every local float32 error at its bound, all of sign s
+    (generators/bounds.py)."""
     x, W_ih, W_hh, b, dOut = (np.asarray(inp[k], np.float64)
                               for k in ("x", "W_ih", "W_hh", "b", "dOut"))
-    T, I = x.shape
-    H = W_hh.shape[2]
-    G = 4 * H
-    mI, mH, mG, mT, m8 = m_of(I), m_of(H), m_of(G), m_of(T), m_of(2 * G)
-    r = lambda v: v + s * U * np.abs(v)
-    out = np.zeros((T, 2 * H))
-    gates = np.zeros((2, T, G))
-    c_all, tc_all, hPrev = (np.zeros((2, T, H)) for _ in range(3))
-    for d in (0, 1):
-        h, c = np.zeros(H), np.zeros(H)
-        for t in spec.order(d, T):
-            hPrev[d, t] = h
-            xw = W_ih[d] @ x[t] + s * mI * U * (np.abs(W_ih[d]) @ np.abs(x[t]))
-            hw = W_hh[d] @ h + s * mH * U * (np.abs(W_hh[d]) @ np.abs(h))
-            z = r(r(xw + hw) + b[d])
-            a = np.concatenate([sigmoid64(z[:2 * H]) + s * EPS_SIGMOID,
-                                np.tanh(z[2 * H:3 * H]) + s * EPS_TANH,
-                                sigmoid64(z[3 * H:]) + s * EPS_SIGMOID])
-            i, f, g, o = np.split(a, 4)
-            c = r(r(f * c) + r(i * g))
-            tc = np.tanh(c) + s * EPS_TANH
-            h = r(o * tc)
-            gates[d, t], c_all[d, t], tc_all[d, t] = a, c, tc
-            out[t, d * H:(d + 1) * H] = h
-    res = {"out": out, "gates": gates, "c": c_all, "tc": tc_all, "hPrev": hPrev}
-    dz = np.zeros((T, 2 * G))
-    for d in (0, 1):
-        dhRec, dcNext = np.zeros(H), np.zeros(H)
-        for t in reversed(spec.order(d, T)):
-            prev = t - 1 if d == 0 else t + 1
-            cP = c_all[d, prev] if 0 <= prev < T else np.zeros(H)
-            i, f, g, o = np.split(gates[d, t], 4)
-            tc = tc_all[d, t]
-            dh = r(dOut[t, d * H:(d + 1) * H] + dhRec)
-            dtc, do = r(dh * o), r(dh * tc)
-            dc = r(dcNext + r(dtc * r(1 - r(tc * tc))))
-            di, dg, df = r(dc * g), r(dc * i), r(dc * cP)
-            dcNext = r(dc * f)
-            dzt = np.concatenate([r(di * r(i * r(1 - i))), r(df * r(f * r(1 - f))),
-                                  r(dg * r(1 - r(g * g))), r(do * r(o * r(1 - o)))])
-            dz[t, d * G:(d + 1) * G] = dzt
-            dhRec = W_hh[d].T @ dzt + s * mG * U * (np.abs(W_hh[d]).T @ np.abs(dzt))
-    adz = np.abs(dz)
-    res["dW_ih"] = (dz.T @ x + s * mT * U * (adz.T @ np.abs(x))).reshape(2, G, I)
-    res["dW_hh"] = np.stack([dz[:, d * G:(d + 1) * G].T @ hPrev[d] + s * mT * U *
-                             (adz[:, d * G:(d + 1) * G].T @ np.abs(hPrev[d])) for d in (0, 1)])
-    res["db"] = (dz.sum(0) + s * mT * U * adz.sum(0)).reshape(2, G)
-    Wc = W_ih.reshape(2 * G, I)
-    res["dx"] = dz @ Wc + s * m8 * U * (adz @ np.abs(Wc))
+    out, st = bounds.lstm_forward(x, W_ih, W_hh, b, s)
+    res = {"out": out, **st}
+    res["dW_ih"], res["dW_hh"], res["db"], res["dx"] = bounds.lstm_backward(
+        x, W_ih, W_hh, st, dOut, s)
     return res
 
 

@@ -22,6 +22,7 @@ from generators import model
 from generators.float64 import conv as conv64
 from generators.float64 import step as ref
 from generators.h5io import Case
+from generators.bounds import U, col2im, lstm_backward, lstm_forward, m_of, round_up
 from generators.spec import step as spec
 
 NAME = "step"
@@ -139,90 +140,6 @@ def build() -> list[Case]:
 # Atol of each step tensor = the max over the fixture cases and elements of that bound,
 # rounded up to two significant digits (tests/test_step.py checks the table against it).
 
-U = 2.0 ** -24
-EPS_SIGMOID = 9.0e-8      # max abs error of the sigmoid approximation (docs/numerics.md)
-EPS_TANH = 8.6e-8         # max abs error of the tanh approximation (docs/numerics.md)
-
-
-def m_of(n: int) -> int:
-    return -(-int(n) // 16) + 4
-
-
-def _sig(z):
-    e = np.exp(-np.abs(z))
-    return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-
-
-def _col2im(dcol, H, W, C, kh, kw, padH, padW):
-    Hc, Wc = H + 2 * padH - kh + 1, W + 2 * padW - kw + 1
-    dxp = np.zeros((H + 2 * padH, W + 2 * padW, C))
-    for ky in range(kh):
-        for kx in range(kw):
-            k = (ky * kw + kx) * C
-            dxp[ky:ky + Hc, kx:kx + Wc] += dcol[:, k:k + C].reshape(Hc, Wc, C)
-    return dxp[padH:padH + H, padW:padW + W]
-
-
-def _lstm_fwd(x, W_ih, W_hh, b, s):
-    r = lambda v: v + s * U * np.abs(v)
-    T, I = x.shape
-    H = W_hh.shape[2]
-    G = 4 * H
-    out = np.zeros((T, 2 * H))
-    st = {"gates": np.zeros((2, T, G)), "c": np.zeros((2, T, H)), "tc": np.zeros((2, T, H)),
-          "hPrev": np.zeros((2, T, H))}
-    for d in (0, 1):
-        h, c = np.zeros(H), np.zeros(H)
-        for t in (range(T) if d == 0 else range(T - 1, -1, -1)):
-            st["hPrev"][d, t] = h
-            xw = W_ih[d] @ x[t] + s * m_of(I) * U * (np.abs(W_ih[d]) @ np.abs(x[t]))
-            hw = W_hh[d] @ h + s * m_of(H) * U * (np.abs(W_hh[d]) @ np.abs(h))
-            z = r(r(xw + hw) + b[d])
-            a = np.concatenate([_sig(z[:2 * H]) + s * EPS_SIGMOID,
-                                np.tanh(z[2 * H:3 * H]) + s * EPS_TANH,
-                                _sig(z[3 * H:]) + s * EPS_SIGMOID])
-            i, f, g, o = np.split(a, 4)
-            c = r(r(f * c) + r(i * g))
-            tc = np.tanh(c) + s * EPS_TANH
-            h = r(o * tc)
-            st["gates"][d, t], st["c"][d, t], st["tc"][d, t] = a, c, tc
-            out[t, d * H:(d + 1) * H] = h
-    return out, st
-
-
-def _lstm_bwd(x, W_ih, W_hh, st, dOut, s):
-    r = lambda v: v + s * U * np.abs(v)
-    T, I = x.shape
-    H = W_hh.shape[2]
-    G = 4 * H
-    dz = np.zeros((T, 2 * G))
-    for d in (0, 1):
-        dhRec, dcNext = np.zeros(H), np.zeros(H)
-        for t in (range(T - 1, -1, -1) if d == 0 else range(T)):
-            prev = t - 1 if d == 0 else t + 1
-            cP = st["c"][d, prev] if 0 <= prev < T else np.zeros(H)
-            i, f, g, o = np.split(st["gates"][d, t], 4)
-            tc = st["tc"][d, t]
-            dh = r(dOut[t, d * H:(d + 1) * H] + dhRec)
-            dtc, do = r(dh * o), r(dh * tc)
-            dc = r(dcNext + r(dtc * r(1 - r(tc * tc))))
-            di, dg, df = r(dc * g), r(dc * i), r(dc * cP)
-            dcNext = r(dc * f)
-            dzt = np.concatenate([r(di * r(i * r(1 - i))), r(df * r(f * r(1 - f))),
-                                  r(dg * r(1 - r(g * g))), r(do * r(o * r(1 - o)))])
-            dz[t, d * G:(d + 1) * G] = dzt
-            dhRec = W_hh[d].T @ dzt + s * m_of(G) * U * (np.abs(W_hh[d]).T @ np.abs(dzt))
-    adz = np.abs(dz)
-    mT = m_of(T)
-    dW_ih = (dz.T @ x + s * mT * U * (adz.T @ np.abs(x))).reshape(2, G, I)
-    dW_hh = np.stack([dz[:, d * G:(d + 1) * G].T @ st["hPrev"][d] + s * mT * U *
-                      (adz[:, d * G:(d + 1) * G].T @ np.abs(st["hPrev"][d])) for d in (0, 1)])
-    db = (dz.sum(0) + s * mT * U * adz.sum(0)).reshape(2, G)
-    Wc = W_ih.reshape(2 * G, I)
-    dx = dz @ Wc + s * m_of(2 * G) * U * (adz @ np.abs(Wc))
-    return dW_ih, dW_hh, db, dx
-
-
 def _line(config, P, image, target, scale, s, winners=None):
     """One line in float64 with every local error at its bound of sign s (s = 0: the plain
     float64 model). winners: the reference's pool decisions (None: decide here).
@@ -254,7 +171,7 @@ def _line(config, P, image, target, scale, s, winners=None):
     for layer in range(config["lstm_layers"]):
         Ws = [np.stack([P[f"lstm{layer}.{d}.{k}"] for d in ("fwd", "rev")])
               for k in ("W_ih", "W_hh", "b")]
-        out, st = _lstm_fwd(seq, *Ws, s)
+        out, st = lstm_forward(seq, *Ws, s)
         lstm_keep.append((seq, Ws, st))
         seq = out
     Wf, bf = P["fc.W"], P["fc.b"]
@@ -271,7 +188,7 @@ def _line(config, P, image, target, scale, s, winners=None):
     dseq = dl @ Wf + s * m_of(Wf.shape[0]) * U * (adl @ np.abs(Wf))
     for layer in reversed(range(config["lstm_layers"])):
         xin, Ws, st = lstm_keep[layer]
-        dW_ih, dW_hh, db, dseq = _lstm_bwd(xin, Ws[0], Ws[1], st, dseq, s)
+        dW_ih, dW_hh, db, dseq = lstm_backward(xin, Ws[0], Ws[1], st, dseq, s)
         for d, name in enumerate(("fwd", "rev")):
             grads[f"lstm{layer}.{name}.W_ih"] = dW_ih[d]
             grads[f"lstm{layer}.{name}.W_hh"] = dW_hh[d]
@@ -294,7 +211,7 @@ def _line(config, P, image, target, scale, s, winners=None):
             dcol = dC @ W + s * m_of(Out) * U * (adC @ np.abs(W))
             H, Wd, C = xin.shape
             geo = (H, Wd, C, blk["kh"], blk["kw"], blk["padH"], blk["padW"])
-            dP = _col2im(dcol, *geo) + s * blk["kh"] * blk["kw"] * U * _col2im(np.abs(dcol), *geo)
+            dP = col2im(dcol, *geo) + s * blk["kh"] * blk["kw"] * U * col2im(np.abs(dcol), *geo)
     return loss, grads, win_out
 
 
@@ -339,15 +256,6 @@ def case_inputs(case):
         at += size
         ta += int(n)
     return config, params, images, targets
-
-
-def round_up(x: float, digits: int = 2) -> float:
-    """x rounded up to `digits` significant digits (0 stays 0)."""
-    if x <= 0:
-        return 0.0
-    e = int(np.floor(np.log10(x))) - digits + 1
-    v = np.ceil(x / 10.0 ** e - 1e-9) * 10.0 ** e
-    return float(f"{v:.{digits}g}")
 
 
 def derived_atols(cases) -> dict:
