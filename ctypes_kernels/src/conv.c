@@ -1,11 +1,14 @@
 /* conv.c — conv block (stride 1, channels-last) + fused ReLU/max pool, forward and backward
  * (docs/numerics.md and docs/backward.md, "Convolution block").
  *
- * Every dot goes through crnn_gemm16 on row-major operands: the forward is im2col then
- * conv = col · Wᵀ; the backward transposes dC and col so that the dots over p read rows.
- * The pool and the dx gather are element-wise; they are split across threads over
- * independent outputs only (rows of the pooled output, rows of dx), so no bit depends on
- * the thread count. */
+ * Every dot goes through the gemm16 kernels (core.h) and has exactly the terms the docs
+ * name, in their order: the forward is im2col then conv[p][o] = dot16(col[p], W[o]) over
+ * KPadded (the kn layout, W read down the columns of Wᵀ packed once per call); the backward
+ * reads dC and col as they lie: dW[o][k] and db[o] are dots over p (kn with dC read down its
+ * columns), dcol[p][k] = dot16 over o of dC[p][o] and W[o][k] (kn with W as stored). The pool
+ * and the dx gather are element-wise; they are split across threads over independent
+ * outputs only (rows of the pooled output, rows of dx), so no bit depends on the thread
+ * count. */
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
@@ -111,7 +114,9 @@ static void bias_rows(void *ctx, int64_t p0, int64_t p1)
 }
 
 /* Running maximum from +0, window rows outer, columns inner, replaced only when strictly
- * greater: the first of equal maxima wins, -0 and NaN never win; winner p*Out + o or -1. */
+ * greater: the first of equal maxima wins, -0 and NaN never win; winner p*Out + o or -1.
+ * Channels innermost (a block of them per window), written as selects so it vectorizes. */
+#define POOL_OB 64
 static void pool_rows(void *ctx, int64_t oy0, int64_t oy1)
 {
     const fwd_job *j = ctx;
@@ -119,9 +124,14 @@ static void pool_rows(void *ctx, int64_t oy0, int64_t oy1)
     int64_t Out = g->Out;
     for (int64_t oy = oy0; oy < oy1; oy++)
         for (int64_t ox = 0; ox < g->Wp; ox++)
-            for (int64_t o = 0; o < Out; o++) {
-                float m = 0.0f;
-                int32_t w = -1;
+            for (int64_t o0 = 0; o0 < Out; o0 += POOL_OB) {
+                const int64_t no = Out - o0 < POOL_OB ? Out - o0 : POOL_OB;
+                float m[POOL_OB];
+                int32_t w[POOL_OB];
+                for (int64_t o = 0; o < no; o++) {
+                    m[o] = 0.0f;
+                    w[o] = -1;
+                }
 #if defined(CRNN_MUTANT_POOL_KEEPS_PARTIAL)   /* mutant: the last windows take the leftovers */
                 int64_t ph = oy == g->Hp - 1 ? g->Hc - oy * g->poolH : g->poolH;
                 int64_t pw = ox == g->Wp - 1 ? g->Wc - ox * g->poolW : g->poolW;
@@ -131,23 +141,26 @@ static void pool_rows(void *ctx, int64_t oy0, int64_t oy1)
                 for (int64_t dy = 0; dy < ph; dy++)
                     for (int64_t dx = 0; dx < pw; dx++) {
                         int64_t p = (oy * g->poolH + dy) * g->Wc + ox * g->poolW + dx;
-                        float v = j->conv[p * Out + o];
-#if defined(CRNN_MUTANT_POOL_TIES_LAST)
-                        if (v >= m) {                  /* mutant: >=, the last maximum wins */
-#else
-                        if (v > m) {
-#endif
-                            m = v;
+                        const float *row = j->conv + p * Out + o0;
 #if defined(CRNN_MUTANT_WINNER_WINDOW_RELATIVE)   /* mutant: the cell within the window */
-                            w = (int32_t)((dy * g->poolW + dx) * Out + o);
+                        int32_t base = (int32_t)((dy * g->poolW + dx) * Out + o0);
 #else
-                            w = (int32_t)(p * Out + o);
+                        int32_t base = (int32_t)(p * Out + o0);
 #endif
+                        for (int64_t o = 0; o < no; o++) {
+                            float v = row[o];
+#if defined(CRNN_MUTANT_POOL_TIES_LAST)
+                            int better = v >= m[o];    /* mutant: >=, the last maximum wins */
+#else
+                            int better = v > m[o];
+#endif
+                            m[o] = better ? v : m[o];
+                            w[o] = better ? base + (int32_t)o : w[o];
                         }
                     }
-                int64_t at = (oy * g->Wp + ox) * Out + o;
-                j->pooled[at] = m;
-                j->winners[at] = w;
+                int64_t at = (oy * g->Wp + ox) * Out + o0;
+                memcpy(j->pooled + at, m, sizeof(float) * (size_t)no);
+                memcpy(j->winners + at, w, sizeof(int32_t) * (size_t)no);
             }
 }
 
@@ -160,7 +173,7 @@ int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
     geom_t g;
     if (!x || !Wt || !b || !conv || !pooled || !winners) return CRNN_E_ARG;
     if (!make_geom(&g, H, W, C, Out, kh, kw, padH, padW, poolH, poolW)) return CRNN_E_ARG;
-    size_t nb = bytes_of(g.P * g.KP);
+    size_t nb = bytes_of(g.P * g.KP + g.KP * g.Out);
     float *col = nb ? malloc(nb) : NULL;
     if (!col) return CRNN_E_NOMEM;
     im2col(&g, x, col);
@@ -170,7 +183,10 @@ int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
     fwd_job j = {&g, b, conv, pooled, winners};
     (void)bias_rows;
 #else
-    crnn_gemm16(g.P, g.Out, g.KP, col, g.KP, Wt, g.KP, conv, g.Out);
+    float *WT = col + g.P * g.KP;                        /* WT[k][o] = Wt[o][k] */
+    for (int64_t o = 0; o < g.Out; o++)
+        for (int64_t k = 0; k < g.KP; k++) WT[k * g.Out + o] = Wt[o * g.KP + k];
+    crnn_gemm16_kn(g.P, g.Out, g.KP, col, g.KP, 1, WT, g.Out, conv, g.Out);
     free(col);
     fwd_job j = {&g, b, conv, pooled, winners};
     crnn_parallel_for(g.P, bias_rows, &j);
@@ -283,32 +299,25 @@ int32_t crnn_conv_backward(const float *x, int32_t H, int32_t W, int32_t C,
     if (!x || !Wt || !dPooled || !winners || !dW || !db) return CRNN_E_ARG;
     if (!make_geom(&g, H, W, C, Out, kh, kw, padH, padW, poolH, poolW)) return CRNN_E_ARG;
     int64_t P = g.P, KP = g.KP;
-    /* col and dcol share one buffer (col is dead once transposed) */
+    /* col and dcol share one buffer (col is dead once dW is done) */
     int64_t n = P * KP            /* col, then dcol */
-              + KP * P            /* colT */
               + P * Out           /* dC */
-              + Out * P           /* dCT */
-              + P                 /* ones */
-              + (dx ? KP * Out : 0); /* WT */
+              + P;                /* ones */
     size_t nb = bytes_of(n);
     float *buf = nb ? malloc(nb) : NULL;
     if (!buf) return CRNN_E_NOMEM;
-    float *col = buf, *colT = col + P * KP, *dC = colT + KP * P, *dCT = dC + P * Out;
-    float *ones = dCT + Out * P, *WT = ones + P;
+    float *col = buf, *dC = col + P * KP, *ones = dC + P * Out;
     if (!scatter_winners(&g, dPooled, winners, dC)) {
         free(buf);
         return CRNN_E_ARG;
     }
     im2col(&g, x, col);
-    crnn_transpose(col, P, KP, colT);
-    crnn_transpose(dC, P, Out, dCT);
     for (int64_t p = 0; p < P; p++) ones[p] = 1.0f;
-    crnn_gemm16(Out, KP, P, dCT, P, colT, P, dW, KP);   /* dW[o][k] over p, P terms */
-    crnn_gemm16(Out, 1, P, dCT, P, ones, P, db, 1);     /* db[o] over p, P terms    */
+    crnn_gemm16_kn(Out, KP, P, dC, 1, Out, col, KP, dW, KP);   /* dW[o][k] over p, P terms */
+    crnn_gemm16_kn(1, Out, P, ones, 0, 1, dC, Out, db, Out);   /* db[o] over p, P terms    */
     if (dx) {
         float *dcol = col;
-        crnn_transpose(Wt, Out, KP, WT);
-        crnn_gemm16(P, KP, Out, dC, Out, WT, Out, dcol, KP);  /* dcol[p][k] over o */
+        crnn_gemm16_kn(P, KP, Out, dC, Out, 1, Wt, KP, dcol, KP);  /* dcol[p][k] over o */
         gather_job j = {&g, dcol, dx};
         crnn_parallel_for(g.H, gather_rows, &j);
     }

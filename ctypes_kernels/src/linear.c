@@ -21,25 +21,20 @@ int32_t crnn_linear_forward(const float *x, const float *W, const float *b,
 }
 
 /* dW[o][i] = dot_t(dY[t][o], x[t][i]); db[o] = dot_t(dY[t][o], 1); dx[t][i] = dot_o(dY[t][o], W[o][i]).
- * The dots over t read dYᵀ and xᵀ as rows, so term t lands in lane t mod 16. */
+ * All three read their operands as stored (the kn layout: term t of dW is row t of dY and
+ * of x, term o of dx is row o of W), term t or o into lane t or o mod 16. */
 int32_t crnn_linear_backward(const float *x, const float *W, const float *dY,
                              int32_t T, int32_t I, int32_t O,
                              float *dx, float *dW, float *db)
 {
     if (T < 0 || I < 0 || O < 0 || !x || !W || !dY || !dW || !db) return CRNN_E_ARG;
     size_t nT = (size_t)T;
-    float *dYT = malloc(sizeof(float) * ((size_t)O * nT + (size_t)I * nT + nT + (size_t)I * O + 1));
-    if (!dYT) return CRNN_E_NOMEM;
-    float *xT = dYT + (size_t)O * nT, *ones = xT + (size_t)I * nT, *WT = ones + nT;
-    crnn_transpose(dY, T, O, dYT);
-    crnn_transpose(x, T, I, xT);
+    float *ones = malloc(sizeof(float) * (nT + 1));
+    if (!ones) return CRNN_E_NOMEM;
     for (size_t t = 0; t < nT; t++) ones[t] = 1.0f;
-    crnn_gemm16(O, I, T, dYT, T, xT, T, dW, I);
-    crnn_gemm16(O, 1, T, dYT, T, ones, T, db, 1);
-    if (dx) {
-        crnn_transpose(W, O, I, WT);
-        crnn_gemm16(T, I, O, dY, O, WT, O, dx, I);
-    }
-    free(dYT);
+    crnn_gemm16_kn(O, I, T, dY, 1, O, x, I, dW, I);
+    crnn_gemm16_kn(1, O, T, ones, 0, 1, dY, O, db, O);
+    if (dx) crnn_gemm16_kn(T, I, O, dY, O, 1, W, I, dx, I);
+    free(ones);
     return CRNN_OK;
 }

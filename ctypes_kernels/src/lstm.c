@@ -4,10 +4,12 @@
  * compiled with -ffp-contract=off). sigmoid and tanh are the project's (activations.h).
  *
  * Threads: the two directions are independent, so they run in parallel (crnn_parallel_for
- * over d = 0, 1); the big products outside the recurrence go through crnn_gemm16, which
- * splits whole outputs. The per-step products inside a direction (M = 1, latency-bound) call
- * the selected ISA's gemm16 kernel directly on the direction's thread: the same dots as
- * crnn_gemm16, without starting threads from inside a thread. Bits never depend on either. */
+ * over d = 0, 1); the big products outside the recurrence go through crnn_gemm16 /
+ * crnn_gemm16_kn, which split whole outputs. The per-step products inside a direction
+ * (M = 1, latency-bound) call the selected ISA's kernel directly on the direction's thread.
+ * Bits never depend on either. The backward reads every operand as stored (the kn layout:
+ * dW and db are dots over t of dz's columns, dh and dx dots over the gate rows of W_hh and
+ * W_ih), so nothing is transposed. */
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
@@ -24,17 +26,8 @@
 #define ROW_G 2
 #endif
 
-static crnn_gemm16_fn gemm16_here(void)
-{
-    static const crnn_gemm16_fn k[CRNN_NISA] = {
-        crnn_gemm16_scalar, crnn_gemm16_sse, crnn_gemm16_avx2, crnn_gemm16_avx512,
-    };
-#if defined(CRNN_MUTANT)
-    return crnn_mutant_gemm16(crnn_current_isa(), k[crnn_current_isa()]);
-#else
-    return k[crnn_current_isa()];
-#endif
-}
+/* the selected ISA's kernels (a mutant build's, if it changes the dots: core.h) */
+static crnn_gemm16_fn gemm16_here(void) { return crnn_gemm16_kernel(); }
 
 /* ---- forward ----------------------------------------------------------------------- */
 
@@ -119,7 +112,7 @@ int32_t crnn_lstm_forward(const float *x, int32_t T, int32_t I, int32_t H,
 typedef struct {
     int64_t T, H;
     const float *gates, *c, *tc, *dOut;
-    const float *W_hhT;   /* [2][H][4H] */
+    const float *W_hh;    /* [2][4H][H] */
     float *dz;            /* [T][8H]: dz[t][d*4H + g] */
     float *scratch;       /* per direction: dhRec[H], dcNext[H] */
 } bwd_ctx;
@@ -127,9 +120,9 @@ typedef struct {
 static void backward_dir(bwd_ctx *k, int d)
 {
     const int64_t T = k->T, H = k->H, G = 4 * H;
-    crnn_gemm16_fn gemm = gemm16_here();
+    crnn_gemm16kn_fn gemm = crnn_gemm16kn_kernel();
     float *dhRec = k->scratch + (size_t)d * 2 * H, *dcNext = dhRec + H;
-    const float *WT = k->W_hhT + (size_t)d * H * G;
+    const float *Whh = k->W_hh + (size_t)d * G * H;
     memset(dhRec, 0, sizeof(float) * 2 * (size_t)H);   /* +0, both */
     for (int64_t s = 0; s < T; s++) {                   /* the forward's order, reversed */
         int64_t t = d == 0 ? T - 1 - s : s;
@@ -158,7 +151,7 @@ static void backward_dir(bwd_ctx *k, int d)
             dz[ROW_G * H + j] = dg * (1.0f - g[j] * g[j]);
             dz[3 * H + j] = d_o * (o[j] * (1.0f - o[j]));
         }
-        gemm(1, H, G, dz, G, WT, G, dhRec, H);          /* dhRec[j] = dot over 4H of dz, W_hh[.][j] */
+        gemm(1, H, G, dz, 0, 1, Whh, H, dhRec, H);      /* dhRec[j] = dot over 4H of dz, W_hh[.][j] */
     }
 }
 
@@ -175,41 +168,26 @@ int32_t crnn_lstm_backward(const float *x, int32_t T, int32_t I, int32_t H,
 {
     if (T < 0 || I < 0 || H < 1 || !W_ih || !W_hh || !dW_ih || !dW_hh || !db) return CRNN_E_ARG;
     if (T > 0 && (!x || !gates || !c || !tc || !hPrev || !dOut)) return CRNN_E_ARG;
-    const size_t nT = (size_t)T, G = 4 * (size_t)H, nI = (size_t)I, nH = (size_t)H;
+    const size_t nT = (size_t)T, G = 4 * (size_t)H, nH = (size_t)H;
     size_t n = nT * 2 * G      /* dz */
-             + 2 * G * nT      /* dzT */
-             + nI * nT         /* xT */
-             + 2 * nH * nT     /* hPrevT, both directions */
              + nT              /* ones */
-             + 2 * nH * G      /* W_hhT */
-             + 4 * nH          /* scratch */
-             + (dx ? nI * 2 * G : 0) + 1;
+             + 4 * nH + 1;     /* scratch */
     float *buf = malloc(sizeof(float) * n);
     if (!buf) return CRNN_E_NOMEM;
-    float *dz = buf, *dzT = dz + nT * 2 * G, *xT = dzT + 2 * G * nT, *hPT = xT + nI * nT;
-    float *ones = hPT + 2 * nH * nT, *WhhT = ones + nT, *scratch = WhhT + 2 * nH * G;
-    float *WihT = scratch + 4 * nH;
-    for (int d = 0; d < 2; d++)
-        crnn_transpose(W_hh + d * G * nH, (int64_t)G, H, WhhT + d * nH * G);
-    bwd_ctx k = {T, H, gates, c, tc, dOut, WhhT, dz, scratch};
+    float *dz = buf, *ones = dz + nT * 2 * G, *scratch = ones + nT;
+    bwd_ctx k = {T, H, gates, c, tc, dOut, W_hh, dz, scratch};
     crnn_parallel_for(2, backward_range, &k);
 
-    /* dots over t, t ascending: rows of dzT against rows of xT, hPrevT, ones */
-    crnn_transpose(dz, T, 2 * (int64_t)G, dzT);
-    crnn_transpose(x, T, I, xT);
+    /* dots over t, t ascending: columns of dz against rows of x, hPrev, ones */
+    const int64_t G8 = 2 * (int64_t)G;
     for (size_t t = 0; t < nT; t++) ones[t] = 1.0f;
-    crnn_gemm16(2 * (int64_t)G, I, T, dzT, T, xT, T, dW_ih, I);
-    for (int d = 0; d < 2; d++) {
-        crnn_transpose(hPrev + d * nT * nH, T, H, hPT + d * nH * nT);
-        crnn_gemm16((int64_t)G, H, T, dzT + d * G * nT, T, hPT + d * nH * nT, T,
-                    dW_hh + d * G * nH, H);
-    }
-    crnn_gemm16(2 * (int64_t)G, 1, T, dzT, T, ones, T, db, 1);
+    crnn_gemm16_kn(G8, I, T, dz, 1, G8, x, I, dW_ih, I);
+    for (int d = 0; d < 2; d++)
+        crnn_gemm16_kn((int64_t)G, H, T, dz + d * G, 1, G8, hPrev + d * nT * nH, H,
+                       dW_hh + d * G * nH, H);
+    crnn_gemm16_kn(1, G8, T, ones, 0, 1, dz, G8, db, G8);
     /* dx[t][i]: the dot over the 8H gates [dz_fwd | dz_rev] against W_ih[.][i] */
-    if (dx) {
-        crnn_transpose(W_ih, 2 * (int64_t)G, I, WihT);
-        crnn_gemm16(T, I, 2 * (int64_t)G, dz, 2 * (int64_t)G, WihT, 2 * (int64_t)G, dx, I);
-    }
+    if (dx) crnn_gemm16_kn(T, I, G8, dz, G8, 1, W_ih, I, dx, I);
     free(buf);
     return CRNN_OK;
 }
