@@ -29,8 +29,8 @@ def test_check_passes_on_checked_in_fast_fixtures():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-@pytest.mark.slow
 def test_check_passes_on_every_checked_in_fixture():
+    pytest.importorskip("torch")   # the pytorch_* fixtures are regenerated with PyTorch
     r = regen("--check")
     assert r.returncode == 0, r.stdout + r.stderr
 
