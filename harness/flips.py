@@ -104,12 +104,12 @@ class Verdict:
         return f"FAIL: {why}: {shown}; " + head
 
     def to_meta(self, layer: str, case: str) -> list[dict]:
-        out = []
+        out, used = [], self.used   # once: self.used scans every diff (a broken port has 10^4+)
         for d in self.flips:
             m = {"layer": layer, "case": case, **asdict(d)}
             m.pop("kind")
             m["block"] = d.block + 1
-            m["used"] = d is self.used
+            m["used"] = d is used
             out.append(m)
         return out
 
