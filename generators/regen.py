@@ -28,6 +28,7 @@ FIXTURES_DIR = ROOT / "fixtures"
 # fixture name -> builder module (generators/cases/<layer>.py); order is the write order
 BUILDERS = {
     "dot16": "generators.cases.dot16",
+    "dot16_zeros": "generators.cases.dot16_zeros",   # signed-zero tails (issue 8's mutants)
     "linear": "generators.cases.linear",
     "lstm": "generators.cases.lstm",
     "conv": "generators.cases.conv",

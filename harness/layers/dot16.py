@@ -7,6 +7,7 @@ from ._ffi import call, f32, out, ptr
 
 LAYER = "dot16"
 FIXTURE = "dot16"
+FIXTURES = ["dot16", "dot16_zeros"]   # the second: signed-zero tails (docs/mutants.md)
 
 
 def run(lib, case) -> dict:
