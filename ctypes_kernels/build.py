@@ -21,6 +21,7 @@ from .abi import PortError
 HERE = Path(__file__).resolve().parent
 SRC = HERE / "src"
 ISAS = ("scalar", "sse", "avx2", "avx512")
+DEFAULT_OPT = "-O3"     # the identity tests also build -O0 and -O2: same bits (tests/test_compilers.py)
 BASE_FLAGS = ["-ffp-contract=off", "-fno-fast-math", "-fPIC", "-pthread", "-std=gnu11",
               "-Wall", "-Wextra", "-Wno-unused-parameter"]
 ISA_FLAGS = {
@@ -78,7 +79,7 @@ def build_key(cc: str, opt: str, defines: list[str]) -> str:
     return h.hexdigest()[:20]
 
 
-def build(cc: str | None = None, opt: str = "-O2", mutant: str | None = None,
+def build(cc: str | None = None, opt: str = DEFAULT_OPT, mutant: str | None = None,
           extra_defines: list[str] | None = None, verbose: bool = False) -> Path:
     """Returns the path of the built shared library, compiling it if it is not cached."""
     cc = find_compiler(cc)
@@ -109,7 +110,7 @@ def build(cc: str | None = None, opt: str = "-O2", mutant: str | None = None,
     return out
 
 
-def describe(cc: str | None = None, opt: str = "-O2") -> dict:
+def describe(cc: str | None = None, opt: str = DEFAULT_OPT) -> dict:
     cc = find_compiler(cc)
     return {"cc": cc, "cc_version": compiler_version(cc), "opt": opt, "base_flags": BASE_FLAGS,
             "isa_flags": ISA_FLAGS, "cache": str(cache_dir())}

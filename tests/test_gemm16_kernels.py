@@ -25,7 +25,7 @@ def kern(lib):
     f = lib.crnn_gemm16
     f.restype, f.argtypes = None, [i64, i64, i64, P, i64, P, i64, P, i64]
     g = lib.crnn_gemm16_kn
-    g.restype, g.argtypes = None, [i64, i64, i64, P, i64, i64, P, i64, P, i64]
+    g.restype, g.argtypes = None, [i64, i64, i64, P, i64, i64, P, i64, i64, P, i64]
     isa0, th0 = lib.crnn_get_isa(), lib.crnn_get_threads()
     yield lib
     lib.crnn_set_isa(isa0)
@@ -73,14 +73,21 @@ def test_nt_equals_spec(kern, isas, isa):
 
 @pytest.mark.parametrize("isa", ISA_NAMES)
 @pytest.mark.parametrize("a_layout", ["rows", "cols"])
-def test_kn_equals_spec(kern, isas, isa, a_layout):
+@pytest.mark.parametrize("b_layout", ["rows", "cols"])
+def test_kn_equals_spec(kern, isas, isa, a_layout, b_layout):
     if isa not in isas:
         pytest.skip(f"{isa} not on this CPU")
     rng = np.random.default_rng(12)
     assert kern.crnn_set_isa(ISA_NAMES.index(isa)) == 0
     for M, N, K in SHAPES:
         ldb, ldc = N + 5, N + 2
-        B = data(rng, (max(K, 1), ldb))
+        if b_layout == "rows":                 # B(k, j) = B[k*ldb + j]
+            B = data(rng, (max(K, 1), ldb))
+            b_k, b_j = ldb, 1
+        else:                                  # B(k, j) = B[j*(K+3) + k]
+            B = np.ascontiguousarray(data(rng, (N, K + 3)).T)   # view as [K+3][N] for the spec
+            Bt = np.ascontiguousarray(B.T)
+            b_k, b_j = 1, K + 3
         if a_layout == "rows":                 # A(i, k) = A[i*(K+2) + k]
             Abuf = data(rng, (M, K + 2))
             a_i, a_k, Aik = K + 2, 1, Abuf[:, :K]
@@ -88,10 +95,11 @@ def test_kn_equals_spec(kern, isas, isa, a_layout):
             Abuf = data(rng, (max(K, 1), M + 3))
             a_i, a_k, Aik = 1, M + 3, Abuf[:K, :M].T
         want = gemm16(Aik, B[:K, :N].T)
+        Bmem = B if b_layout == "rows" else Bt
         for t in THREADS:
             kern.crnn_set_threads(t)
             C = np.full((M, ldc), np.nan, np.float32)
-            kern.crnn_gemm16_kn(M, N, K, Abuf.ctypes.data, a_i, a_k, B.ctypes.data, ldb,
+            kern.crnn_gemm16_kn(M, N, K, Abuf.ctypes.data, a_i, a_k, Bmem.ctypes.data, b_k, b_j,
                                 C.ctypes.data, ldc)
             assert np.array_equal(bits(C[:, :N]), bits(want)), (isa, t, M, N, K)
             assert np.isnan(C[:, N:]).all(), "wrote outside C"
@@ -106,5 +114,5 @@ def test_negative_zero_lanes(kern, isas):
         c = np.zeros(1, np.float32)
         kern.crnn_gemm16(1, 1, 17, a.ctypes.data, 17, b.ctypes.data, 17, c.ctypes.data, 1)
         assert bits(c)[0] == 0x80000000, isa
-        kern.crnn_gemm16_kn(1, 1, 17, a.ctypes.data, 17, 1, b.ctypes.data, 1, c.ctypes.data, 1)
+        kern.crnn_gemm16_kn(1, 1, 17, a.ctypes.data, 17, 1, b.ctypes.data, 1, 1, c.ctypes.data, 1)
         assert bits(c)[0] == 0x80000000, isa

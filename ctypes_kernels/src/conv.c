@@ -3,7 +3,7 @@
  *
  * Every dot goes through the gemm16 kernels (core.h) and has exactly the terms the docs
  * name, in their order: the forward is im2col then conv[p][o] = dot16(col[p], W[o]) over
- * KPadded (the kn layout, W read down the columns of Wᵀ packed once per call); the backward
+ * KPadded (kn, W's rows gathered into the kernel's packed panels); the backward
  * reads dC and col as they lie: dW[o][k] and db[o] are dots over p (kn with dC read down its
  * columns), dcol[p][k] = dot16 over o of dC[p][o] and W[o][k] (kn with W as stored). The pool
  * and the dx gather are element-wise; they are split across threads over independent
@@ -12,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #if defined(CRNN_MUTANT)   /* mutant builds only (docs/mutants.md) */
 #include "mutants.h"
 #endif
@@ -61,6 +64,14 @@ typedef struct {
     float *col;
 } im2col_job;
 
+/* dst[0..n) = src[0..n) in 16-byte moves (small runs: no call to memcpy) */
+static inline void copy_floats(float *dst, const float *src, int64_t n)
+{
+    int64_t q = 0;
+    for (; q + 4 <= n; q += 4) memcpy(dst + q, src + q, 4 * sizeof(float));
+    for (; q < n; q++) dst[q] = src[q];
+}
+
 static void im2col_rows(void *ctx, int64_t y0, int64_t y1)
 {
     const im2col_job *j = ctx;
@@ -70,21 +81,32 @@ static void im2col_rows(void *ctx, int64_t y0, int64_t y1)
             float *row = j->col + (y * g->Wc + xo) * g->KP;
             for (int64_t ky = 0; ky < g->kh; ky++) {
                 int64_t iy = y + ky - g->padH;
+#if defined(CRNN_MUTANT_CONV_CHW_TAPS)   /* mutant: k = (c*kh + ky)*kw + kx, PyTorch's order */
                 for (int64_t kx = 0; kx < g->kw; kx++) {
                     int64_t ix = xo + kx - g->padW;
-#if defined(CRNN_MUTANT_CONV_CHW_TAPS)   /* mutant: k = (c*kh + ky)*kw + kx, PyTorch's order */
                     int inside = iy >= 0 && iy < g->H && ix >= 0 && ix < g->W;
                     for (int64_t c = 0; c < g->C; c++)
                         row[(c * g->kh + ky) * g->kw + kx] =
                             inside ? j->x[(iy * g->W + ix) * g->C + c] : 0.0f;
-#else
-                    float *dst = row + (ky * g->kw + kx) * g->C;
-                    if (iy >= 0 && iy < g->H && ix >= 0 && ix < g->W)
-                        memcpy(dst, j->x + (iy * g->W + ix) * g->C, sizeof(float) * g->C);
-                    else
-                        for (int64_t c = 0; c < g->C; c++) dst[c] = 0.0f;
-#endif
                 }
+#else
+                /* the taps kx = 0..kw-1 of kernel row ky, k = (ky*kw + kx)*C + c, are
+                 * x[iy][xo + kx - padW][0..C): contiguous in x; +0 outside the image */
+                float *dst = row + ky * g->kw * g->C;
+                const int64_t run = g->kw * g->C;
+                int64_t x0 = xo - g->padW;
+                if (iy < 0 || iy >= g->H) {
+                    for (int64_t q = 0; q < run; q++) dst[q] = 0.0f;
+                } else if (x0 >= 0 && x0 + g->kw <= g->W) {
+                    copy_floats(dst, j->x + (iy * g->W + x0) * g->C, run);
+                } else {
+                    int64_t lo = x0 < 0 ? -x0 : 0, hi = x0 + g->kw > g->W ? g->W - x0 : g->kw;
+                    if (hi < lo) hi = lo;
+                    for (int64_t q = 0; q < lo * g->C; q++) dst[q] = 0.0f;
+                    copy_floats(dst + lo * g->C, j->x + (iy * g->W + x0 + lo) * g->C, (hi - lo) * g->C);
+                    for (int64_t q = hi * g->C; q < run; q++) dst[q] = 0.0f;
+                }
+#endif
             }
             for (int64_t k = g->K; k < g->KP; k++) row[k] = 0.0f;
         }
@@ -147,7 +169,24 @@ static void pool_rows(void *ctx, int64_t oy0, int64_t oy1)
 #else
                         int32_t base = (int32_t)(p * Out + o0);
 #endif
-                        for (int64_t o = 0; o < no; o++) {
+                        int64_t o = 0;
+#if defined(__SSE2__) && !defined(CRNN_MUTANT)
+                        /* four channels at a time, the same comparisons and selects */
+                        for (; o + 4 <= no; o += 4) {
+                            __m128 v = _mm_loadu_ps(row + o), mo = _mm_loadu_ps(m + o);
+                            __m128 better = _mm_cmpgt_ps(v, mo);   /* false for NaN */
+                            __m128i bi = _mm_castps_si128(better);
+                            __m128i idx = _mm_add_epi32(_mm_set1_epi32(base + (int32_t)o),
+                                                        _mm_setr_epi32(0, 1, 2, 3));
+                            __m128i wo = _mm_loadu_si128((const __m128i *)(w + o));
+                            _mm_storeu_ps(m + o, _mm_or_ps(_mm_and_ps(better, v),
+                                                           _mm_andnot_ps(better, mo)));
+                            _mm_storeu_si128((__m128i *)(w + o),
+                                             _mm_or_si128(_mm_and_si128(bi, idx),
+                                                          _mm_andnot_si128(bi, wo)));
+                        }
+#endif
+                        for (; o < no; o++) {
                             float v = row[o];
 #if defined(CRNN_MUTANT_POOL_TIES_LAST)
                             int better = v >= m[o];    /* mutant: >=, the last maximum wins */
@@ -173,21 +212,17 @@ int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
     geom_t g;
     if (!x || !Wt || !b || !conv || !pooled || !winners) return CRNN_E_ARG;
     if (!make_geom(&g, H, W, C, Out, kh, kw, padH, padW, poolH, poolW)) return CRNN_E_ARG;
-    size_t nb = bytes_of(g.P * g.KP + g.KP * g.Out);
-    float *col = nb ? malloc(nb) : NULL;
+    size_t nb = bytes_of(g.P * g.KP);
+    float *col = nb ? crnn_scratch(CRNN_SCRATCH_LAYER, nb) : NULL;
     if (!col) return CRNN_E_NOMEM;
     im2col(&g, x, col);
 #if defined(CRNN_MUTANT_BIAS_FIRST)   /* mutant: the bias starts lane 0 of each dot */
     crnn_mutant_gemm16_bias_first(g.P, g.Out, g.KP, col, g.KP, Wt, g.KP, b, conv, g.Out);
-    free(col);
     fwd_job j = {&g, b, conv, pooled, winners};
     (void)bias_rows;
 #else
-    float *WT = col + g.P * g.KP;                        /* WT[k][o] = Wt[o][k] */
-    for (int64_t o = 0; o < g.Out; o++)
-        for (int64_t k = 0; k < g.KP; k++) WT[k * g.Out + o] = Wt[o * g.KP + k];
-    crnn_gemm16_kn(g.P, g.Out, g.KP, col, g.KP, 1, WT, g.Out, conv, g.Out);
-    free(col);
+    /* term k of conv[p][o]: col[p][k] * Wt[o][k] (B(k, o) = Wt[o*KP + k]) */
+    crnn_gemm16_kn(g.P, g.Out, g.KP, col, g.KP, 1, Wt, 1, g.KP, conv, g.Out);
     fwd_job j = {&g, b, conv, pooled, winners};
     crnn_parallel_for(g.P, bias_rows, &j);
 #endif
@@ -218,20 +253,37 @@ static int scatter_winners(const geom_t *g, const float *dPooled, const int32_t 
     }
     return 1;
 #else
+#if defined(CRNN_MUTANT_POOL_KEEPS_PARTIAL)
     for (int64_t i = 0; i < n; i++) {
         int64_t w = winners[i];
         if (w == -1) continue;
         int64_t o = i % Out, win = i / Out, oy = win / g->Wp, ox = win % g->Wp;
         if (w < 0 || w >= g->P * Out || w % Out != o) return 0;
         int64_t p = w / Out, py = p / g->Wc, px = p % g->Wc;
-#if defined(CRNN_MUTANT_POOL_KEEPS_PARTIAL)   /* mutant: leftovers belong to the last window */
+        /* mutant: leftovers belong to the last window */
         int64_t wy = py / g->poolH < g->Hp ? py / g->poolH : g->Hp - 1;
         int64_t wx = px / g->poolW < g->Wp ? px / g->poolW : g->Wp - 1;
         if (wy != oy || wx != ox) return 0;
-#else
-        if (py / g->poolH != oy || px / g->poolW != ox) return 0;
-#endif
     }
+#else
+    /* w - (first cell of the window)*Out - o must be (dy*Wc + dx)*Out, dy < poolH, dx < poolW
+     * (branch-free: the verdict is checked once per window row) */
+    for (int64_t oy = 0, i = 0; oy < g->Hp; oy++) {
+        int bad = 0;
+        for (int64_t ox = 0; ox < g->Wp; ox++) {
+            int64_t first = (oy * g->poolH * g->Wc + ox * g->poolW) * Out;
+            for (int64_t o = 0; o < Out; o++, i++) {
+                int64_t w = winners[i], d = w - first - o;
+                int ok = w == -1;
+                for (int64_t dy = 0; dy < g->poolH; dy++)
+                    for (int64_t dx = 0; dx < g->poolW; dx++)
+                        ok |= d == (dy * g->Wc + dx) * Out;
+                bad |= !ok;
+            }
+        }
+        if (bad) return 0;
+    }
+#endif
     memset(dC, 0, sizeof(float) * (size_t)(g->P * Out));
     for (int64_t i = 0; i < n; i++)
         if (winners[i] >= 0) dC[winners[i]] = dPooled[i];
@@ -304,23 +356,19 @@ int32_t crnn_conv_backward(const float *x, int32_t H, int32_t W, int32_t C,
               + P * Out           /* dC */
               + P;                /* ones */
     size_t nb = bytes_of(n);
-    float *buf = nb ? malloc(nb) : NULL;
+    float *buf = nb ? crnn_scratch(CRNN_SCRATCH_LAYER, nb) : NULL;
     if (!buf) return CRNN_E_NOMEM;
     float *col = buf, *dC = col + P * KP, *ones = dC + P * Out;
-    if (!scatter_winners(&g, dPooled, winners, dC)) {
-        free(buf);
-        return CRNN_E_ARG;
-    }
+    if (!scatter_winners(&g, dPooled, winners, dC)) return CRNN_E_ARG;
     im2col(&g, x, col);
     for (int64_t p = 0; p < P; p++) ones[p] = 1.0f;
-    crnn_gemm16_kn(Out, KP, P, dC, 1, Out, col, KP, dW, KP);   /* dW[o][k] over p, P terms */
-    crnn_gemm16_kn(1, Out, P, ones, 0, 1, dC, Out, db, Out);   /* db[o] over p, P terms    */
+    crnn_gemm16_kn(Out, KP, P, dC, 1, Out, col, KP, 1, dW, KP);   /* dW[o][k] over p, P terms */
+    crnn_gemm16_kn(1, Out, P, ones, 0, 1, dC, Out, 1, db, Out);   /* db[o] over p, P terms    */
     if (dx) {
         float *dcol = col;
-        crnn_gemm16_kn(P, KP, Out, dC, Out, 1, Wt, KP, dcol, KP);  /* dcol[p][k] over o */
+        crnn_gemm16_kn(P, KP, Out, dC, Out, 1, Wt, KP, 1, dcol, KP);  /* dcol[p][k] over o */
         gather_job j = {&g, dcol, dx};
         crnn_parallel_for(g.H, gather_rows, &j);
     }
-    free(buf);
     return CRNN_OK;
 }

@@ -30,25 +30,25 @@ float crnn_dot16_scalar(const float *a, const float *b, int64_t n);
  * "nt": C[i*ldc + j] = dot16(A + i*lda, B + j*ldb, K): both operands are read along rows
  *       (k contiguous). The vector paths hold an output's 16 partials across the lanes of
  *       its accumulator(s) and reduce a tile of outputs together with shuffles.
- * "kn": C[i*ldc + j] = dot16 over k of A[i*a_i + k*a_k] and B[k*ldb + j]: B is read down
- *       its columns (row k holds term k of every output j), A with any strides. The vector
- *       paths hold one lane of 16 consecutive outputs per register and the 16 lanes of the
- *       partials in 16 registers, so the tree is plain vertical adds. This covers C = A Bᵀ
- *       for row-major weights read as columns (dx = dY W), dots over time or positions
- *       (dW = dYᵀ x) and a vector times a matrix, without transposing anything. */
+ * "kn": C[i*ldc + j] = dot16 over k of A[i*a_i + k*a_k] and B[k*b_k + j*b_j]: any strides.
+ *       The vector paths hold lane l of VW consecutive outputs j per register (B's term k
+ *       for those outputs is a row of B when b_j = 1, else gathered into a packed panel) and
+ *       the 16 lanes in separate registers, so the tree is plain vertical adds. This covers
+ *       dx = dY W (W's rows), dW = dYᵀ x (dots over time or positions, down the columns),
+ *       a vector times a matrix, and with b_j != 1 also C = A Wᵀ, without transposing. */
 typedef void (*crnn_gemm16_fn)(int64_t M, int64_t N, int64_t K,
                                const float *A, int64_t lda,
                                const float *B, int64_t ldb,
                                float *C, int64_t ldc);
 typedef void (*crnn_gemm16kn_fn)(int64_t M, int64_t N, int64_t K,
                                  const float *A, int64_t a_i, int64_t a_k,
-                                 const float *B, int64_t ldb,
+                                 const float *B, int64_t b_k, int64_t b_j,
                                  float *C, int64_t ldc);
 #define CRNN_DECLARE_GEMM16(isa)                                                          \
     void crnn_gemm16_##isa(int64_t, int64_t, int64_t, const float *, int64_t,            \
                            const float *, int64_t, float *, int64_t);                     \
     void crnn_gemm16kn_##isa(int64_t, int64_t, int64_t, const float *, int64_t, int64_t,  \
-                             const float *, int64_t, float *, int64_t);
+                             const float *, int64_t, int64_t, float *, int64_t);
 CRNN_DECLARE_GEMM16(scalar)
 CRNN_DECLARE_GEMM16(sse)
 CRNN_DECLARE_GEMM16(avx2)
@@ -60,14 +60,23 @@ void crnn_gemm16(int64_t M, int64_t N, int64_t K,
                  const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc);
 void crnn_gemm16_kn(int64_t M, int64_t N, int64_t K,
-                    const float *A, int64_t a_i, int64_t a_k, const float *B, int64_t ldb,
-                    float *C, int64_t ldc);
+                    const float *A, int64_t a_i, int64_t a_k,
+                    const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc);
 /* The selected ISA's kernels, to call on the current thread only. */
 crnn_gemm16_fn crnn_gemm16_kernel(void);
 crnn_gemm16kn_fn crnn_gemm16kn_kernel(void);
 
 /* Dense transpose: dst[j][i] = src[i][j], src is rows x cols. */
 void crnn_transpose(const float *src, int64_t rows, int64_t cols, float *dst);
+
+/* A buffer of at least `bytes` owned by the calling thread and kept for its next calls
+ * (scratch.c), or NULL when it cannot be allocated. One per slot: a layer entry point uses
+ * CRNN_SCRATCH_LAYER, the gemm16 kernels CRNN_SCRATCH_PACK_A/B; the contents are not kept. */
+#define CRNN_SCRATCH_LAYER  0
+#define CRNN_SCRATCH_PACK_A 1
+#define CRNN_SCRATCH_PACK_B 2
+#define CRNN_SCRATCH_SLOTS  3
+void *crnn_scratch(int slot, size_t bytes);
 
 /* Runs fn(ctx, begin, end) over [0, n) split into contiguous chunks, one per thread. */
 typedef void (*crnn_range_fn)(void *ctx, int64_t begin, int64_t end);

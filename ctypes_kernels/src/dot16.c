@@ -37,12 +37,13 @@ static const crnn_gemm16kn_fn kn_kernels[CRNN_NISA] = {
  * kn products run through it on gathered rows (A) and a transposed B, so the mistake
  * applies to every dot, whatever its layout. */
 static void kn_via_mutant(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i,
-                          int64_t a_k, const float *B, int64_t ldb, float *C, int64_t ldc)
+                          int64_t a_k, const float *B, int64_t b_k, int64_t b_j, float *C,
+                          int64_t ldc)
 {
     int isa = crnn_current_isa();
     crnn_gemm16_fn nt = crnn_mutant_gemm16(isa, kernels[isa]);
     if (nt == kernels[isa] || K == 0) {
-        kn_kernels[isa](M, N, K, A, a_i, a_k, B, ldb, C, ldc);
+        kn_kernels[isa](M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
         return;
     }
     float *rows = malloc(sizeof(float) * (size_t)((M + N) * K));
@@ -51,7 +52,7 @@ static void kn_via_mutant(int64_t M, int64_t N, int64_t K, const float *A, int64
     for (int64_t i = 0; i < M; i++)
         for (int64_t k = 0; k < K; k++) rows[i * K + k] = A[i * a_i + k * a_k];
     for (int64_t j = 0; j < N; j++)
-        for (int64_t k = 0; k < K; k++) cols[j * K + k] = B[k * ldb + j];
+        for (int64_t k = 0; k < K; k++) cols[j * K + k] = B[k * b_k + j * b_j];
     nt(M, N, K, rows, K, cols, K, C, ldc);
     free(rows);
 }
@@ -87,7 +88,7 @@ crnn_gemm16kn_fn crnn_gemm16kn_kernel(void) { return kn_kernel(); }
 typedef struct {
     crnn_gemm16_fn nt;       /* exactly one of nt, kn is set */
     crnn_gemm16kn_fn kn;
-    int64_t M, N, K, a_i, a_k, ldb, ldc;
+    int64_t M, N, K, a_i, a_k, ldb, b_j, ldc;
     const float *A, *B;
     float *C;
     int by_rows;
@@ -101,12 +102,12 @@ static void gemm_range(void *ctx, int64_t begin, int64_t end)
     if (b >= e) return;
     if (g->by_rows) {
         if (g->kn) g->kn(e - b, g->N, g->K, g->A + b * g->a_i, g->a_i, g->a_k, g->B, g->ldb,
-                         g->C + b * g->ldc, g->ldc);
+                         g->b_j, g->C + b * g->ldc, g->ldc);
         else g->nt(e - b, g->N, g->K, g->A + b * g->a_i, g->a_i, g->B, g->ldb,
                    g->C + b * g->ldc, g->ldc);
     } else {
-        if (g->kn) g->kn(g->M, e - b, g->K, g->A, g->a_i, g->a_k, g->B + b, g->ldb,
-                         g->C + b, g->ldc);
+        if (g->kn) g->kn(g->M, e - b, g->K, g->A, g->a_i, g->a_k, g->B + b * g->b_j, g->ldb,
+                         g->b_j, g->C + b, g->ldc);
         else g->nt(g->M, e - b, g->K, g->A, g->a_i, g->B + b * g->ldb, g->ldb, g->C + b, g->ldc);
     }
 }
@@ -129,15 +130,15 @@ void crnn_gemm16(int64_t M, int64_t N, int64_t K,
                  const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc)
 {
-    gemm_job g = {nt_kernel(), NULL, M, N, K, lda, 1, ldb, ldc, A, B, C, 1};
+    gemm_job g = {nt_kernel(), NULL, M, N, K, lda, 1, ldb, 1, ldc, A, B, C, 1};
     gemm_run(&g);
 }
 
 void crnn_gemm16_kn(int64_t M, int64_t N, int64_t K,
-                    const float *A, int64_t a_i, int64_t a_k, const float *B, int64_t ldb,
-                    float *C, int64_t ldc)
+                    const float *A, int64_t a_i, int64_t a_k,
+                    const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
 {
-    gemm_job g = {NULL, kn_kernel(), M, N, K, a_i, a_k, ldb, ldc, A, B, C, 1};
+    gemm_job g = {NULL, kn_kernel(), M, N, K, a_i, a_k, b_k, b_j, ldc, A, B, C, 1};
     gemm_run(&g);
 }
 

@@ -13,7 +13,7 @@ int32_t crnn_linear_forward(const float *x, const float *W, const float *b,
     crnn_mutant_gemm16_bias_first(T, O, I, x, I, W, I, b, y, O);
     return CRNN_OK;
 #endif
-    crnn_gemm16(T, O, I, x, I, W, I, y, O);
+    crnn_gemm16_kn(T, O, I, x, I, 1, W, 1, I, y, O);     /* term i: x[t][i] * W[o][i] */
     for (int64_t t = 0; t < T; t++)
         for (int64_t o = 0; o < O; o++)
             y[t * O + o] = y[t * O + o] + b[o];
@@ -29,12 +29,11 @@ int32_t crnn_linear_backward(const float *x, const float *W, const float *dY,
 {
     if (T < 0 || I < 0 || O < 0 || !x || !W || !dY || !dW || !db) return CRNN_E_ARG;
     size_t nT = (size_t)T;
-    float *ones = malloc(sizeof(float) * (nT + 1));
+    float *ones = crnn_scratch(CRNN_SCRATCH_LAYER, sizeof(float) * (nT + 1));
     if (!ones) return CRNN_E_NOMEM;
     for (size_t t = 0; t < nT; t++) ones[t] = 1.0f;
-    crnn_gemm16_kn(O, I, T, dY, 1, O, x, I, dW, I);
-    crnn_gemm16_kn(1, O, T, ones, 0, 1, dY, O, db, O);
-    if (dx) crnn_gemm16_kn(T, I, O, dY, O, 1, W, I, dx, I);
-    free(ones);
+    crnn_gemm16_kn(O, I, T, dY, 1, O, x, I, 1, dW, I);
+    crnn_gemm16_kn(1, O, T, ones, 0, 1, dY, O, 1, db, O);
+    if (dx) crnn_gemm16_kn(T, I, O, dY, O, 1, W, I, 1, dx, I);
     return CRNN_OK;
 }

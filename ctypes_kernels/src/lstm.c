@@ -98,12 +98,11 @@ int32_t crnn_lstm_forward(const float *x, int32_t T, int32_t I, int32_t H,
     if (T < 0 || I < 0 || H < 1 || !W_ih || !W_hh || !b) return CRNN_E_ARG;
     if (T > 0 && (!x || !out || !gates || !c || !tc || !hPrev)) return CRNN_E_ARG;
     const size_t G = 4 * (size_t)H;
-    float *buf = malloc(sizeof(float) * ((size_t)T * 2 * G + 4 * G));
+    float *buf = crnn_scratch(CRNN_SCRATCH_LAYER, sizeof(float) * ((size_t)T * 2 * G + 4 * G));
     if (!buf) return CRNN_E_NOMEM;
     fwd_ctx k = {T, H, buf, W_hh, b, out, gates, c, tc, hPrev, buf + (size_t)T * 2 * G};
-    crnn_gemm16(T, 2 * (int64_t)G, I, x, I, W_ih, I, buf, 2 * (int64_t)G);
+    crnn_gemm16_kn(T, 2 * (int64_t)G, I, x, I, 1, W_ih, 1, I, buf, 2 * (int64_t)G);
     crnn_parallel_for(2, forward_range, &k);
-    free(buf);
     return CRNN_OK;
 }
 
@@ -151,7 +150,7 @@ static void backward_dir(bwd_ctx *k, int d)
             dz[ROW_G * H + j] = dg * (1.0f - g[j] * g[j]);
             dz[3 * H + j] = d_o * (o[j] * (1.0f - o[j]));
         }
-        gemm(1, H, G, dz, 0, 1, Whh, H, dhRec, H);      /* dhRec[j] = dot over 4H of dz, W_hh[.][j] */
+        gemm(1, H, G, dz, 0, 1, Whh, H, 1, dhRec, H);      /* dhRec[j] = dot over 4H of dz, W_hh[.][j] */
     }
 }
 
@@ -172,7 +171,7 @@ int32_t crnn_lstm_backward(const float *x, int32_t T, int32_t I, int32_t H,
     size_t n = nT * 2 * G      /* dz */
              + nT              /* ones */
              + 4 * nH + 1;     /* scratch */
-    float *buf = malloc(sizeof(float) * n);
+    float *buf = crnn_scratch(CRNN_SCRATCH_LAYER, sizeof(float) * n);
     if (!buf) return CRNN_E_NOMEM;
     float *dz = buf, *ones = dz + nT * 2 * G, *scratch = ones + nT;
     bwd_ctx k = {T, H, gates, c, tc, dOut, W_hh, dz, scratch};
@@ -181,13 +180,12 @@ int32_t crnn_lstm_backward(const float *x, int32_t T, int32_t I, int32_t H,
     /* dots over t, t ascending: columns of dz against rows of x, hPrev, ones */
     const int64_t G8 = 2 * (int64_t)G;
     for (size_t t = 0; t < nT; t++) ones[t] = 1.0f;
-    crnn_gemm16_kn(G8, I, T, dz, 1, G8, x, I, dW_ih, I);
+    crnn_gemm16_kn(G8, I, T, dz, 1, G8, x, I, 1, dW_ih, I);
     for (int d = 0; d < 2; d++)
-        crnn_gemm16_kn((int64_t)G, H, T, dz + d * G, 1, G8, hPrev + d * nT * nH, H,
+        crnn_gemm16_kn((int64_t)G, H, T, dz + d * G, 1, G8, hPrev + d * nT * nH, H, 1,
                        dW_hh + d * G * nH, H);
-    crnn_gemm16_kn(1, G8, T, ones, 0, 1, dz, G8, db, G8);
+    crnn_gemm16_kn(1, G8, T, ones, 0, 1, dz, G8, 1, db, G8);
     /* dx[t][i]: the dot over the 8H gates [dz_fwd | dz_rev] against W_ih[.][i] */
-    if (dx) crnn_gemm16_kn(T, I, G8, dz, G8, 1, W_ih, I, dx, I);
-    free(buf);
+    if (dx) crnn_gemm16_kn(T, I, G8, dz, G8, 1, W_ih, I, 1, dx, I);
     return CRNN_OK;
 }

@@ -12,12 +12,11 @@
  *   outputs together with shuffles so each add is still lane i + lane i+s of one output, and
  *   returns the VW results in one register.
  * kn (C[i][j] = sum_k A(i,k) B[k][j], B read down its columns): a register holds lane l of
- *   VW consecutive outputs j. The lanes are computed one after another (each lane's terms
- *   k = l, l+16, ... in ascending order) in the order 0,8,4,12,2,10,6,14,1,9,5,13,3,11,7,15,
- *   and combined as soon as the tree allows, so at most 5 partial sets are live and the tree
- *   is vertical adds in its own order. A block is MR rows x NR registers of outputs; the last
- *   register of a row may be partial (masked loads and stores). */
-#include <stdlib.h>
+ *   VW consecutive outputs j. The lanes are computed four at a time (a, a+8, a+4, a+12 for
+ *   a = 0, 2, 1, 3: each lane's terms k = l, l+16, ... in ascending order, four independent
+ *   chains) and combined as soon as the tree allows, so the tree is vertical adds in its own
+ *   order. A block is MR rows x NR registers of outputs; the last register of a row may be
+ *   partial (masked loads and stores). */
 #include <string.h>
 #include "../core.h"
 
@@ -27,11 +26,24 @@
 #define AI static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
 
-/* registers the kn block may fill with partial sets (5 per output register) */
+/* kn blocks: at most KN_QMAX output registers, each with KN_LG accumulators while a group
+ * of KN_LG lanes runs (enough independent fma chains to cover the latency).
+ * 512-bit (32 registers): the fma takes A's splat from memory for free, so blocks are rows
+ * of A (up to 4 x 1: one load of B per 4 fmas), four lanes at a time.
+ * 256-bit (16 registers): a splat is an instruction of its own, so blocks are 2 x 2 (one
+ * splat and one load per 2 fmas), two lanes at a time; 128-bit: 1 x 3, four lanes at a time. */
 #if VW == 16
 #define KN_QMAX 4
+#define KN_NR_PREF 1
+#define KN_LG 4
+#elif VW == 8
+#define KN_QMAX 4
+#define KN_NR_PREF 2
+#define KN_LG 2
 #else
-#define KN_QMAX 2
+#define KN_QMAX 3
+#define KN_NR_PREF 3
+#define KN_LG 4
 #endif
 
 /* ================================ nt ===================================== */
@@ -145,67 +157,128 @@ typedef struct {
     int64_t off[16], step, rs;
 } kn_operand;
 
-/* The partials of lane l for an MR x NR block: x[r*NR + v] lane e = sum over k = l, l+16, ...
- * of A(r, k) * B(k, v*VW + e), in ascending k, from +0. `last` < VW: the last register of
- * B's rows holds only `last` valid columns (masked loads). */
-AI void kn_lane(const int MR, const int NR, int l, int64_t K, const kn_operand *A,
-                const kn_operand *B, int last, vec_t *x)
+/* One term k of lane-partials x (MR x NR registers): x[r*NR + v] += A(r, k) * B(k, v). */
+AI void kn_term(const int MR, const int NR, const float *a, int64_t ars, const float *b,
+                int last, vec_t *x)
 {
+    vec_t bv[KN_QMAX];
     UNROLL
-    for (int q = 0; q < MR * NR; q++) x[q] = VZERO();
-    const float *a = A->p + A->off[l], *b = B->p + B->off[l];
-    const int64_t as = A->step, bs = B->step, ars = A->rs;
-    for (int64_t k = l; k < K; k += 16, a += as, b += bs) {
-        vec_t bv[KN_QMAX];
+    for (int v = 0; v < NR; v++) {
+        bv[v] = v == NR - 1 && last < VW ? VLOADN(b + v * VW, last) : VLOADU(b + v * VW);
+#if VW < 16 && defined(__GNUC__)
+        /* keep B in a register for all MR rows instead of one memory operand per fma
+         * (a load is the scarce resource when every splat is an instruction) */
+        if (MR > 1) __asm__("" : "+x"(bv[v]));
+#endif
+    }
+    UNROLL
+    for (int r = 0; r < MR; r++) {
+        vec_t av = VSET1(a[r * ars]);
         UNROLL
-        for (int v = 0; v < NR; v++)
-            bv[v] = v == NR - 1 && last < VW ? VLOADN(b + v * VW, last) : VLOADU(b + v * VW);
-        UNROLL
-        for (int r = 0; r < MR; r++) {
-            vec_t av = VSET1(a[r * ars]);
-            UNROLL
-            for (int v = 0; v < NR; v++) x[r * NR + v] = VFMA(av, bv[v], x[r * NR + v]);
-        }
+        for (int v = 0; v < NR; v++) x[r * NR + v] = VFMA(av, bv[v], x[r * NR + v]);
     }
 }
 
-/* MR x NR registers of outputs: C[r*ldc + v*VW + e]; the last register holds `last` outputs. */
+/* Lanes a, a+8, a+4, a+12 (a < 4) together — four independent fma chains per output
+ * register, enough to cover the fma latency — each lane's terms k = l, l+16, ... in
+ * ascending order from +0; then the first two tree levels of that group:
+ * y = (p[a] + p[a+8]) + (p[a+4] + p[a+12]). */
+AI void kn_group(const int MR, const int NR, int a, int64_t K, const kn_operand *A,
+                 const kn_operand *B, int last, vec_t *y)
+{
+    enum { Q = KN_QMAX };
+    vec_t x0[Q], x8[Q], x4[Q], x12[Q];
+    UNROLL
+    for (int q = 0; q < MR * NR; q++) x0[q] = x8[q] = x4[q] = x12[q] = VZERO();
+    /* terms per lane: ceil((K - l) / 16); lane a has the most, a+12 the fewest (one less
+     * at most), so all four run together for the fewest and the others finish alone */
+    const int64_t n12 = K > a + 12 ? (K - a - 12 + 15) / 16 : 0;
+    const int64_t n8 = K > a + 8 ? (K - a - 8 + 15) / 16 : 0;
+    const int64_t n4 = K > a + 4 ? (K - a - 4 + 15) / 16 : 0;
+    const int64_t n0 = K > a ? (K - a + 15) / 16 : 0;
+    const float *pa0 = A->p + A->off[a], *pa8 = A->p + A->off[a + 8];
+    const float *pa4 = A->p + A->off[a + 4], *pa12 = A->p + A->off[a + 12];
+    const float *pb0 = B->p + B->off[a], *pb8 = B->p + B->off[a + 8];
+    const float *pb4 = B->p + B->off[a + 4], *pb12 = B->p + B->off[a + 12];
+    const int64_t as = A->step, bs = B->step, ars = A->rs;
+    int64_t m = 0;
+    for (; m < n12; m++) {
+        kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, last, x0);
+        kn_term(MR, NR, pa8 + m * as, ars, pb8 + m * bs, last, x8);
+        kn_term(MR, NR, pa4 + m * as, ars, pb4 + m * bs, last, x4);
+        kn_term(MR, NR, pa12 + m * as, ars, pb12 + m * bs, last, x12);
+    }
+    if (n0 > m) kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, last, x0);
+    if (n8 > m) kn_term(MR, NR, pa8 + m * as, ars, pb8 + m * bs, last, x8);
+    if (n4 > m) kn_term(MR, NR, pa4 + m * as, ars, pb4 + m * bs, last, x4);
+    UNROLL
+    for (int q = 0; q < MR * NR; q++)
+        y[q] = VADD(VADD(x0[q], x8[q]), VADD(x4[q], x12[q]));
+}
+
+/* Lanes a and a+8 together (two fma chains per output register), each lane's terms in
+ * ascending order from +0; then the first tree level: y = p[a] + p[a+8]. */
+AI void kn_pair(const int MR, const int NR, int a, int64_t K, const kn_operand *A,
+                const kn_operand *B, int last, vec_t *y)
+{
+    enum { Q = KN_QMAX };
+    vec_t x0[Q], x8[Q];
+    UNROLL
+    for (int q = 0; q < MR * NR; q++) x0[q] = x8[q] = VZERO();
+    const int64_t n8 = K > a + 8 ? (K - a - 8 + 15) / 16 : 0;
+    const int64_t n0 = K > a ? (K - a + 15) / 16 : 0;
+    const float *pa0 = A->p + A->off[a], *pa8 = A->p + A->off[a + 8];
+    const float *pb0 = B->p + B->off[a], *pb8 = B->p + B->off[a + 8];
+    const int64_t as = A->step, bs = B->step, ars = A->rs;
+    int64_t m = 0;
+    for (; m < n8; m++) {
+        kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, last, x0);
+        kn_term(MR, NR, pa8 + m * as, ars, pb8 + m * bs, last, x8);
+    }
+    if (n0 > m) kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, last, x0);
+    UNROLL
+    for (int q = 0; q < MR * NR; q++) y[q] = VADD(x0[q], x8[q]);
+}
+
+/* MR x NR registers of outputs: C[r*ldc + v*VW + e]; the last register holds `last` outputs.
+ * The tree from the groups, level by level: q_a = p[a] + p[a+8]; r_a = q_a + q_{a+4};
+ * u_a = r_a + r_{a+2}; the result u_0 + u_1 — exactly the levels s = 8, 4, 2, 1. */
 AI void kn_block(const int MR, const int NR, int64_t K, const kn_operand *A, const kn_operand *B,
                  float *C, int64_t ldc, int last, int masked)
 {
     enum { Q = KN_QMAX };
-    vec_t s0[Q], s1[Q], s2[Q], s3[Q], x[Q];
+    vec_t u0[Q], u1[Q], t[Q];
     const int lastload = masked ? last : VW;
-#define LANE(l) kn_lane(MR, NR, (l), K, A, B, lastload, x)
-#define KEEP(s) UNROLL for (int q = 0; q < MR * NR; q++) s[q] = x[q]
-#define ADD(s)  UNROLL for (int q = 0; q < MR * NR; q++) x[q] = VADD(s[q], x[q])
-    /* the tree, leaf by leaf: s0 holds a lane, s1 p[i]+p[i+8], s2 .. + p[i+4].., s3 .. */
-    LANE(0);  KEEP(s0);
-    LANE(8);  ADD(s0); KEEP(s1);                              /* q0 = p0 + p8 */
-    LANE(4);  KEEP(s0);
-    LANE(12); ADD(s0); ADD(s1); KEEP(s2);                     /* r0 = q0 + q4 */
-    LANE(2);  KEEP(s0);
-    LANE(10); ADD(s0); KEEP(s1);                              /* q2 */
-    LANE(6);  KEEP(s0);
-    LANE(14); ADD(s0); ADD(s1); ADD(s2); KEEP(s3);            /* u0 = r0 + (q2 + q6) */
-    LANE(1);  KEEP(s0);
-    LANE(9);  ADD(s0); KEEP(s1);                              /* q1 */
-    LANE(5);  KEEP(s0);
-    LANE(13); ADD(s0); ADD(s1); KEEP(s2);                     /* r1 = q1 + q5 */
-    LANE(3);  KEEP(s0);
-    LANE(11); ADD(s0); KEEP(s1);                              /* q3 */
-    LANE(7);  KEEP(s0);
-    LANE(15); ADD(s0); ADD(s1); ADD(s2); ADD(s3);             /* u0 + (r1 + (q3 + q7)) */
-#undef LANE
-#undef KEEP
-#undef ADD
+#define VSUM(d, a, b) UNROLL for (int q = 0; q < MR * NR; q++) d[q] = VADD(a[q], b[q])
+#if KN_LG == 4
+    kn_group(MR, NR, 0, K, A, B, lastload, u0);            /* r0 */
+    kn_group(MR, NR, 2, K, A, B, lastload, t);             /* r2 */
+    VSUM(u0, u0, t);
+    kn_group(MR, NR, 1, K, A, B, lastload, u1);            /* r1 */
+    kn_group(MR, NR, 3, K, A, B, lastload, t);             /* r3 */
+    VSUM(u1, u1, t);
+#else
+    vec_t r[Q];
+    for (int h = 0; h < 2; h++) {                          /* u_h from lanes h, h+2, ... */
+        vec_t *u = h ? u1 : u0;
+        kn_pair(MR, NR, h, K, A, B, lastload, r);          /* q_h */
+        kn_pair(MR, NR, h + 4, K, A, B, lastload, t);      /* q_{h+4} */
+        VSUM(r, r, t);                                     /* r_h */
+        kn_pair(MR, NR, h + 2, K, A, B, lastload, u);      /* q_{h+2} */
+        kn_pair(MR, NR, h + 6, K, A, B, lastload, t);      /* q_{h+6} */
+        VSUM(u, u, t);                                     /* r_{h+2} */
+        VSUM(u, r, u);                                     /* u_h = r_h + r_{h+2} */
+    }
+#endif
+#undef VSUM
     UNROLL
     for (int r = 0; r < MR; r++)
         UNROLL
         for (int v = 0; v < NR; v++) {
             float *c = C + r * ldc + v * VW;
-            if (v == NR - 1 && last < VW) VSTOREN(c, x[r * NR + v], last);
-            else VSTOREU(c, x[r * NR + v]);
+            vec_t y = VADD(u0[r * NR + v], u1[r * NR + v]);
+            if (v == NR - 1 && last < VW) VSTOREN(c, y, last);
+            else VSTOREU(c, y);
         }
 }
 
@@ -223,11 +296,11 @@ typedef void (*kn_block_fn)(int64_t, const kn_operand *, const kn_operand *, flo
 KN_SHAPE(1, 1)
 KN_SHAPE(2, 1)
 KN_SHAPE(1, 2)
-#if KN_QMAX >= 4
 KN_SHAPE(3, 1)
+KN_SHAPE(1, 3)
+#if KN_QMAX >= 4
 KN_SHAPE(4, 1)
 KN_SHAPE(2, 2)
-KN_SHAPE(1, 3)
 KN_SHAPE(1, 4)
 #endif
 
@@ -237,11 +310,11 @@ static kn_block_fn kn_shape(int mr, int nr)
     case 1 * 8 + 1: return kn_1x1;
     case 2 * 8 + 1: return kn_2x1;
     case 1 * 8 + 2: return kn_1x2;
-#if KN_QMAX >= 4
     case 3 * 8 + 1: return kn_3x1;
+    case 1 * 8 + 3: return kn_1x3;
+#if KN_QMAX >= 4
     case 4 * 8 + 1: return kn_4x1;
     case 2 * 8 + 2: return kn_2x2;
-    case 1 * 8 + 3: return kn_1x3;
     case 1 * 8 + 4: return kn_1x4;
 #endif
     default: return 0;
@@ -260,32 +333,49 @@ static void lane_starts(int64_t K, int64_t width, int64_t off[16])
 
 #define KN_PACK_MIN_ROWS (2 * KN_QMAX)   /* pack B's panel when it serves this many rows */
 
+/* Without scratch memory for a panel that must be gathered (b_j != 1): the definition per
+ * output (fmaf is the FMA instruction in this file) — the same bits, slowly. */
+static void kn_plain(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i, int64_t a_k,
+                     const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
+{
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            float p[16] = {0};
+            for (int64_t k = 0; k < K; k++)
+                p[k % 16] = __builtin_fmaf(A[i * a_i + k * a_k], B[k * b_k + j * b_j], p[k % 16]);
+            C[i * ldc + j] = crnn_tree16(p);
+        }
+}
+
 void CAT(crnn_gemm16kn, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
                                     const float *A, int64_t a_i, int64_t a_k,
-                                    const float *B, int64_t ldb, float *C, int64_t ldc)
+                                    const float *B, int64_t b_k, int64_t b_j,
+                                    float *C, int64_t ldc)
 {
     if (M <= 0 || N <= 0) return;
     const int64_t nvec = (N + VW - 1) / VW;
     const int lastn = (int)(N - (nvec - 1) * VW);
-    /* B: a panel of one register of columns, packed lane-major (rows l, l+16, ... of lane l
-     * contiguous, the missing columns of a last partial register zero) when enough rows of
-     * A reuse it: strided rows of a power-of-two width would fight over a few cache sets.
+    /* B: a panel of NR registers of columns is packed lane-major (rows l, l+16, ... of lane
+     * l contiguous, the missing columns of a last partial register zero) when enough rows of
+     * A reuse it — strided rows of a power-of-two width would fight over a few cache sets —
+     * and always when B's columns are strided (b_j != 1: the panel gathers them).
      * A: packed lane-major in blocks of KN_QMAX rows when its terms are strided (a_k != 1)
      * and several panels reuse it. Packing moves values only: the same terms, same order. */
-    const int packB = M >= KN_PACK_MIN_ROWS && K >= 16;
+    const int packB = (M >= KN_PACK_MIN_ROWS && K >= 16) || b_j != 1;
     const int packA = packB && a_k != 1 && nvec > 1;
     float *bp = NULL, *ap = NULL;
     if (packB) {
-        bp = malloc(sizeof(float) * (size_t)(K * VW));
-        if (packA) ap = malloc(sizeof(float) * (size_t)(((M + KN_QMAX - 1) / KN_QMAX) * KN_QMAX * K));
-        if (!bp || (packA && !ap)) {     /* no memory: the unpacked operands, same bits */
-            free(bp);
-            free(ap);
-            bp = ap = NULL;
+        bp = crnn_scratch(CRNN_SCRATCH_PACK_B, sizeof(float) * (size_t)(K * KN_QMAX * VW));
+        if (bp && packA)
+            ap = crnn_scratch(CRNN_SCRATCH_PACK_A,
+                              sizeof(float) * (size_t)(((M + KN_QMAX - 1) / KN_QMAX) * KN_QMAX * K));
+        if (!bp && b_j != 1) {
+            kn_plain(M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
+            return;
         }
     }
-    int64_t lane_off[16], lane_offA[16];
-    if (ap) {
+    int64_t lane_offA[16];
+    if (ap) {            /* blocks of KN_QMAX rows: ap[block][lane-major k][r] */
         lane_starts(K, KN_QMAX, lane_offA);
         for (int64_t i0 = 0; i0 < M; i0 += KN_QMAX) {
             float *dst = ap + i0 * K;
@@ -296,37 +386,44 @@ void CAT(crnn_gemm16kn, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
                         dst[r] = r < mr ? A[(i0 + r) * a_i + k * a_k] : 0.0f;
         }
     }
-    if (bp) lane_starts(K, VW, lane_off);
-    const int nrmax = bp || M >= KN_QMAX ? 1 : KN_QMAX / (int)M;
+    const int nrmax = M >= KN_QMAX / KN_NR_PREF ? KN_NR_PREF : KN_QMAX / (int)M;
     for (int64_t jv = 0; jv < nvec; ) {
         int nr = nvec - jv < nrmax ? (int)(nvec - jv) : nrmax;
         int last = jv + nr == nvec ? lastn : VW;
+        const int64_t width = (int64_t)nr * VW, valid = (nr - 1) * (int64_t)VW + last;
         kn_operand Bo;
-        if (bp) {
+        if (bp) {        /* the panel's rows lane-major, `width` floats each, zeros past N */
             float *dst = bp;
-            for (int l = 0; l < 16; l++)
-                for (int64_t k = l; k < K; k += 16, dst += VW) {
-                    if (last == VW) memcpy(dst, B + k * ldb + jv * VW, sizeof(float) * VW);
-                    else {
-                        memset(dst, 0, sizeof(float) * VW);
-                        memcpy(dst, B + k * ldb + jv * VW, sizeof(float) * (size_t)last);
+            const float *src = B + jv * VW * b_j;
+            if (b_j == 1) {
+                for (int l = 0; l < 16; l++)
+                    for (int64_t k = l; k < K; k += 16, dst += width) {
+                        memcpy(dst, src + k * b_k, sizeof(float) * (size_t)valid);
+                        if (valid < width) memset(dst + valid, 0, sizeof(float) * (size_t)(width - valid));
                     }
-                }
+            } else {
+                for (int l = 0; l < 16; l++)
+                    for (int64_t k = l; k < K; k += 16, dst += width) {
+                        for (int64_t e = 0; e < valid; e++) dst[e] = src[k * b_k + e * b_j];
+                        for (int64_t e = valid; e < width; e++) dst[e] = 0.0f;
+                    }
+            }
             Bo.p = bp;
-            for (int l = 0; l < 16; l++) Bo.off[l] = lane_off[l];
-            Bo.step = VW;
+            lane_starts(K, width, Bo.off);
+            Bo.step = width;
         } else {
             Bo.p = B + jv * VW;
-            for (int l = 0; l < 16; l++) Bo.off[l] = l * ldb;
-            Bo.step = 16 * ldb;
+            for (int l = 0; l < 16; l++) Bo.off[l] = l * b_k;
+            Bo.step = 16 * b_k;
         }
         Bo.rs = 0;
         for (int64_t i = 0; i < M; ) {
-            int mr = M - i < KN_QMAX / nr ? (int)(M - i) : KN_QMAX / nr;
-            if (mr == 3 && KN_QMAX == 2) mr = 2;
+            int mr = KN_QMAX / nr;
+            if (M - i < mr) mr = (int)(M - i);
+            if (mr == 3 && nr > 1) mr = 1;
             kn_operand Ao;
             if (ap) {
-                Ao.p = ap + i * K;
+                Ao.p = ap + (i / KN_QMAX) * KN_QMAX * K + i % KN_QMAX;
                 for (int l = 0; l < 16; l++) Ao.off[l] = lane_offA[l];
                 Ao.step = KN_QMAX;
                 Ao.rs = 1;
@@ -341,6 +438,4 @@ void CAT(crnn_gemm16kn, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
         }
         jv += nr;
     }
-    free(bp);
-    free(ap);
 }

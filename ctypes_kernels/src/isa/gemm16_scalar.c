@@ -37,12 +37,33 @@ AI void nt_def(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
             C[i * ldc + j] = dot16_def(A + i * lda, 1, B + j * ldb, 1, K);
 }
 
+/* kn: the same definition for each output C[i][j], term k = A(i, k) * B[k][j]; a block of
+ * up to 16 outputs of one row is walked together (B read along its rows when b_j = 1). */
 AI void kn_def(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i, int64_t a_k,
-               const float *B, int64_t ldb, float *C, int64_t ldc)
+               const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
 {
+    enum { JB = 16 };
     for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++)
-            C[i * ldc + j] = dot16_def(A + i * a_i, a_k, B + j, ldb, K);
+        for (int64_t j0 = 0; j0 < N; j0 += JB) {
+            const int nj = N - j0 < JB ? (int)(N - j0) : JB;
+            float p[16][JB];                      /* p[lane][output] */
+            for (int l = 0; l < 16; l++)
+                for (int jj = 0; jj < JB; jj++) p[l][jj] = 0.0f;
+            for (int64_t k = 0; k < K; k++) {
+                const float a = A[i * a_i + k * a_k];
+                const float *b = B + k * b_k + j0 * b_j;
+                float *pl = p[k % 16];
+                if (b_j == 1)
+                    for (int jj = 0; jj < nj; jj++) pl[jj] = fmaf(a, b[jj], pl[jj]);
+                else
+                    for (int jj = 0; jj < nj; jj++) pl[jj] = fmaf(a, b[jj * b_j], pl[jj]);
+            }
+            for (int jj = 0; jj < nj; jj++) {
+                for (int s = 8; s >= 1; s >>= 1)
+                    for (int l = 0; l < s; l++) p[l][jj] = p[l][jj] + p[l + s][jj];
+                C[i * ldc + j0 + jj] = p[0][jj];
+            }
+        }
 }
 
 static void nt_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
@@ -52,9 +73,9 @@ static void nt_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t 
 }
 
 static void kn_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i, int64_t a_k,
-                       const float *B, int64_t ldb, float *C, int64_t ldc)
+                       const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
 {
-    kn_def(M, N, K, A, a_i, a_k, B, ldb, C, ldc);
+    kn_def(M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
 }
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
@@ -67,9 +88,9 @@ static void nt_fma3(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda
 
 __attribute__((target("fma")))
 static void kn_fma3(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i, int64_t a_k,
-                    const float *B, int64_t ldb, float *C, int64_t ldc)
+                    const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
 {
-    kn_def(M, N, K, A, a_i, a_k, B, ldb, C, ldc);
+    kn_def(M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
 }
 
 static int has_fma3(void)
@@ -96,9 +117,23 @@ void crnn_gemm16_scalar(int64_t M, int64_t N, int64_t K,
 
 void crnn_gemm16kn_scalar(int64_t M, int64_t N, int64_t K,
                           const float *A, int64_t a_i, int64_t a_k,
-                          const float *B, int64_t ldb, float *C, int64_t ldc)
+                          const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
 {
-    (has_fma3() ? kn_fma3 : kn_generic)(M, N, K, A, a_i, a_k, B, ldb, C, ldc);
+    if (a_k == 1 && b_k == 1 && K >= 64) {   /* long dots along k: one output at a time */
+        (has_fma3() ? nt_fma3 : nt_generic)(M, N, K, A, a_i, B, b_j, C, ldc);
+        return;
+    }
+    /* B's columns strided: copy B into rows [K][N] first (values moved, not changed), so
+     * the walk over 16 outputs reads contiguous memory */
+    float *Bt = b_j != 1 && M > 1 ? crnn_scratch(CRNN_SCRATCH_PACK_B, sizeof(float) * (size_t)(K * N)) : NULL;
+    if (Bt) {
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t j = 0; j < N; j++) Bt[k * N + j] = B[k * b_k + j * b_j];
+        B = Bt;
+        b_k = N;
+        b_j = 1;
+    }
+    (has_fma3() ? kn_fma3 : kn_generic)(M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
 }
 
 /* Both variants, for tests: 0 = the C library's fmaf, 1 = FMA3 (0 without it). */

@@ -1,0 +1,46 @@
+/* scratch.c — per-thread scratch buffers, kept between calls.
+ *
+ * A layer call needs working memory of a size fixed by its shapes (im2col, dz, packed
+ * panels); allocating and releasing megabytes per call costs page faults every time. Each
+ * thread keeps one buffer per slot and grows it when a call needs more; the buffers are
+ * released when the thread exits. Slots are nested by purpose (core.h), so a layer's buffer
+ * and the gemm packing inside it never share one. Only memory is reused: every call writes
+ * what it reads, so no value crosses calls. */
+#include <pthread.h>
+#include <stdlib.h>
+#include "core.h"
+
+typedef struct {
+    void *p;
+    size_t n;
+} slot_t;
+
+static _Thread_local slot_t slots[CRNN_SCRATCH_SLOTS];
+static pthread_key_t key;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+
+static void release(void *arg)
+{
+    slot_t *s = arg;
+    for (int i = 0; i < CRNN_SCRATCH_SLOTS; i++) {
+        free(s[i].p);
+        s[i].p = NULL;
+        s[i].n = 0;
+    }
+}
+
+static void make_key(void) { pthread_key_create(&key, release); }
+
+void *crnn_scratch(int slot, size_t bytes)
+{
+    slot_t *s = &slots[slot];
+    if (bytes == 0) bytes = 1;
+    if (s->n < bytes) {
+        pthread_once(&key_once, make_key);
+        pthread_setspecific(key, slots);
+        free(s->p);
+        s->p = malloc(bytes);
+        s->n = s->p ? bytes : 0;
+    }
+    return s->p;
+}
