@@ -70,12 +70,15 @@ crnn_gemm16kn_fn crnn_gemm16kn_kernel(void);
 void crnn_transpose(const float *src, int64_t rows, int64_t cols, float *dst);
 
 /* A buffer of at least `bytes` owned by the calling thread and kept for its next calls
- * (scratch.c), or NULL when it cannot be allocated. One per slot: a layer entry point uses
- * CRNN_SCRATCH_LAYER, the gemm16 kernels CRNN_SCRATCH_PACK_A/B; the contents are not kept. */
+ * (scratch.c), or NULL when it cannot be allocated. One per slot, by nesting level: the batch
+ * gradient (BATCH) runs lines (LINE), which call layer entry points (LAYER), which call the
+ * gemm16 kernels (PACK_A/B); the contents are not kept. */
 #define CRNN_SCRATCH_LAYER  0
 #define CRNN_SCRATCH_PACK_A 1
 #define CRNN_SCRATCH_PACK_B 2
-#define CRNN_SCRATCH_SLOTS  3
+#define CRNN_SCRATCH_LINE   3
+#define CRNN_SCRATCH_BATCH  4
+#define CRNN_SCRATCH_SLOTS  5
 void *crnn_scratch(int slot, size_t bytes);
 
 /* Runs fn(ctx, begin, end) over [0, n) split into contiguous chunks, one per thread. */

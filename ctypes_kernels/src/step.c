@@ -201,7 +201,7 @@ static int32_t run_line(const batch_t *bt, int32_t b)
     int64_t o_gWhh = need; need += 2 * G4 * H;
     int64_t o_gb = need; need += 2 * G4;
     if ((uint64_t)need > SIZE_MAX / sizeof(float)) return CRNN_E_NOMEM;
-    float *s = malloc(sizeof(float) * (size_t)(need + 1));
+    float *s = crnn_scratch(CRNN_SCRATCH_LINE, sizeof(float) * (size_t)(need + 1));
     if (!s) return CRNN_E_NOMEM;
     int32_t rc = CRNN_OK;
 #define TRY(call) do { rc = (call); if (rc != CRNN_OK) goto done; } while (0)
@@ -239,8 +239,10 @@ static int32_t run_line(const batch_t *bt, int32_t b)
     TRY(crnn_ctc(s + o_logits, (int32_t)T, (int32_t)K, bt->targetLens[b] ? tgt : NULL,
                  bt->targetLens[b], 1.0 / (double)bt->B, &loss, s + o_dlogits));
     bt->losses[b] = loss;
-    memset(grads, 0, sizeof(float) * (size_t)m->nParams);
-    if (isinf(loss)) goto done;   /* no alignment: all-+0 gradient */
+    if (isinf(loss)) {            /* no alignment: all-+0 gradient */
+        memset(grads, 0, sizeof(float) * (size_t)m->nParams);
+        goto done;
+    }                             /* else the backward writes every gradient element */
 
     /* ---- backward ---- */
     float *dseq = s + o_dA, *dnext = s + o_dB;
@@ -283,7 +285,6 @@ static int32_t run_line(const batch_t *bt, int32_t b)
     }
 #undef TRY
 done:
-    free(s);
     return rc;
 }
 
@@ -332,14 +333,15 @@ int32_t crnn_step_gradients(const int32_t *cfg, const float *params, int32_t B,
     int64_t stackN = 0;
     for (int l = 0; l < m.nLstm; l++)
         for (int w = 0; w < 3; w++) stackN += 2 * m.sizes[t_lstm(&m, l, 0, w)];
-    float *stack = malloc(sizeof(float) * (size_t)stackN);
-    float *lineGrads = B > 1 ? malloc(sizeof(float) * (size_t)(B * m.nParams)) : grads;
-    if (!stack || !lineGrads) {
-        free(stack);
-        if (B > 1) free(lineGrads);
+    /* one scratch buffer (kept by this thread for the next batch): the stack, then the
+     * line gradients */
+    float *stack = crnn_scratch(CRNN_SCRATCH_BATCH,
+                                sizeof(float) * (size_t)(stackN + (B > 1 ? B * m.nParams : 0)));
+    if (!stack) {
         free(imgOff); free(rcs);
         return CRNN_E_NOMEM;
     }
+    float *lineGrads = B > 1 ? stack + stackN : grads;
     batch_t bt = {.m = &m, .params = params, .B = B, .widths = widths, .targetLens = targetLens,
                   .targets = targets, .imgOff = imgOff, .tgtOff = tgtOff, .images = images,
                   .lineGrads = lineGrads, .losses = losses, .rc = rcs};
@@ -387,8 +389,6 @@ int32_t crnn_step_gradients(const int32_t *cfg, const float *params, int32_t B,
         *batchLoss = total / (double)B;
 #endif
     }
-    free(stack);
-    if (B > 1) free(lineGrads);
     free(imgOff); free(rcs);
     return rc;
 }
