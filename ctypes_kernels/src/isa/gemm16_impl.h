@@ -363,9 +363,10 @@ void CAT(crnn_gemm16kn, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
      * and several panels reuse it. Packing moves values only: the same terms, same order. */
     const int packB = (M >= KN_PACK_MIN_ROWS && K >= 16) || b_j != 1;
     const int packA = packB && a_k != 1 && nvec > 1;
+    const int nrmax = M >= KN_QMAX / KN_NR_PREF ? KN_NR_PREF : KN_QMAX / (int)M;
     float *bp = NULL, *ap = NULL;
     if (packB) {
-        bp = crnn_scratch(CRNN_SCRATCH_PACK_B, sizeof(float) * (size_t)(K * KN_QMAX * VW));
+        bp = crnn_scratch(CRNN_SCRATCH_PACK_B, sizeof(float) * (size_t)(K * nrmax * VW));
         if (bp && packA)
             ap = crnn_scratch(CRNN_SCRATCH_PACK_A,
                               sizeof(float) * (size_t)(((M + KN_QMAX - 1) / KN_QMAX) * KN_QMAX * K));
@@ -386,7 +387,6 @@ void CAT(crnn_gemm16kn, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
                         dst[r] = r < mr ? A[(i0 + r) * a_i + k * a_k] : 0.0f;
         }
     }
-    const int nrmax = M >= KN_QMAX / KN_NR_PREF ? KN_NR_PREF : KN_QMAX / (int)M;
     for (int64_t jv = 0; jv < nvec; ) {
         int nr = nvec - jv < nrmax ? (int)(nvec - jv) : nrmax;
         int last = jv + nr == nvec ? lastn : VW;
