@@ -1,0 +1,163 @@
+"""The mutant catalogue (docs/mutants.md): every mutant is killed by exactly the tiers the doc
+names; the catalogue, the C switch list and the doc agree; `crnn-conformance mutants` prints
+the kill table and exits 0 / 1 / 2.
+
+Gating every mutant takes minutes, so only FAST (one mutant per kind of catch: exact,
+float64 + pytorch, identity) runs by default; the rest are marked slow (pytest --slow, and
+.ci/run runs them)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ctypes_kernels.build import BuildError, build
+from harness import mutants as M
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = ["dot8", "lstm_no_dc_carry", "vec_tail_zero_pad"]
+DOT_LAYERS = {"dot16", "linear", "conv", "lstm", "step", "clip", "train3"}
+
+
+def doc_table() -> dict[str, tuple]:
+    """mutant -> expected tiers, from the catalogue table of docs/mutants.md."""
+    rows = {}
+    for line in (ROOT / "docs" / "mutants.md").read_text().splitlines():
+        m = re.match(r"\|\s*`(\w+)`\s*\|\s*([a-z0-9, ]+?)\s*\|", line)
+        if m:
+            rows[m.group(1)] = tuple(t.strip() for t in m.group(2).split(","))
+    return rows
+
+
+def test_doc_names_every_mutant_with_its_tiers():
+    assert doc_table() == {m.name: m.expect for m in M.CATALOGUE}
+    assert len(M.CATALOGUE) >= 15
+
+
+def test_c_switch_list_is_the_catalogue():
+    src = (ROOT / "ctypes_kernels" / "src" / "mutants.c").read_text()
+    guard = src[src.index("#if !("):src.index("#error")]
+    in_c = {n.lower() for n in re.findall(r"CRNN_MUTANT_(\w+)", guard)}
+    assert in_c == set(M.BY_NAME)
+
+
+def test_normal_build_is_no_mutant_and_a_typo_does_not_build():
+    assert M.mutant_marker(build()) is None
+    assert M.mutant_marker(build(mutant="dot8")) == "dot8"
+    with pytest.raises(BuildError, match="unknown CRNN_MUTANT"):
+        build(mutant="nosuch_mutant")
+
+
+def test_plans():
+    assert M.plan(M.BY_NAME["dot8"])["tiers"] == M.BASE_TIERS
+    assert M.plan(M.BY_NAME["dot8"])["threads"] == (1,)
+    assert M.plan(M.BY_NAME["thread_split"])["threads"] == (1, 2, 3, 7)
+    assert "identity" in M.plan(M.BY_NAME["avx2_tail_drop"])["tiers"]
+    assert M.plan(M.BY_NAME["dot8"], full=True)["threads"] == (1, 2, 3, 7)
+    for m in M.CATALOGUE:   # a mistake only the identity tier can see is gated with it
+        assert ("identity" in m.expect) == bool(m.threads), m.name
+
+
+_KILLS: dict[str, M.Kill] = {}
+
+
+def kill(name) -> M.Kill:
+    if name not in _KILLS:
+        _KILLS[name] = M.run_mutant(name)
+    return _KILLS[name]
+
+
+@pytest.mark.parametrize("name", [pytest.param(m.name, marks=() if m.name in FAST else
+                                               pytest.mark.slow) for m in M.CATALOGUE])
+def test_mutant_is_killed_by_the_documented_tiers(name):
+    k = kill(name)
+    if k.skipped:
+        pytest.skip(k.skipped)
+    assert k.error is None, k.error
+    assert k.killed, f"{name} survived"
+    assert k.tiers_failed == doc_table()[name], (k.tiers_failed, k.first)
+    assert k.caught_by == next(t for t in M.TOLERANT_FIRST if t in k.tiers_failed)
+    assert k.first and k.first["tier"] == k.caught_by
+
+
+def test_dot_mistake_reaches_every_layer_with_dots():
+    """dot8 changes every dot: every layer that sums anything fails, so no product bypasses
+    the mutant hook (a new kernel entry point that did would show here)."""
+    assert DOT_LAYERS <= set(kill("dot8").layers_failed)
+
+
+def test_clean_port_margin():
+    """The bundled port uses at most half of every float64/pytorch allowance, or says why."""
+    from harness.runner import GateOptions, run_gate
+    r = run_gate(GateOptions(tiers=("float64", "pytorch"), threads=(1,)))
+    assert r.passed
+    assert all(e["reason"] for e in M.margin_exceptions(r.records)), M.margin_exceptions(r.records)
+
+
+# ---- the command ------------------------------------------------------------------------------
+
+def mutants_cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "harness.cli", "mutants", *args], cwd=ROOT,
+                          capture_output=True, text=True, **kw)
+
+
+def test_command_prints_the_kill_table(tmp_path):
+    r = mutants_cli("--only", "dot8", "--only", "lstm_no_dc_carry", "--skip-clean",
+                    "--jobs", "2", "--json", str(tmp_path / "k.json"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = {l.split()[0]: l for l in r.stdout.splitlines() if l.split()[:1] in (["dot8"],
+                                                                                ["lstm_no_dc_carry"])}
+    assert " KILLED " in rows["dot8"] and "exact dot16/order_n0_100/dot" in rows["dot8"]
+    assert " KILLED " in rows["lstm_no_dc_carry"] and "pytorch lstm/" in rows["lstm_no_dc_carry"]
+    assert "2 of 2 mutants killed, 2 by exactly the expected tiers" in r.stdout
+    doc = json.loads((tmp_path / "k.json").read_text())
+    assert doc["passed"] is True and doc["clean"] is None
+    assert [k["name"] for k in doc["mutants"]] == ["dot8", "lstm_no_dc_carry"]
+    assert doc["mutants"][1]["tiers_failed"] == ["exact", "float64", "pytorch"]
+
+
+def test_command_exits_1_when_a_mutant_survives(tmp_path):
+    """Without the signed-zero fixture (dot16.h5 in its place) the zero-padded tail survives."""
+    fx = tmp_path / "fixtures"
+    fx.mkdir()
+    for f in (ROOT / "fixtures").glob("*.h5"):
+        os.symlink(f, fx / f.name)
+    (fx / "dot16_zeros.h5").unlink()
+    os.symlink(ROOT / "fixtures" / "dot16.h5", fx / "dot16_zeros.h5")
+    r = mutants_cli("--only", "vec_tail_zero_pad", "--skip-clean", "--fixtures", str(fx))
+    assert r.returncode == 1, r.stdout + r.stderr
+    if " skipped " in r.stdout:
+        pytest.skip("no vector ISA path on this CPU")
+    assert re.search(r"^vec_tail_zero_pad\s+SURVIVED", r.stdout, re.M), r.stdout
+    assert "vec_tail_zero_pad: SURVIVED every tier" in r.stdout
+
+
+def test_command_exits_1_when_the_tiers_differ(monkeypatch, capsys):
+    """A kill by other tiers than the catalogue names is not a pass (in-process, one job)."""
+    from click.testing import CliRunner
+
+    from harness.cli import main
+    wrong = M.Mutant("dot8", "dot16 with 8 lanes", ("exact", "float64"))
+    monkeypatch.setitem(M.BY_NAME, "dot8", wrong)
+    r = CliRunner().invoke(main, ["mutants", "--only", "dot8", "--skip-clean", "--jobs", "1"])
+    assert r.exit_code == 1, r.output
+    assert "dot8: killed, but it survived the float64 tier it should fail" in r.output
+
+
+def test_command_cannot_run():
+    r = mutants_cli("--only", "nosuch")
+    assert r.returncode == 2 and "unknown mutant(s) nosuch" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = mutants_cli("--fixtures", "/nonexistent/fixtures", "--only", "dot8")
+    assert r.returncode == 2 and r.stderr.startswith("crnn-conformance: cannot run:"), r.stderr
+
+
+def test_command_lists_the_catalogue():
+    r = mutants_cli("--list")
+    assert r.returncode == 0
+    assert [l.split()[0] for l in r.stdout.splitlines()] == [m.name for m in M.CATALOGUE]
