@@ -116,3 +116,40 @@ def test_negative_zero_lanes(kern, isas):
         assert bits(c)[0] == 0x80000000, isa
         kern.crnn_gemm16_kn(1, 1, 17, a.ctypes.data, 17, 1, b.ctypes.data, 1, 1, c.ctypes.data, 1)
         assert bits(c)[0] == 0x80000000, isa
+
+
+def pack_kn(B, K, N):
+    """B [K][N] in crnn_gemm16_kn_packed's layout: panels of 16 columns, each the rows of
+    lane 0, then lane 1, ..., 16 floats a row, zeros past N."""
+    panels = (N + 15) // 16
+    out = np.zeros(panels * 16 * max(K, 1), np.float32)
+    for jp in range(panels):
+        rows = [k for l in range(16) for k in range(l, K, 16)]
+        blk = np.zeros((len(rows), 16), np.float32)
+        cols = min(16, N - 16 * jp)
+        if rows:
+            blk[:, :cols] = B[rows, 16 * jp:16 * jp + cols]
+        out[jp * 16 * K:(jp + 1) * 16 * K] = blk.ravel()
+    return out
+
+
+@pytest.mark.parametrize("isa", ISA_NAMES)
+def test_kn_packed_equals_spec(kern, isas, isa):
+    if isa not in isas:
+        pytest.skip(f"{isa} not on this CPU")
+    f = kern.crnn_gemm16_kn_packed
+    f.restype, f.argtypes = None, [i64, i64, i64, P, i64, i64, P, P, i64]
+    rng = np.random.default_rng(13)
+    assert kern.crnn_set_isa(ISA_NAMES.index(isa)) == 0
+    for M, N, K in SHAPES + [(33, 144, 200), (16, 16, 8192 // 16)]:
+        ldc = N + 2
+        B = data(rng, (K, N))
+        Bp = pack_kn(B, K, N)
+        Abuf = data(rng, (max(K, 1), M + 3))           # A(i, k) = A[k*(M+3) + i]
+        want = gemm16(Abuf[:K, :M].T, B.T)
+        for t in THREADS:
+            kern.crnn_set_threads(t)
+            C = np.full((M, ldc), np.nan, np.float32)
+            f(M, N, K, Abuf.ctypes.data, 1, M + 3, Bp.ctypes.data, C.ctypes.data, ldc)
+            assert np.array_equal(bits(C[:, :N]), bits(want)), (isa, t, M, N, K)
+            assert np.isnan(C[:, N:]).all(), "wrote outside C"

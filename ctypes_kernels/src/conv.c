@@ -112,6 +112,61 @@ static void im2col_rows(void *ctx, int64_t y0, int64_t y1)
         }
 }
 
+#if !defined(CRNN_MUTANT)
+/* col written straight into the packed layout of crnn_gemm16_kn_packed, as the B of the dW
+ * product (K = P rows, N = KPadded columns): panel jp, lane l holds the rows p = l, l+16, ...,
+ * each the 16 entries col[p][16*jp .. 16*jp + 15] (same values as im2col; one pass instead
+ * of im2col and a packing copy). */
+typedef struct {
+    const geom_t *g;
+    const float *x;
+    float *bp;
+} im2colp_job;
+
+static void im2col_packed_range(void *ctx, int64_t t0, int64_t t1)
+{
+    const im2colp_job *j = ctx;
+    const geom_t *g = j->g;
+    const int64_t C = g->C, P = g->P;
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t jp = t / 16;
+        const int l = (int)(t % 16);
+        float *dst = j->bp + jp * 16 * P + crnn_kn_lane_start(P, l) * 16;
+        int64_t dy[16], dx[16], cc[16];
+        int valid[16];
+        for (int e = 0; e < 16; e++) {
+            int64_t k = jp * 16 + e, tap = k / C;
+            valid[e] = k < g->K;
+            cc[e] = k % C;
+            dy[e] = tap / g->kw - g->padH;
+            dx[e] = tap % g->kw - g->padW;
+        }
+        const int run = C % 16 == 0;    /* the 16 entries: one tap, 16 consecutive channels */
+        int64_t y = l / g->Wc, xo = l % g->Wc;
+        for (int64_t p = l; p < P; p += 16, dst += 16) {
+            if (run) {
+                int64_t iy = y + dy[0], ix = xo + dx[0];
+                if (iy >= 0 && iy < g->H && ix >= 0 && ix < g->W)
+                    memcpy(dst, j->x + (iy * g->W + ix) * C + cc[0], 16 * sizeof(float));
+                else
+                    memset(dst, 0, 16 * sizeof(float));
+            } else {
+                for (int e = 0; e < 16; e++) {
+                    int64_t iy = y + dy[e], ix = xo + dx[e];
+                    dst[e] = valid[e] && iy >= 0 && iy < g->H && ix >= 0 && ix < g->W
+                                 ? j->x[(iy * g->W + ix) * C + cc[e]] : 0.0f;
+                }
+            }
+            xo += 16;                   /* p + 16: the next row of this lane */
+            while (xo >= g->Wc) {
+                xo -= g->Wc;
+                y++;
+            }
+        }
+    }
+}
+#endif
+
 static void im2col(const geom_t *g, const float *x, float *col)
 {
     im2col_job j = {g, x, col};
@@ -266,23 +321,35 @@ static int scatter_winners(const geom_t *g, const float *dPooled, const int32_t 
         if (wy != oy || wx != ox) return 0;
     }
 #else
-    /* w - (first cell of the window)*Out - o must be (dy*Wc + dx)*Out, dy < poolH, dx < poolW
-     * (branch-free: the verdict is checked once per window row) */
-    for (int64_t oy = 0, i = 0; oy < g->Hp; oy++) {
-        int bad = 0;
+    /* w - (first cell of the window)*Out - o must be one of the window's cell offsets
+     * (dy*Wc + dx)*Out, dy < poolH, dx < poolW, or w = -1 (int32: P*Out fits). Branch-free
+     * over a block of channels; the verdict is checked once per window. */
+    int64_t ncand = g->poolH * g->poolW;
+    int32_t cand_small[16], *cand = ncand <= 16 ? cand_small : malloc(sizeof(int32_t) * (size_t)ncand);
+    if (!cand) return 0;
+    for (int64_t dy = 0, q = 0; dy < g->poolH; dy++)
+        for (int64_t dx = 0; dx < g->poolW; dx++, q++) cand[q] = (int32_t)((dy * g->Wc + dx) * Out);
+    int bad = 0;
+    for (int64_t oy = 0, i = 0; oy < g->Hp && !bad; oy++)
         for (int64_t ox = 0; ox < g->Wp; ox++) {
-            int64_t first = (oy * g->poolH * g->Wc + ox * g->poolW) * Out;
-            for (int64_t o = 0; o < Out; o++, i++) {
-                int64_t w = winners[i], d = w - first - o;
-                int ok = w == -1;
-                for (int64_t dy = 0; dy < g->poolH; dy++)
-                    for (int64_t dx = 0; dx < g->poolW; dx++)
-                        ok |= d == (dy * g->Wc + dx) * Out;
-                bad |= !ok;
+            const int32_t first = (int32_t)((oy * g->poolH * g->Wc + ox * g->poolW) * Out);
+            for (int64_t o0 = 0; o0 < Out; o0 += 64, i += 64) {
+                const int64_t no = Out - o0 < 64 ? Out - o0 : 64;
+                const int32_t *w = winners + i;
+                uint32_t d[64];       /* unsigned: wraps exactly (only w itself can match) */
+                int32_t ok[64];
+                for (int64_t o = 0; o < no; o++) {
+                    d[o] = (uint32_t)w[o] - (uint32_t)first - (uint32_t)(o0 + o);
+                    ok[o] = w[o] == -1;
+                }
+                for (int64_t q = 0; q < ncand; q++)
+                    for (int64_t o = 0; o < no; o++) ok[o] |= d[o] == (uint32_t)cand[q];
+                for (int64_t o = 0; o < no; o++) bad |= !ok[o];
+                i -= 64 - no;
             }
         }
-        if (bad) return 0;
-    }
+    if (cand != cand_small) free(cand);
+    if (bad) return 0;
 #endif
     memset(dC, 0, sizeof(float) * (size_t)(g->P * Out));
     for (int64_t i = 0; i < n; i++)
@@ -360,9 +427,15 @@ int32_t crnn_conv_backward(const float *x, int32_t H, int32_t W, int32_t C,
     if (!buf) return CRNN_E_NOMEM;
     float *col = buf, *dC = col + P * KP, *ones = dC + P * Out;
     if (!scatter_winners(&g, dPooled, winners, dC)) return CRNN_E_ARG;
-    im2col(&g, x, col);
     for (int64_t p = 0; p < P; p++) ones[p] = 1.0f;
+#if defined(CRNN_MUTANT)
+    im2col(&g, x, col);
     crnn_gemm16_kn(Out, KP, P, dC, 1, Out, col, KP, 1, dW, KP);   /* dW[o][k] over p, P terms */
+#else
+    im2colp_job jc = {&g, x, col};                                /* col, packed (KP = 16*n) */
+    crnn_parallel_for(KP, im2col_packed_range, &jc);
+    crnn_gemm16_kn_packed(Out, KP, P, dC, 1, Out, col, dW, KP);   /* dW[o][k] over p, P terms */
+#endif
     crnn_gemm16_kn(1, Out, P, ones, 0, 1, dC, Out, 1, db, Out);   /* db[o] over p, P terms    */
     if (dx) {
         float *dcol = col;

@@ -48,7 +48,9 @@ typedef void (*crnn_gemm16kn_fn)(int64_t M, int64_t N, int64_t K,
     void crnn_gemm16_##isa(int64_t, int64_t, int64_t, const float *, int64_t,            \
                            const float *, int64_t, float *, int64_t);                     \
     void crnn_gemm16kn_##isa(int64_t, int64_t, int64_t, const float *, int64_t, int64_t,  \
-                             const float *, int64_t, int64_t, float *, int64_t);
+                             const float *, int64_t, int64_t, float *, int64_t);          \
+    void crnn_gemm16knp_##isa(int64_t, int64_t, int64_t, const float *, int64_t, int64_t, \
+                              const float *, float *, int64_t);
 CRNN_DECLARE_GEMM16(scalar)
 CRNN_DECLARE_GEMM16(sse)
 CRNN_DECLARE_GEMM16(avx2)
@@ -62,9 +64,38 @@ void crnn_gemm16(int64_t M, int64_t N, int64_t K,
 void crnn_gemm16_kn(int64_t M, int64_t N, int64_t K,
                     const float *A, int64_t a_i, int64_t a_k,
                     const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc);
+/* kn with B given packed, as the kernels pack it themselves (a caller that builds B anyway,
+ * like the conv backward's im2col, writes it in this layout and saves a copy): panels of 16
+ * columns; panel jp holds the rows k of lane 0 (k = 0, 16, 32, ...), then those of lane 1,
+ * ..., each row 16 floats (columns 16*jp .. 16*jp + 15, +0 past N). */
+void crnn_gemm16_kn_packed(int64_t M, int64_t N, int64_t K,
+                           const float *A, int64_t a_i, int64_t a_k, const float *Bp,
+                           float *C, int64_t ldc);
+/* Index of B(k, j) in that layout. */
+static inline int64_t crnn_kn_packed_index(int64_t K, int64_t k, int64_t j)
+{
+    int64_t l = k % 16, before = 0;
+    for (int64_t m = 0; m < l; m++) before += K > m ? (K - m + 15) / 16 : 0;
+    return (j / 16) * 16 * K + (before + k / 16) * 16 + j % 16;
+}
+/* The first row of lane l in a panel: the number of k < K with k mod 16 < l. */
+static inline int64_t crnn_kn_lane_start(int64_t K, int l)
+{
+    int64_t before = 0;
+    for (int m = 0; m < l; m++) before += K > m ? (K - m + 15) / 16 : 0;
+    return before;
+}
+
+/* B(k, j) = B[k*b_k + j*b_j], k < K, j < N, into that layout (Bp holds 16*K*ceil(N/16)). */
+void crnn_kn_pack(int64_t K, int64_t N, const float *B, int64_t b_k, int64_t b_j, float *Bp);
+
 /* The selected ISA's kernels, to call on the current thread only. */
+typedef void (*crnn_gemm16knp_fn)(int64_t M, int64_t N, int64_t K,
+                                  const float *A, int64_t a_i, int64_t a_k, const float *Bp,
+                                  float *C, int64_t ldc);
 crnn_gemm16_fn crnn_gemm16_kernel(void);
 crnn_gemm16kn_fn crnn_gemm16kn_kernel(void);
+crnn_gemm16knp_fn crnn_gemm16knp_kernel(void);
 
 /* Dense transpose: dst[j][i] = src[i][j], src is rows x cols. */
 void crnn_transpose(const float *src, int64_t rows, int64_t cols, float *dst);

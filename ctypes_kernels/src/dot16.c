@@ -31,6 +31,10 @@ static const crnn_gemm16_fn kernels[CRNN_NISA] = {
 static const crnn_gemm16kn_fn kn_kernels[CRNN_NISA] = {
     crnn_gemm16kn_scalar, crnn_gemm16kn_sse, crnn_gemm16kn_avx2, crnn_gemm16kn_avx512,
 };
+typedef crnn_gemm16knp_fn knp_fn;
+static const knp_fn knp_kernels[CRNN_NISA] = {
+    crnn_gemm16knp_scalar, crnn_gemm16knp_sse, crnn_gemm16knp_avx2, crnn_gemm16knp_avx512,
+};
 
 #if defined(CRNN_MUTANT)
 /* A mutant build only (docs/mutants.md): a mutant that changes the dots has an nt kernel;
@@ -76,8 +80,44 @@ static crnn_gemm16kn_fn kn_kernel(void)
 #endif
 }
 
+#if defined(CRNN_MUTANT)
+/* a mutant build: B back to rows, through the (mutant-aware) kn kernel */
+static void knp_via_mutant(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i,
+                           int64_t a_k, const float *Bp, float *C, int64_t ldc)
+{
+    float *B = malloc(sizeof(float) * (size_t)(K * N + 1));
+    if (!B) abort();
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t j = 0; j < N; j++) B[k * N + j] = Bp[crnn_kn_packed_index(K, k, j)];
+    kn_via_mutant(M, N, K, A, a_i, a_k, B, N, 1, C, ldc);
+    free(B);
+}
+#endif
+
 crnn_gemm16_fn crnn_gemm16_kernel(void) { return nt_kernel(); }
 crnn_gemm16kn_fn crnn_gemm16kn_kernel(void) { return kn_kernel(); }
+crnn_gemm16knp_fn crnn_gemm16knp_kernel(void)
+{
+#if defined(CRNN_MUTANT)
+    return knp_via_mutant;
+#else
+    return knp_kernels[crnn_current_isa()];
+#endif
+}
+
+void crnn_kn_pack(int64_t K, int64_t N, const float *B, int64_t b_k, int64_t b_j, float *Bp)
+{
+    for (int64_t jp = 0; jp * 16 < N; jp++) {
+        const int64_t cols = N - jp * 16 < 16 ? N - jp * 16 : 16;
+        float *dst = Bp + jp * 16 * K;
+        for (int l = 0; l < 16; l++)
+            for (int64_t k = l; k < K; k += 16, dst += 16) {
+                const float *src = B + k * b_k + jp * 16 * b_j;
+                for (int64_t e = 0; e < cols; e++) dst[e] = src[e * b_j];
+                for (int64_t e = cols; e < 16; e++) dst[e] = 0.0f;
+            }
+    }
+}
 
 /* Threads get whole blocks of rows (multiples of ROWS_Q) or of columns (multiples of
  * COLS_Q) of C, so each runs full register blocks; either way every output is whole. */
@@ -86,8 +126,9 @@ crnn_gemm16kn_fn crnn_gemm16kn_kernel(void) { return kn_kernel(); }
 #define SMALL_WORK 65536     /* multiply-adds below which a product stays on one thread */
 
 typedef struct {
-    crnn_gemm16_fn nt;       /* exactly one of nt, kn is set */
+    crnn_gemm16_fn nt;       /* exactly one of nt, kn, knp is set */
     crnn_gemm16kn_fn kn;
+    knp_fn knp;              /* B packed (crnn_gemm16_kn_packed) */
     int64_t M, N, K, a_i, a_k, ldb, b_j, ldc;
     const float *A, *B;
     float *C;
@@ -100,6 +141,13 @@ static void gemm_range(void *ctx, int64_t begin, int64_t end)
     int64_t q = g->by_rows ? ROWS_Q : COLS_Q, lim = g->by_rows ? g->M : g->N;
     int64_t b = begin * q, e = end * q < lim ? end * q : lim;
     if (b >= e) return;
+    if (g->knp) {
+        if (g->by_rows) g->knp(e - b, g->N, g->K, g->A + b * g->a_i, g->a_i, g->a_k, g->B,
+                               g->C + b * g->ldc, g->ldc);
+        else g->knp(g->M, e - b, g->K, g->A, g->a_i, g->a_k, g->B + (b / 16) * 16 * g->K,
+                    g->C + b, g->ldc);
+        return;
+    }
     if (g->by_rows) {
         if (g->kn) g->kn(e - b, g->N, g->K, g->A + b * g->a_i, g->a_i, g->a_k, g->B, g->ldb,
                          g->b_j, g->C + b * g->ldc, g->ldc);
@@ -130,7 +178,7 @@ void crnn_gemm16(int64_t M, int64_t N, int64_t K,
                  const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc)
 {
-    gemm_job g = {nt_kernel(), NULL, M, N, K, lda, 1, ldb, 1, ldc, A, B, C, 1};
+    gemm_job g = {nt_kernel(), NULL, NULL, M, N, K, lda, 1, ldb, 1, ldc, A, B, C, 1};
     gemm_run(&g);
 }
 
@@ -138,8 +186,20 @@ void crnn_gemm16_kn(int64_t M, int64_t N, int64_t K,
                     const float *A, int64_t a_i, int64_t a_k,
                     const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
 {
-    gemm_job g = {NULL, kn_kernel(), M, N, K, a_i, a_k, b_k, b_j, ldc, A, B, C, 1};
+    gemm_job g = {NULL, kn_kernel(), NULL, M, N, K, a_i, a_k, b_k, b_j, ldc, A, B, C, 1};
     gemm_run(&g);
+}
+
+void crnn_gemm16_kn_packed(int64_t M, int64_t N, int64_t K,
+                           const float *A, int64_t a_i, int64_t a_k, const float *Bp,
+                           float *C, int64_t ldc)
+{
+#if defined(CRNN_MUTANT)
+    knp_via_mutant(M, N, K, A, a_i, a_k, Bp, C, ldc);
+#else
+    gemm_job g = {NULL, NULL, knp_kernels[crnn_current_isa()], M, N, K, a_i, a_k, 0, 1, ldc, A, Bp, C, 1};
+    gemm_run(&g);
+#endif
 }
 
 void crnn_transpose(const float *src, int64_t rows, int64_t cols, float *dst)

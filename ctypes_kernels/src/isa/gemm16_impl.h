@@ -121,10 +121,50 @@ AI void nt_tile(const int TR, int64_t K, const float *A, int64_t lda, int nr,
     }
 }
 
+/* One row of A against VW rows of B with K = 16*nk, nk <= 8 (an LSTM step's h·W_hhᵀ): the
+ * row of A stays in registers and each row of B is read straight through, one stream at a
+ * time; the same lanes, the same tree. */
+#define NT_SHORT_NK (8 / NV)
+AI void nt_row_short(int nk, const float *a, const float *B, int64_t ldb, int nc, float *c)
+{
+    vec_t av[NT_SHORT_NK][NV], red[VW];
+    UNROLL
+    for (int kk = 0; kk < NT_SHORT_NK; kk++)
+        UNROLL
+        for (int v = 0; v < NV; v++) av[kk][v] = kk < nk ? VLOADU(a + kk * 16 + v * VW) : VZERO();
+    UNROLL
+    for (int o = 0; o < VW; o++) {
+        const float *b = B + (o < nc ? o : nc - 1) * ldb;
+        vec_t x[NV];
+        UNROLL
+        for (int v = 0; v < NV; v++) x[v] = VZERO();
+        UNROLL
+        for (int kk = 0; kk < NT_SHORT_NK; kk++)
+            if (kk < nk)
+                UNROLL
+                for (int v = 0; v < NV; v++) x[v] = VFMA(av[kk][v], VLOADU(b + kk * 16 + v * VW), x[v]);
+        UNROLL
+        for (int s = NV / 2; s >= 1; s >>= 1)
+            UNROLL
+            for (int v = 0; v < s; v++) x[v] = VADD(x[v], x[v + s]);
+        red[o] = x[0];
+    }
+    float out[VW];
+    VSTOREU(out, vtree_tile(red));
+    memcpy(c, out, sizeof(float) * (size_t)nc);
+}
+
 static void nt_rows(const int TR, int64_t i0, int64_t i1, int64_t N, int64_t K,
                     const float *A, int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc)
 {
     const int TC = VW / TR;
+    if (TR == 1 && K % 16 == 0 && K > 0 && K <= 16 * NT_SHORT_NK) {
+        for (int64_t i = i0; i < i1; i++)
+            for (int64_t j = 0; j < N; j += VW)
+                nt_row_short((int)(K / 16), A + i * lda, B + j * ldb, ldb,
+                             N - j < VW ? (int)(N - j) : VW, C + i * ldc + j);
+        return;
+    }
     for (int64_t i = i0; i < i1; i += TR) {
         int nr = i1 - i < TR ? (int)(i1 - i) : TR;
         for (int64_t j = 0; j < N; j += TC) {
@@ -155,16 +195,17 @@ void CAT(crnn_gemm16, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
 typedef struct {
     const float *p;
     int64_t off[16], step, rs;
+    int64_t vs;           /* B: from one output register's columns to the next's */
 } kn_operand;
 
 /* One term k of lane-partials x (MR x NR registers): x[r*NR + v] += A(r, k) * B(k, v). */
 AI void kn_term(const int MR, const int NR, const float *a, int64_t ars, const float *b,
-                int last, vec_t *x)
+                int64_t bvs, int last, vec_t *x)
 {
     vec_t bv[KN_QMAX];
     UNROLL
     for (int v = 0; v < NR; v++) {
-        bv[v] = v == NR - 1 && last < VW ? VLOADN(b + v * VW, last) : VLOADU(b + v * VW);
+        bv[v] = v == NR - 1 && last < VW ? VLOADN(b + v * bvs, last) : VLOADU(b + v * bvs);
 #if VW < 16 && defined(__GNUC__)
         /* keep B in a register for all MR rows instead of one memory operand per fma
          * (a load is the scarce resource when every splat is an instruction) */
@@ -200,17 +241,17 @@ AI void kn_group(const int MR, const int NR, int a, int64_t K, const kn_operand 
     const float *pa4 = A->p + A->off[a + 4], *pa12 = A->p + A->off[a + 12];
     const float *pb0 = B->p + B->off[a], *pb8 = B->p + B->off[a + 8];
     const float *pb4 = B->p + B->off[a + 4], *pb12 = B->p + B->off[a + 12];
-    const int64_t as = A->step, bs = B->step, ars = A->rs;
+    const int64_t as = A->step, bs = B->step, ars = A->rs, bvs = B->vs;
     int64_t m = 0;
     for (; m < n12; m++) {
-        kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, last, x0);
-        kn_term(MR, NR, pa8 + m * as, ars, pb8 + m * bs, last, x8);
-        kn_term(MR, NR, pa4 + m * as, ars, pb4 + m * bs, last, x4);
-        kn_term(MR, NR, pa12 + m * as, ars, pb12 + m * bs, last, x12);
+        kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, bvs, last, x0);
+        kn_term(MR, NR, pa8 + m * as, ars, pb8 + m * bs, bvs, last, x8);
+        kn_term(MR, NR, pa4 + m * as, ars, pb4 + m * bs, bvs, last, x4);
+        kn_term(MR, NR, pa12 + m * as, ars, pb12 + m * bs, bvs, last, x12);
     }
-    if (n0 > m) kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, last, x0);
-    if (n8 > m) kn_term(MR, NR, pa8 + m * as, ars, pb8 + m * bs, last, x8);
-    if (n4 > m) kn_term(MR, NR, pa4 + m * as, ars, pb4 + m * bs, last, x4);
+    if (n0 > m) kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, bvs, last, x0);
+    if (n8 > m) kn_term(MR, NR, pa8 + m * as, ars, pb8 + m * bs, bvs, last, x8);
+    if (n4 > m) kn_term(MR, NR, pa4 + m * as, ars, pb4 + m * bs, bvs, last, x4);
     UNROLL
     for (int q = 0; q < MR * NR; q++)
         y[q] = VADD(VADD(x0[q], x8[q]), VADD(x4[q], x12[q]));
@@ -229,13 +270,13 @@ AI void kn_pair(const int MR, const int NR, int a, int64_t K, const kn_operand *
     const int64_t n0 = K > a ? (K - a + 15) / 16 : 0;
     const float *pa0 = A->p + A->off[a], *pa8 = A->p + A->off[a + 8];
     const float *pb0 = B->p + B->off[a], *pb8 = B->p + B->off[a + 8];
-    const int64_t as = A->step, bs = B->step, ars = A->rs;
+    const int64_t as = A->step, bs = B->step, ars = A->rs, bvs = B->vs;
     int64_t m = 0;
     for (; m < n8; m++) {
-        kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, last, x0);
-        kn_term(MR, NR, pa8 + m * as, ars, pb8 + m * bs, last, x8);
+        kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, bvs, last, x0);
+        kn_term(MR, NR, pa8 + m * as, ars, pb8 + m * bs, bvs, last, x8);
     }
-    if (n0 > m) kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, last, x0);
+    if (n0 > m) kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, bvs, last, x0);
     UNROLL
     for (int q = 0; q < MR * NR; q++) y[q] = VADD(x0[q], x8[q]);
 }
@@ -332,6 +373,9 @@ static void lane_starts(int64_t K, int64_t width, int64_t off[16])
 }
 
 #define KN_PACK_MIN_ROWS (2 * KN_QMAX)   /* pack B's panel when it serves this many rows */
+#ifndef KN_PACK_STRIDE
+#define KN_PACK_STRIDE 4
+#endif
 
 /* Without scratch memory for a panel that must be gathered (b_j != 1): the definition per
  * output (fmaf is the FMA instruction in this file) — the same bits, slowly. */
@@ -347,6 +391,53 @@ static void kn_plain(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_
         }
 }
 
+/* A packed lane-major in blocks of KN_QMAX rows (ap[block][lane-major k][r], zero rows past
+ * M) when its terms are strided and several column blocks reuse it; NULL otherwise (or
+ * without memory: the unpacked operand, the same bits). */
+static const float *kn_pack_a(int64_t M, int64_t K, const float *A, int64_t a_i, int64_t a_k,
+                              int64_t off[16])
+{
+    float *ap = crnn_scratch(CRNN_SCRATCH_PACK_A,
+                             sizeof(float) * (size_t)(((M + KN_QMAX - 1) / KN_QMAX) * KN_QMAX * K));
+    if (!ap) return NULL;
+    lane_starts(K, KN_QMAX, off);
+    for (int64_t i0 = 0; i0 < M; i0 += KN_QMAX) {
+        float *dst = ap + i0 * K;
+        int mr = M - i0 < KN_QMAX ? (int)(M - i0) : KN_QMAX;
+        for (int l = 0; l < 16; l++)
+            for (int64_t k = l; k < K; k += 16, dst += KN_QMAX)
+                for (int r = 0; r < KN_QMAX; r++)
+                    dst[r] = r < mr ? A[(i0 + r) * a_i + k * a_k] : 0.0f;
+    }
+    return ap;
+}
+
+/* Every row block of one column block (nr registers from C's column 0, B described by Bo). */
+static void kn_rows(int64_t M, int64_t K, const float *A, int64_t a_i, int64_t a_k,
+                    const float *ap, const int64_t *offA, const kn_operand *Bo, int nr, int last,
+                    int masked, float *C, int64_t ldc)
+{
+    for (int64_t i = 0; i < M; ) {
+        int mr = KN_QMAX / nr;
+        if (M - i < mr) mr = (int)(M - i);
+        if (mr == 3 && nr > 1) mr = 1;
+        kn_operand Ao;
+        if (ap) {
+            Ao.p = ap + (i / KN_QMAX) * KN_QMAX * K + i % KN_QMAX;
+            for (int l = 0; l < 16; l++) Ao.off[l] = offA[l];
+            Ao.step = KN_QMAX;
+            Ao.rs = 1;
+        } else {
+            Ao.p = A + i * a_i;
+            for (int l = 0; l < 16; l++) Ao.off[l] = l * a_k;
+            Ao.step = 16 * a_k;
+            Ao.rs = a_i;
+        }
+        kn_shape(mr, nr)(K, &Ao, Bo, C + i * ldc, ldc, last, masked);
+        i += mr;
+    }
+}
+
 void CAT(crnn_gemm16kn, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
                                     const float *A, int64_t a_i, int64_t a_k,
                                     const float *B, int64_t b_k, int64_t b_j,
@@ -357,36 +448,22 @@ void CAT(crnn_gemm16kn, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
     const int lastn = (int)(N - (nvec - 1) * VW);
     /* B: a panel of NR registers of columns is packed lane-major (rows l, l+16, ... of lane
      * l contiguous, the missing columns of a last partial register zero) when enough rows of
-     * A reuse it — strided rows of a power-of-two width would fight over a few cache sets —
-     * and always when B's columns are strided (b_j != 1: the panel gathers them).
-     * A: packed lane-major in blocks of KN_QMAX rows when its terms are strided (a_k != 1)
-     * and several panels reuse it. Packing moves values only: the same terms, same order. */
+     * A reuse it — contiguous streams, and no strided rows of a power-of-two width fighting
+     * over a few cache sets — and always when B's columns are strided (b_j != 1: the panel
+     * gathers them). A: packed when its terms are strided (a_k != 1) and several panels
+     * reuse it. Packing moves values only: the same terms, in the same order. */
     const int packB = (M >= KN_PACK_MIN_ROWS && K >= 16) || b_j != 1;
-    const int packA = packB && a_k != 1 && nvec > 1;
     const int nrmax = M >= KN_QMAX / KN_NR_PREF ? KN_NR_PREF : KN_QMAX / (int)M;
-    float *bp = NULL, *ap = NULL;
+    float *bp = NULL;
     if (packB) {
         bp = crnn_scratch(CRNN_SCRATCH_PACK_B, sizeof(float) * (size_t)(K * nrmax * VW));
-        if (bp && packA)
-            ap = crnn_scratch(CRNN_SCRATCH_PACK_A,
-                              sizeof(float) * (size_t)(((M + KN_QMAX - 1) / KN_QMAX) * KN_QMAX * K));
         if (!bp && b_j != 1) {
             kn_plain(M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
             return;
         }
     }
-    int64_t lane_offA[16];
-    if (ap) {            /* blocks of KN_QMAX rows: ap[block][lane-major k][r] */
-        lane_starts(K, KN_QMAX, lane_offA);
-        for (int64_t i0 = 0; i0 < M; i0 += KN_QMAX) {
-            float *dst = ap + i0 * K;
-            int mr = M - i0 < KN_QMAX ? (int)(M - i0) : KN_QMAX;
-            for (int l = 0; l < 16; l++)
-                for (int64_t k = l; k < K; k += 16, dst += KN_QMAX)
-                    for (int r = 0; r < KN_QMAX; r++)
-                        dst[r] = r < mr ? A[(i0 + r) * a_i + k * a_k] : 0.0f;
-        }
-    }
+    int64_t offA[16];
+    const float *ap = bp && a_k != 1 && nvec > 1 ? kn_pack_a(M, K, A, a_i, a_k, offA) : NULL;
     for (int64_t jv = 0; jv < nvec; ) {
         int nr = nvec - jv < nrmax ? (int)(nvec - jv) : nrmax;
         int last = jv + nr == nvec ? lastn : VW;
@@ -397,10 +474,12 @@ void CAT(crnn_gemm16kn, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
             const float *src = B + jv * VW * b_j;
             if (b_j == 1) {
                 for (int l = 0; l < 16; l++)
-                    for (int64_t k = l; k < K; k += 16, dst += width) {
-                        memcpy(dst, src + k * b_k, sizeof(float) * (size_t)valid);
-                        if (valid < width) memset(dst + valid, 0, sizeof(float) * (size_t)(width - valid));
-                    }
+                    for (int64_t k = l; k < K; k += 16, dst += width)
+                        for (int v = 0; v < nr; v++) {
+                            const float *row = src + k * b_k + v * VW;
+                            int n = v < nr - 1 ? VW : last;
+                            VSTOREU(dst + v * VW, n == VW ? VLOADU(row) : VLOADN(row, n));
+                        }
             } else {
                 for (int l = 0; l < 16; l++)
                     for (int64_t k = l; k < K; k += 16, dst += width) {
@@ -417,25 +496,54 @@ void CAT(crnn_gemm16kn, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
             Bo.step = 16 * b_k;
         }
         Bo.rs = 0;
-        for (int64_t i = 0; i < M; ) {
-            int mr = KN_QMAX / nr;
-            if (M - i < mr) mr = (int)(M - i);
-            if (mr == 3 && nr > 1) mr = 1;
-            kn_operand Ao;
-            if (ap) {
-                Ao.p = ap + (i / KN_QMAX) * KN_QMAX * K + i % KN_QMAX;
-                for (int l = 0; l < 16; l++) Ao.off[l] = lane_offA[l];
-                Ao.step = KN_QMAX;
-                Ao.rs = 1;
-            } else {
-                Ao.p = A + i * a_i;
-                for (int l = 0; l < 16; l++) Ao.off[l] = l * a_k;
-                Ao.step = 16 * a_k;
-                Ao.rs = a_i;
-            }
-            kn_shape(mr, nr)(K, &Ao, &Bo, C + i * ldc + jv * VW, ldc, last, !bp && last < VW);
-            i += mr;
-        }
+        Bo.vs = VW;
+        kn_rows(M, K, A, a_i, a_k, ap, offA, &Bo, nr, last, !bp && last < VW, C + jv * VW, ldc);
         jv += nr;
     }
+}
+
+/* kn with B already packed (core.h, crnn_gemm16_kn_packed): panels of 16 columns, each the
+ * rows of lane 0, then lane 1, ..., 16 floats a row, zeros past N. */
+void CAT(crnn_gemm16knp, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
+                                     const float *A, int64_t a_i, int64_t a_k,
+                                     const float *Bp, float *C, int64_t ldc)
+{
+    if (M <= 0 || N <= 0) return;
+    const int64_t npanel = (N + 15) / 16;
+    const int nrmax = M >= KN_QMAX / KN_NR_PREF ? KN_NR_PREF : KN_QMAX / (int)M;
+    int64_t offA[16], offB[16];
+    const float *ap = a_k != 1 && N > VW ? kn_pack_a(M, K, A, a_i, a_k, offA) : NULL;
+    lane_starts(K, 16, offB);
+#if VW == 16
+    /* one register per panel: a block of nr registers spans nr panels (16*K apart) */
+    for (int64_t jp = 0; jp < npanel; ) {
+        int nr = npanel - jp < nrmax ? (int)(npanel - jp) : nrmax;
+        int last = jp + nr == npanel ? (int)(N - (npanel - 1) * 16) : VW;
+        kn_operand Bo;
+        Bo.p = Bp + jp * 16 * K;
+        for (int l = 0; l < 16; l++) Bo.off[l] = offB[l];
+        Bo.step = 16;
+        Bo.rs = 0;
+        Bo.vs = 16 * K;
+        kn_rows(M, K, A, a_i, a_k, ap, offA, &Bo, nr, last, 0, C + jp * 16, ldc);
+        jp += nr;
+    }
+#else
+    for (int64_t jp = 0; jp < npanel; jp++) {
+        const int64_t cols = N - jp * 16 < 16 ? N - jp * 16 : 16;
+        const int nv = (int)((cols + VW - 1) / VW);
+        for (int v0 = 0; v0 < nv; ) {
+            int nr = nv - v0 < nrmax ? nv - v0 : nrmax;
+            int last = v0 + nr == nv ? (int)(cols - (nv - 1) * VW) : VW;
+            kn_operand Bo;
+            Bo.p = Bp + jp * 16 * K + v0 * VW;
+            for (int l = 0; l < 16; l++) Bo.off[l] = offB[l];
+            Bo.step = 16;
+            Bo.rs = 0;
+            Bo.vs = VW;
+            kn_rows(M, K, A, a_i, a_k, ap, offA, &Bo, nr, last, 0, C + jp * 16 + v0 * VW, ldc);
+            v0 += nr;
+        }
+    }
+#endif
 }

@@ -143,3 +143,33 @@ void crnn_gemm16_scalar_variant(int variant, int64_t M, int64_t N, int64_t K,
 {
     (variant && has_fma3() ? nt_fma3 : nt_generic)(M, N, K, A, lda, B, ldb, C, ldc);
 }
+
+/* kn with B packed (core.h): back to rows [K][N], then the same walk. */
+void crnn_gemm16knp_scalar(int64_t M, int64_t N, int64_t K,
+                           const float *A, int64_t a_i, int64_t a_k, const float *Bp,
+                           float *C, int64_t ldc)
+{
+    float *B = crnn_scratch(CRNN_SCRATCH_PACK_B, sizeof(float) * (size_t)(K * N + 1));
+    if (!B) {   /* no memory: read the packing in place, one output at a time */
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                float p[16];
+                for (int l = 0; l < 16; l++) p[l] = 0.0f;
+                for (int64_t k = 0; k < K; k++)
+                    p[k % 16] = fmaf(A[i * a_i + k * a_k], Bp[crnn_kn_packed_index(K, k, j)], p[k % 16]);
+                for (int s = 8; s >= 1; s >>= 1)
+                    for (int l = 0; l < s; l++) p[l] = p[l] + p[l + s];
+                C[i * ldc + j] = p[0];
+            }
+        return;
+    }
+    for (int64_t jp = 0; jp * 16 < N; jp++) {
+        int64_t cols = N - jp * 16 < 16 ? N - jp * 16 : 16;
+        for (int l = 0; l < 16; l++) {
+            const float *row = Bp + jp * 16 * K + crnn_kn_lane_start(K, l) * 16;
+            for (int64_t k = l; k < K; k += 16, row += 16)
+                for (int64_t e = 0; e < cols; e++) B[k * N + jp * 16 + e] = row[e];
+        }
+    }
+    (has_fma3() ? kn_fma3 : kn_generic)(M, N, K, A, a_i, a_k, B, N, 1, C, ldc);
+}
