@@ -132,14 +132,22 @@ static void im2col_packed_range(void *ctx, int64_t t0, int64_t t1)
         const int64_t jp = t / 16;
         const int l = (int)(t % 16);
         float *dst = j->bp + jp * 16 * P + crnn_kn_lane_start(P, l) * 16;
-        int64_t dy[16], dx[16], cc[16];
-        int valid[16];
+        int64_t dy[16], dx[16], cc[16], off[16];
+        int nvalid = 0;
+        int64_t dymin = 0, dymax = 0, dxmin = 0, dxmax = 0;
         for (int e = 0; e < 16; e++) {
             int64_t k = jp * 16 + e, tap = k / C;
-            valid[e] = k < g->K;
             cc[e] = k % C;
             dy[e] = tap / g->kw - g->padH;
             dx[e] = tap % g->kw - g->padW;
+            off[e] = (dy[e] * g->W + dx[e]) * C + cc[e];
+            if (k < g->K) {              /* the valid entries are a prefix */
+                if (nvalid == 0 || dy[e] < dymin) dymin = dy[e];
+                if (nvalid == 0 || dy[e] > dymax) dymax = dy[e];
+                if (nvalid == 0 || dx[e] < dxmin) dxmin = dx[e];
+                if (nvalid == 0 || dx[e] > dxmax) dxmax = dx[e];
+                nvalid = e + 1;
+            }
         }
         const int run = C % 16 == 0;    /* the 16 entries: one tap, 16 consecutive channels */
         int64_t y = l / g->Wc, xo = l % g->Wc;
@@ -150,10 +158,14 @@ static void im2col_packed_range(void *ctx, int64_t t0, int64_t t1)
                     memcpy(dst, j->x + (iy * g->W + ix) * C + cc[0], 16 * sizeof(float));
                 else
                     memset(dst, 0, 16 * sizeof(float));
+            } else if (y + dymin >= 0 && y + dymax < g->H && xo + dxmin >= 0 && xo + dxmax < g->W) {
+                const float *src = j->x + (y * g->W + xo) * C;   /* every tap inside */
+                for (int e = 0; e < nvalid; e++) dst[e] = src[off[e]];
+                for (int e = nvalid; e < 16; e++) dst[e] = 0.0f;
             } else {
                 for (int e = 0; e < 16; e++) {
                     int64_t iy = y + dy[e], ix = xo + dx[e];
-                    dst[e] = valid[e] && iy >= 0 && iy < g->H && ix >= 0 && ix < g->W
+                    dst[e] = e < nvalid && iy >= 0 && iy < g->H && ix >= 0 && ix < g->W
                                  ? j->x[(iy * g->W + ix) * C + cc[e]] : 0.0f;
                 }
             }
