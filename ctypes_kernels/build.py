@@ -1,19 +1,29 @@
 """Builds the bundled C kernels on demand into a cache keyed by sources, compiler and flags.
 
-    path = build()                      # the default build, cached
-    path = build(mutant="dot8", opt="-O0", cc="clang")
+    path = build()                      # the default build (CC or cc/gcc/clang, -O3), cached
+    path = build(cc="clang", opt="-O0")
+    path = build(mutant="dot8")
 
 Every object gets -ffp-contract=off and never -ffast-math: the ISA paths must give the same
 bits, and a fused or reassociated expression would change them. Per-ISA files
 (src/isa/*_<isa>.c) are compiled with their own -m flags; everything else at the baseline.
+
+The flags are checked twice: no flag that licenses value-changing rewrites may appear
+(FORBIDDEN_FLAGS, any optimization level outside OPT_LEVELS), and before the first build
+with a compiler and level, a probe compiled with exactly those flags (plus FMA where the CPU
+has it) must show that the compiler keeps a*b + c as two roundings, sums a loop in order,
+divides with a true division and does not define __FAST_MATH__ (probe_fp). The same bits
+from gcc and clang at -O0, -O2 and -O3 on every ISA path are tests/test_compilers.py.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .abi import PortError
@@ -30,8 +40,12 @@ ISA_FLAGS = {
     "avx2": ["-mavx2", "-mfma"],
     "avx512": ["-mavx512f", "-mfma"],
 }
+OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "-Os")
 FORBIDDEN_FLAGS = ("-ffast-math", "-Ofast", "-funsafe-math-optimizations", "-fassociative-math",
-                   "-ffp-contract=fast", "-freciprocal-math")
+                   "-ffp-contract=fast", "-ffp-contract=on", "-freciprocal-math",
+                   "-ffinite-math-only", "-fno-signed-zeros", "-fno-trapping-math",
+                   "-fcx-limited-range", "-ffp-model=fast", "-mdaz-ftz", "-fdenormal-fp-math=preserve-sign",
+                   "-fapprox-func", "-mrecip")
 
 
 class BuildError(PortError):
@@ -79,41 +93,183 @@ def build_key(cc: str, opt: str, defines: list[str]) -> str:
     return h.hexdigest()[:20]
 
 
+def check_flags(flags: list[str]) -> None:
+    """Raises BuildError for a flag that lets the compiler change floating-point results."""
+    bad = [f for f in flags if f in FORBIDDEN_FLAGS or f.startswith(("-ffast-math", "-Ofast", "-mrecip"))
+           or (f.startswith("-O") and f not in OPT_LEVELS)]
+    if bad:
+        raise BuildError(f"forbidden flag(s) {', '.join(bad)}: they let the compiler change "
+                         "floating-point results (fused, reassociated or approximate operations)")
+    if "-ffp-contract=off" not in flags:
+        raise BuildError("-ffp-contract=off is required: a*b + c must stay two roundings")
+
+
 def build(cc: str | None = None, opt: str = DEFAULT_OPT, mutant: str | None = None,
           extra_defines: list[str] | None = None, verbose: bool = False) -> Path:
     """Returns the path of the built shared library, compiling it if it is not cached."""
     cc = find_compiler(cc)
-    if opt not in ("-O0", "-O1", "-O2", "-O3", "-Os"):
-        raise BuildError(f"unsupported optimization level {opt!r}")
+    if opt not in OPT_LEVELS:
+        raise BuildError(f"unsupported optimization level {opt!r} (choose from {', '.join(OPT_LEVELS)})")
     defines = list(extra_defines or [])
     if mutant:
         defines += [f"-DCRNN_MUTANT={mutant}", f"-DCRNN_MUTANT_{mutant.upper()}=1"]
-    bad = [d for d in defines if d in FORBIDDEN_FLAGS]
-    if bad:
-        raise BuildError(f"forbidden flags {bad}: they change floating-point results")
+    for isa in ISAS:
+        check_flags([opt, *BASE_FLAGS, *ISA_FLAGS[isa], *defines])
     key = build_key(cc, opt, defines)
     out = cache_dir() / key / "libcrnn.so"
     if out.exists():
         return out
+    probe = probe_fp(cc, opt)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        objs = []
-        for src in sources():
-            obj = Path(tmp) / (src.parent.name + "_" + src.stem + ".o")
-            _run([cc, *_flags_for(src, opt), *defines, "-c", str(src), "-o", str(obj)], verbose)
-            objs.append(str(obj))
+        jobs = [(src, Path(tmp) / (src.parent.name + "_" + src.stem + ".o")) for src in sources()]
+        cmds = [[cc, *_flags_for(src, opt), *defines, "-c", str(src), "-o", str(obj)]
+                for src, obj in jobs]
+        with ThreadPoolExecutor(max_workers=max(1, min(len(cmds), os.cpu_count() or 1))) as pool:
+            for f in [pool.submit(_run, cmd, verbose) for cmd in cmds]:
+                f.result()
         tmp_so = Path(tmp) / "libcrnn.so"
-        _run([cc, "-shared", "-pthread", "-o", str(tmp_so), *objs, "-lm"], verbose)
+        _run([cc, "-shared", "-pthread", "-o", str(tmp_so), *(str(o) for _, o in jobs), "-lm"],
+             verbose)
         os.replace(tmp_so, out)
     (out.parent / "build.txt").write_text(
-        f"cc: {cc}\nversion: {compiler_version(cc)}\nopt: {opt}\ndefines: {defines}\n")
+        f"cc: {cc}\nversion: {compiler_version(cc)}\nopt: {opt}\ndefines: {defines}\n"
+        f"base flags: {' '.join(BASE_FLAGS)}\nprobe: {json.dumps(probe)}\n")
     return out
+
+
+PROBE_SOURCE = r"""
+#include <float.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static float contract(float a, float b, float c) { return a * b + c; }
+static float sum(const float *x, int n)
+{
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s = s + x[i];
+    return s;
+}
+static float divsum(const float *x, int n, float d)   /* a loop-invariant divisor */
+{
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s = s + x[i] / d;
+    return s;
+}
+static unsigned bits(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+int main(int argc, char **argv)
+{
+    /* argv: a b c d x0 x1 ... (hex floats, read at run time: nothing to fold) */
+    if (argc < 6) return 2;
+    float a = strtof(argv[1], 0), b = strtof(argv[2], 0), c = strtof(argv[3], 0);
+    float d = strtof(argv[4], 0);
+    int n = argc - 5;
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int i = 0; i < n; i++) x[i] = strtof(argv[5 + i], 0);
+#if defined(__FAST_MATH__) || (defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__)
+    int fast = 1;
+#else
+    int fast = 0;
+#endif
+    printf("%d %d %08x %08x %08x\n", fast, (int)FLT_EVAL_METHOD, bits(contract(a, b, c)),
+           bits(sum(x, n)), bits(divsum(x, n, d)));
+    free(x);
+    return 0;
+}
+"""
+
+
+def _cpu_has_fma() -> bool:
+    try:
+        return " fma " in Path("/proc/cpuinfo").read_text().replace("\n", " ")
+    except OSError:
+        return False
+
+
+def _bits(f) -> str:
+    import numpy as np
+    return f"{int(np.float32(f).view(np.uint32)):08x}"
+
+
+def probe_fp(cc: str, opt: str) -> dict:
+    """Compiles PROBE_SOURCE into a program with exactly the build's flags (and -mfma where
+    the CPU has FMA, so contraction would be possible), runs it in its own process (a
+    fast-math binary may switch on flush-to-zero for the process that loads it) and checks
+    what it computes: a*b + c rounded twice, a loop summed in order, a true division in a
+    loop, no __FAST_MATH__, FLT_EVAL_METHOD 0. Raises BuildError if the compiler does not
+    honour the flags; caches the verdict per compiler, version and flags."""
+    import numpy as np
+    variants = [[opt, *BASE_FLAGS]] + ([[opt, *BASE_FLAGS, *ISA_FLAGS["avx2"]]]
+                                        if _cpu_has_fma() else [])
+    h = hashlib.sha256(repr((PROBE_SOURCE, variants)).encode())
+    h.update(cc.encode())
+    h.update(compiler_version(cc).encode())
+    memo = cache_dir().parent / "probes" / (h.hexdigest()[:20] + ".json")
+    if memo.exists():
+        return json.loads(memo.read_text())
+    f32 = np.float32
+    a = b = f32(1 + 2.0 ** -12)
+    c, d = f32(-1.0), f32(3.0)
+    xs = np.array([1e8, 1.0, -1e8, 1.0, 3.0, 1e-3, -3.0, 2.5e7, 7.0, -2.5e7] * 7, np.float32)
+    want_sum = want_div = f32(0.0)
+    for v in xs:
+        want_sum = f32(want_sum + v)
+        want_div = f32(want_div + f32(v / d))
+    want = {"contract": _bits((a * b) + c), "sum": _bits(want_sum), "div": _bits(want_div)}
+    args = [float(v).hex() for v in (a, b, c, d, *xs)]
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probe.c"
+        src.write_text(PROBE_SOURCE)
+        for n, flags in enumerate(variants):
+            exe = Path(tmp) / f"probe{n}"
+            r = subprocess.run([cc, *flags, "-o", str(exe), str(src)],
+                               capture_output=True, text=True, check=False)
+            if r.returncode != 0:
+                raise BuildError(f"the floating-point probe does not compile with {cc} "
+                                 f"{' '.join(flags)}: {r.stderr.strip()}")
+            r = subprocess.run([str(exe), *args], capture_output=True, text=True, check=False)
+            if r.returncode != 0:
+                raise BuildError(f"the floating-point probe built with {cc} {' '.join(flags)} "
+                                 f"did not run (exit {r.returncode})")
+            fast, method, con, sm, dv = r.stdout.split()
+            got = {"flags": " ".join(flags), "fast_math": int(fast), "flt_eval_method": int(method),
+                   "contract": con == want["contract"], "ordered_sum": sm == want["sum"],
+                   "true_division": dv == want["div"]}
+            problems = [k for k, ok in (("defines __FAST_MATH__ / finite-math", got["fast_math"] == 0),
+                                        ("FLT_EVAL_METHOD != 0", got["flt_eval_method"] == 0),
+                                        ("contracts a*b + c into an fma", got["contract"]),
+                                        ("reassociates a loop sum", got["ordered_sum"]),
+                                        ("replaces a division", got["true_division"])) if not ok]
+            if problems:
+                raise BuildError(f"{cc} with {' '.join(flags)} {'; '.join(problems)}: the kernels "
+                                 "would not give the same bits on every path")
+            results.append(got)
+    verdict = {"cc": cc, "version": compiler_version(cc), "passed": True, "variants": results}
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    memo.write_text(json.dumps(verdict))
+    return verdict
 
 
 def describe(cc: str | None = None, opt: str = DEFAULT_OPT) -> dict:
     cc = find_compiler(cc)
+    try:
+        probe = "passed" if probe_fp(cc, opt)["passed"] else "failed"
+    except BuildError as e:
+        probe = f"failed: {e}"
     return {"cc": cc, "cc_version": compiler_version(cc), "opt": opt, "base_flags": BASE_FLAGS,
-            "isa_flags": ISA_FLAGS, "cache": str(cache_dir())}
+            "isa_flags": ISA_FLAGS, "cache": str(cache_dir()), "fp_probe": probe}
+
+
+def describe_cmd(argv=None) -> None:
+    """`python -m ctypes_kernels.build [--cc CC] [--opt -O3]`: build and print the path."""
+    import argparse
+    ap = argparse.ArgumentParser(description="build the bundled kernels")
+    ap.add_argument("--cc", default=None)
+    ap.add_argument("--opt", default=DEFAULT_OPT)
+    ap.add_argument("-v", "--verbose", action="store_true")
+    a = ap.parse_args(argv)
+    print(build(cc=a.cc, opt=a.opt, verbose=a.verbose))
 
 
 def _run(cmd: list[str], verbose: bool) -> None:
@@ -147,3 +303,7 @@ def build_helper(name: str, source: str, cc: str | None = None) -> Path:
             raise BuildError(f"compiling the harness helper {name} failed: {r.stderr.strip()}")
         os.replace(tmp_so, out)
     return out
+
+
+if __name__ == "__main__":
+    describe_cmd()
