@@ -454,6 +454,8 @@ def run(isas=None, threads=(1, 2), width=256, batch=4, reps=10, warmup=3, port=N
     if use_torch:
         import torch
         res.meta["torch"] = torch.__version__
+    res.meta["torch_note"] = (None if use_torch else "PyTorch not installed (pip install -e "
+                              "'.[pytorch]')" if with_torch else "PyTorch not run (--no-torch)")
     isa0, th0 = lib.crnn_get_isa(), lib.crnn_get_threads()
     try:
         for isa in isas:
@@ -517,7 +519,7 @@ def render(res: BenchResult) -> str:
     if m["torch"]:
         lines.append(f"PyTorch {m['torch']} fp32 in the same process, same threads")
     else:
-        lines.append("PyTorch not installed (pip install -e '.[pytorch]'): ours alone, no ratios")
+        lines.append(f"{m.get('torch_note') or 'PyTorch not run'}: ours alone, no ratios")
     lines.append("")
     hdr = f"{'isa':<8}{'threads':>8}{'ours ms':>10}{'torch ms':>10}{'ratio':>8}{'GFLOP/s':>9}"
     lines += [hdr, "-" * len(hdr)]

@@ -1,0 +1,124 @@
+"""`crnn-conformance bench`: runs, prints the table, writes the JSON with the documented
+per-case fields; the flop count matches a count of every dot; the step it times is the
+training step (same bits as the batch gradient + clip + AdamW done by hand); the memory
+measurement sees the step's scratch; bad options exit 2. Timing targets are not tested
+(they are measured by the bench itself, docs/performance.md)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ctypes_kernels import abi
+from ctypes_kernels.build import build
+from generators import model
+from harness import bench
+
+
+def test_macs_count_every_dot():
+    """The analytic count equals the dots' terms counted layer by layer for crnn-v0."""
+    cfg = model.default_config()
+    W, B = 256, 4
+    macs = bench.step_macs(cfg, W, B)
+    # by hand: conv (fwd P*Out*KP, dW, dx for blocks > 0, db P*Out), LSTM, linear, clip
+    conv = [(32 * 256, 16, 16), (16 * 128, 32, 144), (8 * 64, 64, 288)]
+    want_conv = sum(P * O * KP * (2 + (n > 0)) + P * O for n, (P, O, KP) in enumerate(conv))
+    T, H = 64, 64
+    want_lstm = sum(T * 8 * H * I * 3 + 2 * T * 4 * H * H * 3 + 8 * H * T for I in (256, 128))
+    want_lin = T * 37 * 128 * 3 + 37 * T
+    assert sum(macs[f"conv{n}"] for n in range(3)) == B * want_conv
+    assert macs["lstm0"] + macs["lstm1"] == B * want_lstm
+    assert macs["linear"] == B * want_lin
+    assert macs["clip"] == sum(int(np.prod(s.shape)) for s in model.param_specs(cfg))
+    assert 2 * sum(macs.values()) > 8e8              # ~0.9 GFLOP per step
+
+
+def test_step_is_the_training_step(lib):
+    """OursStep == crnn_step_gradients, crnn_clip_gradients(5), crnn_adamw per tensor."""
+    inp = bench.make_inputs(width=48, batch=2, seed=5)
+    st = bench.OursStep(lib, inp)
+    flat0 = st.flat.copy()
+    st()
+    cfg = model.cfg_array(inp.config)
+    sizes = st.sizes
+    grads = np.zeros_like(flat0)
+    losses, bl, norm = np.zeros(2), np.zeros(1), np.zeros(1)
+    P = bench._p
+    assert lib.crnn_step_gradients(P(cfg), P(flat0), 2, P(st.widths), P(st.images), P(st.lens),
+                                   P(st.tg), P(grads), P(losses), P(bl)) == 0
+    assert lib.crnn_clip_gradients(P(grads), P(sizes), len(sizes), 5.0, 1, P(norm)) == 0
+    p, m, v = flat0.copy(), np.zeros_like(flat0), np.zeros_like(flat0)
+    a = bench.ADAMW
+    for o, n, d in zip(st.offs, sizes, st.decay):
+        o = int(o)
+        assert lib.crnn_adamw(P(p[o:]), P(m[o:]), P(v[o:]), P(grads[o:]), int(n), a["lr"],
+                              a["beta1"], a["beta2"], a["eps"], a["wd"], d, a["beta1"],
+                              a["beta2"]) == 0
+    assert np.array_equal(p.view(np.uint32), st.flat.view(np.uint32))
+    assert np.array_equal(grads.view(np.uint32), st.grads.view(np.uint32))
+
+
+def test_layer_calls_cover_every_entry_point(lib):
+    calls = bench.layer_calls(lib, bench.make_inputs(width=32, batch=1))
+    assert list(calls) == ["conv0 fwd", "conv1 fwd", "conv2 fwd", "lstm0 fwd", "lstm1 fwd",
+                           "linear fwd", "ctc", "linear bwd", "lstm1 bwd", "lstm0 bwd",
+                           "conv2 bwd", "conv1 bwd", "conv0 bwd"]
+    for fn in calls.values():
+        assert fn() == 0
+
+
+def test_memory_sees_the_scratch():
+    m = bench.step_memory(build(), "scalar", 64, 2)
+    if m is None:
+        pytest.skip("no malloc counter here (needs glibc and a C compiler)")
+    assert m["peak"] > 100_000                 # the step's activations and gradients
+    assert m["kept"] <= m["peak"]
+
+
+def test_cli_json_and_table(tmp_path):
+    out = tmp_path / "b.json"
+    isa = abi.available_isas(abi.load(build(), layers=()))[-1]
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "bench", "--isa", isa, "--threads", "1,2",
+                        "--width", "32", "--batch", "2", "--reps", "2", "--warmup", "1",
+                        "--no-gate", "--no-memory", "--json", str(out)],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "ratio" in r.stdout and "GFLOP/s" in r.stdout and "conv1 bwd" in r.stdout
+    doc = json.loads(out.read_text())
+    assert [(c["isa"], c["threads"]) for c in doc["cases"]] == [(isa, 1), (isa, 2)]
+    for c in doc["cases"]:
+        assert {"isa", "threads", "ours_s", "torch_s", "ratio"} <= set(c)
+        assert c["ours_s"] > 0
+        if c["torch_s"] is not None:
+            assert c["ratio"] == pytest.approx(c["ours_s"] / c["torch_s"])
+    assert doc["meta"]["step_flops"] > 0
+
+
+def test_cli_without_torch(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "bench", "--isa", "scalar", "--threads", "1",
+                        "--width", "32", "--batch", "1", "--reps", "1", "--warmup", "0", "--no-torch",
+                        "--no-layers", "--no-gate", "--no-memory", "--json", str(tmp_path / "b.json")],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "ours alone" in r.stdout
+    c = json.loads((tmp_path / "b.json").read_text())["cases"][0]
+    assert c["torch_s"] is None and c["ratio"] is None
+
+
+@pytest.mark.parametrize("args", [["--isa", "avx9"], ["--threads", "0"], ["--width", "2"]])
+def test_cli_bad_options_exit_2(args):
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "bench", *args, "--no-gate"],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 2
+    assert "cannot run" in r.stderr
+
+
+def test_without_torch_installed_says_so(monkeypatch):
+    monkeypatch.setattr(bench, "torch_available", lambda: False)
+    res = bench.run(["scalar"], (1,), width=32, batch=1, reps=1, warmup=0, layers=False,
+                    memory=False, gate=False)
+    assert res.cases[0]["torch_s"] is None and res.cases[0]["ratio"] is None
+    assert "not installed" in bench.render(res)
