@@ -61,7 +61,8 @@ static size_t bytes_of(int64_t n)
 typedef struct {
     const geom_t *g;
     const float *x;
-    float *col;
+    float *col;           /* col row of position p = y*Wc + x: col + (p - y0*Wc)*KP */
+    int64_t y0;
 } im2col_job;
 
 /* dst[0..n) = src[0..n) in 16-byte moves (small runs: no call to memcpy) */
@@ -78,7 +79,7 @@ static void im2col_rows(void *ctx, int64_t y0, int64_t y1)
     const geom_t *g = j->g;
     for (int64_t y = y0; y < y1; y++)
         for (int64_t xo = 0; xo < g->Wc; xo++) {
-            float *row = j->col + (y * g->Wc + xo) * g->KP;
+            float *row = j->col + ((y - j->y0) * g->Wc + xo) * g->KP;
             for (int64_t ky = 0; ky < g->kh; ky++) {
                 int64_t iy = y + ky - g->padH;
 #if defined(CRNN_MUTANT_CONV_CHW_TAPS)   /* mutant: k = (c*kh + ky)*kw + kx, PyTorch's order */
@@ -181,7 +182,7 @@ static void im2col_packed_range(void *ctx, int64_t t0, int64_t t1)
 
 static void im2col(const geom_t *g, const float *x, float *col)
 {
-    im2col_job j = {g, x, col};
+    im2col_job j = {g, x, col, 0};
     crnn_parallel_for(g->Hc, im2col_rows, &j);
 }
 
@@ -270,6 +271,42 @@ static void pool_rows(void *ctx, int64_t oy0, int64_t oy1)
             }
 }
 
+#if !defined(CRNN_MUTANT)
+/* The forward by bands of poolH conv rows (the rows of one row of pool windows; the last
+ * band may hold the dropped rows): im2col of the band, its dots against the packed Wᵀ, the
+ * bias, and the band's pool windows — the same operations per output as the whole-image
+ * order, done while the band is in cache. */
+typedef struct {
+    const geom_t *g;
+    const float *x, *Bp, *b;
+    float *conv, *pooled;
+    int32_t *winners;
+    int32_t rc;
+} band_job;
+
+static void conv_bands(void *ctx, int64_t b0, int64_t b1)
+{
+    band_job *j = ctx;
+    const geom_t *g = j->g;
+    const int64_t rows = g->poolH, Out = g->Out;
+    float *col = crnn_scratch(CRNN_SCRATCH_BAND, bytes_of(rows * g->Wc * g->KP) + 1);
+    if (!col) {
+        __atomic_store_n(&j->rc, CRNN_E_NOMEM, __ATOMIC_RELAXED);
+        return;
+    }
+    fwd_job fj = {g, j->b, j->conv, j->pooled, j->winners};
+    for (int64_t band = b0; band < b1; band++) {
+        const int64_t y0 = band * rows, y1 = y0 + rows < g->Hc ? y0 + rows : g->Hc;
+        im2col_job ij = {g, j->x, col, y0};
+        im2col_rows(&ij, y0, y1);
+        crnn_gemm16_kn_packed((y1 - y0) * g->Wc, Out, g->KP, col, g->KP, 1, j->Bp,
+                              j->conv + y0 * g->Wc * Out, Out);
+        bias_rows(&fj, y0 * g->Wc, y1 * g->Wc);
+        if (band < g->Hp) pool_rows(&fj, band, band + 1);
+    }
+}
+#endif
+
 int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
                           const float *Wt, const float *b, int32_t Out,
                           int32_t kh, int32_t kw, int32_t padH, int32_t padW,
@@ -279,6 +316,17 @@ int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
     geom_t g;
     if (!x || !Wt || !b || !conv || !pooled || !winners) return CRNN_E_ARG;
     if (!make_geom(&g, H, W, C, Out, kh, kw, padH, padW, poolH, poolW)) return CRNN_E_ARG;
+#if !defined(CRNN_MUTANT)
+    {   /* bands of poolH conv rows: im2col, dots, bias and pool while the band is in cache */
+        size_t nb = bytes_of(16 * g.KP * ((g.Out + 15) / 16));
+        float *Bp = nb ? crnn_scratch(CRNN_SCRATCH_LAYER, nb) : NULL;
+        if (!Bp) return CRNN_E_NOMEM;
+        crnn_kn_pack(g.KP, g.Out, Wt, 1, g.KP, Bp);     /* B(k, o) = Wt[o][k], packed once */
+        band_job bj = {&g, x, Bp, b, conv, pooled, winners, CRNN_OK};
+        crnn_parallel_for((g.Hc + g.poolH - 1) / g.poolH, conv_bands, &bj);
+        return bj.rc;
+    }
+#endif
     size_t nb = bytes_of(g.P * g.KP);
     float *col = nb ? crnn_scratch(CRNN_SCRATCH_LAYER, nb) : NULL;
     if (!col) return CRNN_E_NOMEM;

@@ -109,8 +109,22 @@ void crnn_transpose(const float *src, int64_t rows, int64_t cols, float *dst);
 #define CRNN_SCRATCH_PACK_B 2
 #define CRNN_SCRATCH_LINE   3
 #define CRNN_SCRATCH_BATCH  4
-#define CRNN_SCRATCH_SLOTS  5
+#define CRNN_SCRATCH_BAND   5   /* a band of rows inside a layer (conv forward) */
+#define CRNN_SCRATCH_SLOTS  6
 void *crnn_scratch(int slot, size_t bytes);
+
+/* The LSTM layer (lstm.c) for nl lines of the same length T at once, each line's tensors
+ * where the ABI entry points put them (crnn_lstm_forward/backward are nl = 1). */
+int32_t crnn_lstm_forward_lines(int nl, const float *const *x, int32_t T, int32_t I, int32_t H,
+                                const float *W_ih, const float *W_hh, const float *b,
+                                float *const *out, float *const *gates, float *const *c,
+                                float *const *tc, float *const *hPrev);
+int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32_t I, int32_t H,
+                                 const float *W_ih, const float *W_hh,
+                                 const float *const *gates, const float *const *c,
+                                 const float *const *tc, const float *const *hPrev,
+                                 const float *const *dOut, float *const *dW_ih,
+                                 float *const *dW_hh, float *const *db, float *const *dx);
 
 /* Runs fn(ctx, begin, end) over [0, n) split into contiguous chunks, one per thread. */
 typedef void (*crnn_range_fn)(void *ctx, int64_t begin, int64_t end);

@@ -6,10 +6,14 @@
  * Threads: the two directions are independent, so they run in parallel (crnn_parallel_for
  * over d = 0, 1); the big products outside the recurrence go through crnn_gemm16 /
  * crnn_gemm16_kn, which split whole outputs. The per-step products inside a direction
- * (M = 1, latency-bound) call the selected ISA's kernel directly on the direction's thread.
- * Bits never depend on either. The backward reads every operand as stored (the kn layout:
- * dW and db are dots over t of dz's columns, dh and dx dots over the gate rows of W_hh and
- * W_ih), so nothing is transposed. */
+ * (M = lines, latency-bound) call the selected ISA's kernel directly on the direction's
+ * thread. Bits never depend on either. The backward reads every operand as stored (the kn
+ * layout: dW and db are dots over t of dz's columns, dh and dx dots over the gate rows of
+ * W_hh and W_ih), so nothing is transposed.
+ *
+ * The *_lines entry points (core.h) run several lines of the same length through the layer
+ * at once, sharing the reads of the weights; the ABI entry points are the one-line case of
+ * the same code. */
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
@@ -26,63 +30,72 @@
 #define ROW_G 2
 #endif
 
-/* the selected ISA's kernels (a mutant build's, if it changes the dots: core.h) */
-static crnn_gemm16_fn gemm16_here(void) { return crnn_gemm16_kernel(); }
-
 /* ---- forward ----------------------------------------------------------------------- */
 
+/* nl lines of the same length T through the layer together (crnn_lstm_forward is nl = 1;
+ * the batch gradient passes all lines of a length): per step, the nl rows h of the lines
+ * meet W_hh in one product, so W_hh is read once per step for all of them. Every output is
+ * still its own dot16; nothing is shared between lines but the weights. */
 typedef struct {
+    int nl;
     int64_t T, H;
-    const float *xw;      /* [T][8H]: xw[t][d*4H + g] = dot16(x[t], W_ih[d][g], I) */
+    const float *xw;      /* [nl][T][8H]: xw[l][t][d*4H + g] = dot16(x_l[t], W_ih[d][g], I) */
     const float *W_hh, *b;
-    float *out, *gates, *c, *tc, *hPrev;
-    float *scratch;       /* per direction: z[4H], hw[4H] */
+    float *const *out, *const *gates, *const *c, *const *tc, *const *hPrev;
+    float *scratch;       /* per direction: hm[nl][H], hw[nl][4H], z[4H] */
 } fwd_ctx;
 
 static void forward_dir(fwd_ctx *k, int d)
 {
+    const int nl = k->nl;
     const int64_t T = k->T, H = k->H, G = 4 * H;
-    crnn_gemm16_fn gemm = gemm16_here();
-    float *z = k->scratch + (size_t)d * 2 * G, *hw = z + G;
+    crnn_gemm16_fn gemm = crnn_gemm16_kernel();
+    float *hm = k->scratch + (size_t)d * nl * (H + G + G), *hw = hm + nl * H, *zs = hw + nl * G;
     const float *Whh = k->W_hh + (size_t)d * G * H, *b = k->b + (size_t)d * G;
-    const float *h = NULL, *cp = NULL;    /* state of the step visited before (NULL: zeros) */
     for (int64_t s = 0; s < T; s++) {
         int64_t t = d == 0 ? s : T - 1 - s;
-        float *hp = k->hPrev + ((size_t)d * T + t) * H;
-        float *act = k->gates + ((size_t)d * T + t) * G;
-        float *ct = k->c + ((size_t)d * T + t) * H, *tct = k->tc + ((size_t)d * T + t) * H;
-        if (h) memcpy(hp, h, sizeof(float) * (size_t)H);
-        else memset(hp, 0, sizeof(float) * (size_t)H);
-        gemm(1, G, H, hp, H, Whh, H, hw, G);
-        const float *xwt = k->xw + (size_t)t * 2 * G + (size_t)d * G;
+        int64_t prev = d == 0 ? t - 1 : t + 1;          /* the step visited before t */
+        for (int li = 0; li < nl; li++) {               /* hPrev[t] = h of that step, or +0 */
+            float *hp = k->hPrev[li] + ((size_t)d * T + t) * H;
+            if (s > 0) memcpy(hp, k->out[li] + (size_t)prev * 2 * H + (size_t)d * H, sizeof(float) * (size_t)H);
+            else memset(hp, 0, sizeof(float) * (size_t)H);
+            memcpy(hm + li * H, hp, sizeof(float) * (size_t)H);
+        }
+        gemm(nl, G, H, hm, H, Whh, H, hw, G);           /* hw[l][g] = dot16(h_l, W_hh[g], H) */
+        for (int li = 0; li < nl; li++) {
+            float *act = k->gates[li] + ((size_t)d * T + t) * G;
+            float *ct = k->c[li] + ((size_t)d * T + t) * H, *tct = k->tc[li] + ((size_t)d * T + t) * H;
+            const float *cp = s > 0 ? k->c[li] + ((size_t)d * T + prev) * H : NULL;
+            const float *xwt = k->xw + ((size_t)li * T + t) * 2 * G + (size_t)d * G;
+            const float *hwl = hw + li * G;
+            float *z = zs;
 #if defined(CRNN_MUTANT_LSTM_BIAS_GROUPING)
-        for (int64_t g = 0; g < G; g++) z[g] = xwt[g] + (hw[g] + b[g]);   /* mutant */
+            for (int64_t g = 0; g < G; g++) z[g] = xwt[g] + (hwl[g] + b[g]);   /* mutant */
 #else
-        for (int64_t g = 0; g < G; g++) z[g] = (xwt[g] + hw[g]) + b[g];
+            for (int64_t g = 0; g < G; g++) z[g] = (xwt[g] + hwl[g]) + b[g];
 #endif
 #if defined(CRNN_MUTANT_LSTM_GATES_IGFO)
-        crnn_sigmoid_n(z, act, H);                       /* mutant: i, g, then f, o */
-        crnn_tanh_n(z + H, act + H, H);
-        crnn_sigmoid_n(z + 2 * H, act + 2 * H, 2 * H);
+            crnn_sigmoid_n(z, act, H);                       /* mutant: i, g, then f, o */
+            crnn_tanh_n(z + H, act + H, H);
+            crnn_sigmoid_n(z + 2 * H, act + 2 * H, 2 * H);
 #else
-        crnn_sigmoid_n(z, act, 2 * H);                   /* i, f */
-        crnn_tanh_n(z + 2 * H, act + 2 * H, H);          /* g */
-        crnn_sigmoid_n(z + 3 * H, act + 3 * H, H);       /* o */
+            crnn_sigmoid_n(z, act, 2 * H);                   /* i, f */
+            crnn_tanh_n(z + 2 * H, act + 2 * H, H);          /* g */
+            crnn_sigmoid_n(z + 3 * H, act + 3 * H, H);       /* o */
 #endif
-        const float *i = act, *f = act + ROW_F * H, *g = act + ROW_G * H, *o = act + 3 * H;
-        for (int64_t j = 0; j < H; j++) {
+            const float *i = act, *f = act + ROW_F * H, *g = act + ROW_G * H, *o = act + 3 * H;
+            for (int64_t j = 0; j < H; j++) {
 #if defined(CRNN_MUTANT_LSTM_CELL_FMA)
-            ct[j] = fmaf(f[j], cp ? cp[j] : 0.0f, i[j] * g[j]);   /* mutant: contracted */
+                ct[j] = fmaf(f[j], cp ? cp[j] : 0.0f, i[j] * g[j]);   /* mutant: contracted */
 #else
-            float fc = f[j] * (cp ? cp[j] : 0.0f);
-            ct[j] = fc + i[j] * g[j];
+                float fc = f[j] * (cp ? cp[j] : 0.0f);
+                ct[j] = fc + i[j] * g[j];
 #endif
+            }
+            crnn_tanh_n(ct, tct, H);
+            float *ht = k->out[li] + (size_t)t * 2 * H + (size_t)d * H;
+            for (int64_t j = 0; j < H; j++) ht[j] = o[j] * tct[j];
         }
-        crnn_tanh_n(ct, tct, H);
-        float *ht = k->out + (size_t)t * 2 * H + (size_t)d * H;
-        for (int64_t j = 0; j < H; j++) ht[j] = o[j] * tct[j];
-        h = ht;
-        cp = ct;
     }
 }
 
@@ -91,72 +104,151 @@ static void forward_range(void *ctx, int64_t begin, int64_t end)
     for (int64_t d = begin; d < end; d++) forward_dir(ctx, (int)d);
 }
 
+int32_t crnn_lstm_forward_lines(int nl, const float *const *x, int32_t T, int32_t I, int32_t H,
+                                const float *W_ih, const float *W_hh, const float *b,
+                                float *const *out, float *const *gates, float *const *c,
+                                float *const *tc, float *const *hPrev)
+{
+    if (nl < 1 || T < 0 || I < 0 || H < 1 || !W_ih || !W_hh || !b) return CRNN_E_ARG;
+    for (int li = 0; li < nl && T > 0; li++)
+        if (!x[li] || !out[li] || !gates[li] || !c[li] || !tc[li] || !hPrev[li]) return CRNN_E_ARG;
+    const size_t G = 4 * (size_t)H, nT = (size_t)T, nI = (size_t)I;
+    const size_t packed = nl > 1 ? (2 * G + 15) / 16 * 16 * nI : 0;   /* W_ihᵀ, packed */
+    float *buf = crnn_scratch(CRNN_SCRATCH_LAYER,
+                              sizeof(float) * ((size_t)nl * nT * 2 * G + 2 * (size_t)nl * (H + 2 * G)
+                                               + packed + 1));
+    if (!buf) return CRNN_E_NOMEM;
+    float *xw = buf, *scratch = xw + (size_t)nl * nT * 2 * G, *Wp = scratch + 2 * (size_t)nl * (H + 2 * G);
+    if (nl > 1) {   /* W_ihᵀ packed once, shared by every line's x·W_ihᵀ */
+        crnn_kn_pack(I, 2 * (int64_t)G, W_ih, 1, I, Wp);
+        for (int li = 0; li < nl; li++)
+            crnn_gemm16_kn_packed(T, 2 * (int64_t)G, I, x[li], I, 1, Wp, xw + (size_t)li * nT * 2 * G,
+                                  2 * (int64_t)G);
+    } else {
+        crnn_gemm16_kn(T, 2 * (int64_t)G, I, x[0], I, 1, W_ih, 1, I, xw, 2 * (int64_t)G);
+    }
+    fwd_ctx k = {nl, T, H, xw, W_hh, b, out, gates, c, tc, hPrev, scratch};
+    crnn_parallel_for(2, forward_range, &k);
+    return CRNN_OK;
+}
+
 int32_t crnn_lstm_forward(const float *x, int32_t T, int32_t I, int32_t H,
                           const float *W_ih, const float *W_hh, const float *b,
                           float *out, float *gates, float *c, float *tc, float *hPrev)
 {
     if (T < 0 || I < 0 || H < 1 || !W_ih || !W_hh || !b) return CRNN_E_ARG;
     if (T > 0 && (!x || !out || !gates || !c || !tc || !hPrev)) return CRNN_E_ARG;
-    const size_t G = 4 * (size_t)H;
-    float *buf = crnn_scratch(CRNN_SCRATCH_LAYER, sizeof(float) * ((size_t)T * 2 * G + 4 * G));
-    if (!buf) return CRNN_E_NOMEM;
-    fwd_ctx k = {T, H, buf, W_hh, b, out, gates, c, tc, hPrev, buf + (size_t)T * 2 * G};
-    crnn_gemm16_kn(T, 2 * (int64_t)G, I, x, I, 1, W_ih, 1, I, buf, 2 * (int64_t)G);
-    crnn_parallel_for(2, forward_range, &k);
-    return CRNN_OK;
+    return crnn_lstm_forward_lines(1, &x, T, I, H, W_ih, W_hh, b, &out, &gates, &c, &tc, &hPrev);
 }
 
 /* ---- backward ---------------------------------------------------------------------- */
 
 typedef struct {
+    int nl;
     int64_t T, H;
-    const float *gates, *c, *tc, *dOut;
+    const float *const *gates, *const *c, *const *tc, *const *dOut;
     const float *W_hh;    /* [2][4H][H] */
-    float *dz;            /* [T][8H]: dz[t][d*4H + g] */
-    float *scratch;       /* per direction: dhRec[H], dcNext[H] */
+    const float *W_hhp;   /* nl > 1: per direction, W_hh packed for kn (core.h) */
+    float *dz;            /* [nl][T][8H]: dz[l][t][d*4H + g] */
+    float *scratch;       /* per direction: dhRec[nl][H], dcNext[nl][H] */
 } bwd_ctx;
 
 static void backward_dir(bwd_ctx *k, int d)
 {
+    const int nl = k->nl;
     const int64_t T = k->T, H = k->H, G = 4 * H;
     crnn_gemm16kn_fn gemm = crnn_gemm16kn_kernel();
-    float *dhRec = k->scratch + (size_t)d * 2 * H, *dcNext = dhRec + H;
+    crnn_gemm16knp_fn gemmp = crnn_gemm16knp_kernel();
+    float *dhRec = k->scratch + (size_t)d * 2 * nl * H, *dcNext = dhRec + nl * H;
     const float *Whh = k->W_hh + (size_t)d * G * H;
-    memset(dhRec, 0, sizeof(float) * 2 * (size_t)H);   /* +0, both */
+    const float *Whhp = k->W_hhp ? k->W_hhp + (size_t)d * ((H + 15) / 16) * 16 * G : NULL;
+    memset(dhRec, 0, sizeof(float) * 2 * (size_t)nl * H);   /* +0, all */
     for (int64_t s = 0; s < T; s++) {                   /* the forward's order, reversed */
         int64_t t = d == 0 ? T - 1 - s : s;
         int64_t prev = d == 0 ? t - 1 : t + 1;          /* visited before t in the forward */
-        const float *cPrev = prev >= 0 && prev < T ? k->c + ((size_t)d * T + prev) * H : NULL;
-        const float *act = k->gates + ((size_t)d * T + t) * G;
-        const float *i = act, *f = act + ROW_F * H, *g = act + ROW_G * H, *o = act + 3 * H;
-        const float *tct = k->tc + ((size_t)d * T + t) * H;
-        const float *dO = k->dOut + (size_t)t * 2 * H + (size_t)d * H;
-        float *dz = k->dz + (size_t)t * 2 * G + (size_t)d * G;
-        for (int64_t j = 0; j < H; j++) {
-            float dh = dO[j] + dhRec[j];
-            float dtc = dh * o[j];
-            float d_o = dh * tct[j];
-            float dc = dcNext[j] + dtc * (1.0f - tct[j] * tct[j]);
-            float di = dc * g[j];
-            float dg = dc * i[j];
-            float df = dc * (cPrev ? cPrev[j] : 0.0f);
+        for (int li = 0; li < nl; li++) {
+            const float *cPrev = prev >= 0 && prev < T ? k->c[li] + ((size_t)d * T + prev) * H : NULL;
+            const float *act = k->gates[li] + ((size_t)d * T + t) * G;
+            const float *i = act, *f = act + ROW_F * H, *g = act + ROW_G * H, *o = act + 3 * H;
+            const float *tct = k->tc[li] + ((size_t)d * T + t) * H;
+            const float *dO = k->dOut[li] + (size_t)t * 2 * H + (size_t)d * H;
+            float *dz = k->dz + ((size_t)li * T + t) * 2 * G + (size_t)d * G;
+            float *dhR = dhRec + li * H, *dcN = dcNext + li * H;
+            for (int64_t j = 0; j < H; j++) {
+                float dh = dO[j] + dhR[j];
+                float dtc = dh * o[j];
+                float d_o = dh * tct[j];
+                float dc = dcN[j] + dtc * (1.0f - tct[j] * tct[j]);
+                float di = dc * g[j];
+                float dg = dc * i[j];
+                float df = dc * (cPrev ? cPrev[j] : 0.0f);
 #if defined(CRNN_MUTANT_LSTM_NO_DC_CARRY)
-            dcNext[j] = 0.0f;                            /* mutant: the carry dc*f dropped */
+                dcN[j] = 0.0f;                               /* mutant: the carry dc*f dropped */
 #else
-            dcNext[j] = dc * f[j];
+                dcN[j] = dc * f[j];
 #endif
-            dz[j] = di * (i[j] * (1.0f - i[j]));
-            dz[ROW_F * H + j] = df * (f[j] * (1.0f - f[j]));
-            dz[ROW_G * H + j] = dg * (1.0f - g[j] * g[j]);
-            dz[3 * H + j] = d_o * (o[j] * (1.0f - o[j]));
+                dz[j] = di * (i[j] * (1.0f - i[j]));
+                dz[ROW_F * H + j] = df * (f[j] * (1.0f - f[j]));
+                dz[ROW_G * H + j] = dg * (1.0f - g[j] * g[j]);
+                dz[3 * H + j] = d_o * (o[j] * (1.0f - o[j]));
+            }
         }
-        gemm(1, H, G, dz, 0, 1, Whh, H, 1, dhRec, H);      /* dhRec[j] = dot over 4H of dz, W_hh[.][j] */
+        /* dhRec[l][j] = dot over 4H of dz_l, W_hh[.][j]: all lines in one product (several
+         * lines: W_hh packed, each row block streaming one panel) */
+        const float *dzt = k->dz + (size_t)t * 2 * G + (size_t)d * G;
+        if (Whhp) gemmp(nl, H, G, dzt, T * 2 * G, 1, Whhp, dhRec, H);
+        else gemm(nl, H, G, dzt, T * 2 * G, 1, Whh, H, 1, dhRec, H);
     }
 }
 
 static void backward_range(void *ctx, int64_t begin, int64_t end)
 {
     for (int64_t d = begin; d < end; d++) backward_dir(ctx, (int)d);
+}
+
+int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32_t I, int32_t H,
+                                 const float *W_ih, const float *W_hh,
+                                 const float *const *gates, const float *const *c,
+                                 const float *const *tc, const float *const *hPrev,
+                                 const float *const *dOut, float *const *dW_ih,
+                                 float *const *dW_hh, float *const *db, float *const *dx)
+{
+    if (nl < 1 || T < 0 || I < 0 || H < 1 || !W_ih || !W_hh) return CRNN_E_ARG;
+    for (int li = 0; li < nl; li++) {
+        if (!dW_ih[li] || !dW_hh[li] || !db[li]) return CRNN_E_ARG;
+        if (T > 0 && (!x[li] || !gates[li] || !c[li] || !tc[li] || !hPrev[li] || !dOut[li]))
+            return CRNN_E_ARG;
+    }
+    const size_t nT = (size_t)T, G = 4 * (size_t)H, nH = (size_t)H;
+    const size_t packed = nl > 1 ? (nH + 15) / 16 * 16 * G : 0;   /* W_hh of a direction */
+    size_t n = (size_t)nl * nT * 2 * G   /* dz */
+             + nT                        /* ones */
+             + 4 * (size_t)nl * nH + 1   /* scratch */
+             + 2 * packed;
+    float *buf = crnn_scratch(CRNN_SCRATCH_LAYER, sizeof(float) * n);
+    if (!buf) return CRNN_E_NOMEM;
+    float *dzall = buf, *ones = dzall + (size_t)nl * nT * 2 * G, *scratch = ones + nT;
+    float *Whhp = nl > 1 ? scratch + 4 * (size_t)nl * nH + 1 : NULL;
+    if (Whhp)
+        for (int d = 0; d < 2; d++)
+            crnn_kn_pack((int64_t)G, H, W_hh + d * G * nH, H, 1, Whhp + d * packed);
+    bwd_ctx k = {nl, T, H, gates, c, tc, dOut, W_hh, Whhp, dzall, scratch};
+    crnn_parallel_for(2, backward_range, &k);
+
+    /* per line: dots over t, t ascending: columns of dz against rows of x, hPrev, ones */
+    const int64_t G8 = 2 * (int64_t)G;
+    for (size_t t = 0; t < nT; t++) ones[t] = 1.0f;
+    for (int li = 0; li < nl; li++) {
+        const float *dz = dzall + (size_t)li * nT * 2 * G;
+        crnn_gemm16_kn(G8, I, T, dz, 1, G8, x[li], I, 1, dW_ih[li], I);
+        for (int d = 0; d < 2; d++)
+            crnn_gemm16_kn((int64_t)G, H, T, dz + d * G, 1, G8, hPrev[li] + d * nT * nH, H, 1,
+                           dW_hh[li] + d * G * nH, H);
+        crnn_gemm16_kn(1, G8, T, ones, 0, 1, dz, G8, 1, db[li], G8);
+        /* dx[t][i]: the dot over the 8H gates [dz_fwd | dz_rev] against W_ih[.][i] */
+        if (dx[li]) crnn_gemm16_kn(T, I, G8, dz, G8, 1, W_ih, I, 1, dx[li], I);
+    }
+    return CRNN_OK;
 }
 
 int32_t crnn_lstm_backward(const float *x, int32_t T, int32_t I, int32_t H,
@@ -167,25 +259,6 @@ int32_t crnn_lstm_backward(const float *x, int32_t T, int32_t I, int32_t H,
 {
     if (T < 0 || I < 0 || H < 1 || !W_ih || !W_hh || !dW_ih || !dW_hh || !db) return CRNN_E_ARG;
     if (T > 0 && (!x || !gates || !c || !tc || !hPrev || !dOut)) return CRNN_E_ARG;
-    const size_t nT = (size_t)T, G = 4 * (size_t)H, nH = (size_t)H;
-    size_t n = nT * 2 * G      /* dz */
-             + nT              /* ones */
-             + 4 * nH + 1;     /* scratch */
-    float *buf = crnn_scratch(CRNN_SCRATCH_LAYER, sizeof(float) * n);
-    if (!buf) return CRNN_E_NOMEM;
-    float *dz = buf, *ones = dz + nT * 2 * G, *scratch = ones + nT;
-    bwd_ctx k = {T, H, gates, c, tc, dOut, W_hh, dz, scratch};
-    crnn_parallel_for(2, backward_range, &k);
-
-    /* dots over t, t ascending: columns of dz against rows of x, hPrev, ones */
-    const int64_t G8 = 2 * (int64_t)G;
-    for (size_t t = 0; t < nT; t++) ones[t] = 1.0f;
-    crnn_gemm16_kn(G8, I, T, dz, 1, G8, x, I, 1, dW_ih, I);
-    for (int d = 0; d < 2; d++)
-        crnn_gemm16_kn((int64_t)G, H, T, dz + d * G, 1, G8, hPrev + d * nT * nH, H, 1,
-                       dW_hh + d * G * nH, H);
-    crnn_gemm16_kn(1, G8, T, ones, 0, 1, dz, G8, 1, db, G8);
-    /* dx[t][i]: the dot over the 8H gates [dz_fwd | dz_rev] against W_ih[.][i] */
-    if (dx) crnn_gemm16_kn(T, I, G8, dz, G8, 1, W_ih, I, 1, dx, I);
-    return CRNN_OK;
+    return crnn_lstm_backward_lines(1, &x, T, I, H, W_ih, W_hh, &gates, &c, &tc, &hPrev, &dOut,
+                                    &dW_ih, &dW_hh, &db, &dx);
 }

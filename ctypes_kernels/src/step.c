@@ -1,13 +1,16 @@
 /* step.c — the whole model: parameter sizes and the batch gradient
  * (docs/backward.md, "Batch gradient, clipping").
  *
- * Per line, through the same ABI entry points the per-layer fixtures gate: conv blocks
+ * Per line, through the same entry points the per-layer fixtures gate: conv blocks
  * (crnn_conv_forward, winners kept) -> the sequence x[t = w][h*C + c] -> bidirectional LSTM
  * layers (crnn_lstm_forward) -> classifier (crnn_linear_forward) -> crnn_ctc with scale 1/B ->
  * the backward pass (linear, LSTM, conv; the first block's dx is not computed) into the
  * line's own gradient buffer. A line with no alignment (loss +inf) keeps an all-+0 gradient.
- * Lines are independent and may run on different threads; afterwards g = g_0, g = g + g_b in
- * line order, element-wise, so no bit depends on the thread count or the ISA. */
+ * The batch runs stage by stage: the per-line stages across threads, and each LSTM layer
+ * with the lines of one length together (crnn_lstm_forward_lines / _backward_lines, the
+ * code of crnn_lstm_forward/backward for several lines: one read of the recurrent weights
+ * per step for all of them). Afterwards g = g_0, g = g + g_b in line order, element-wise,
+ * so no bit depends on the thread count, the grouping or the ISA. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,7 +143,57 @@ static int line_geom(const model_t *m, int32_t width, line_geom_t *g)
     return 1;
 }
 
-/* Shared, read-only inputs of a batch and one output slot per line. */
+/* Where one line keeps everything (floats; winners as int32 in float-sized slots). */
+typedef struct {
+    line_geom_t g;
+    int64_t need;
+    int64_t o_conv[MAX_BLOCKS], o_pool[MAX_BLOCKS], o_win[MAX_BLOCKS], o_dx[MAX_BLOCKS];
+    int64_t o_seq, o_out[MAX_LSTM], o_gates[MAX_LSTM], o_c[MAX_LSTM], o_tc[MAX_LSTM],
+        o_hp[MAX_LSTM];
+    int64_t o_logits, o_dlogits, o_dA, o_dB, o_gWih, o_gWhh, o_gb;
+} line_layout_t;
+
+static int layout_line(const model_t *m, int32_t width, line_layout_t *L)
+{
+    if (!line_geom(m, width, &L->g)) return 0;
+    const line_geom_t *g = &L->g;
+    const int64_t T = g->T, H = m->hidden, K = m->classes, G4 = 4 * H;
+    int64_t need = 0, maxP = 0;
+    for (int n = 0; n < m->nBlocks; n++) if (g->P[n] * m->out[n] > maxP) maxP = g->P[n] * m->out[n];
+    int64_t o_convbuf = need; need += maxP;           /* conv pre-activations, reused */
+    for (int n = 0; n < m->nBlocks; n++) {
+        int64_t np = g->Hp[n] * g->Wp[n] * m->out[n];
+        L->o_pool[n] = need; need += np;
+        L->o_win[n] = need; need += np;
+        L->o_dx[n] = need; need += (int64_t)m->inH[n] * g->W[n] * m->inC[n];   /* dx of block n */
+        L->o_conv[n] = o_convbuf;
+    }
+    L->o_seq = need; need += T * m->seqFeatures;
+    for (int l = 0; l < m->nLstm; l++) {
+        L->o_out[l] = need; need += T * 2 * H;
+        L->o_gates[l] = need; need += 2 * T * G4;
+        L->o_c[l] = need; need += 2 * T * H;
+        L->o_tc[l] = need; need += 2 * T * H;
+        L->o_hp[l] = need; need += 2 * T * H;
+    }
+    L->o_logits = need; need += T * K;
+    L->o_dlogits = need; need += T * K;
+    int64_t maxI = m->seqFeatures > 2 * H ? m->seqFeatures : 2 * H;
+    L->o_dA = need; need += T * maxI;                 /* dseq ping-pong */
+    L->o_dB = need; need += T * maxI;
+    int64_t maxWih = 0;
+    for (int l = 0; l < m->nLstm; l++) {
+        int64_t I = l == 0 ? m->seqFeatures : 2 * H;
+        if (2 * G4 * I > maxWih) maxWih = 2 * G4 * I;
+    }
+    L->o_gWih = need; need += maxWih;                 /* stacked LSTM gradients */
+    L->o_gWhh = need; need += 2 * G4 * H;
+    L->o_gb = need; need += 2 * G4;
+    L->need = (need + 15) / 16 * 16;                  /* each line's block 64-byte aligned */
+    return 1;
+}
+
+/* Shared inputs of a batch, each line's layout, scratch and results. */
 typedef struct {
     const model_t *m;
     const float *params;
@@ -149,156 +202,230 @@ typedef struct {
     const int32_t *widths, *targetLens, *targets;
     const int64_t *imgOff, *tgtOff;
     const float *images;
+    const line_layout_t *lay;          /* [B] */
+    float *const *s;                   /* [B] each line's scratch */
     float *lineGrads;                  /* [B][nParams] */
     double *losses;
     int32_t *rc;                       /* [B] */
-    int32_t next;                      /* the next line to start (atomic) */
+    int32_t *live;                     /* [B] 1 while the line still has work (loss finite) */
+    int32_t next;                      /* the next line to start in a stage (atomic) */
 } batch_t;
 
-/* Everything one line needs, in one allocation. */
-static int32_t run_line(const batch_t *bt, int32_t b)
+typedef void (*stage_fn)(const batch_t *bt, int32_t b);
+
+/* A stage on every live line: each worker takes the next line until none is left (lines of
+ * different widths balance across threads; which thread runs a line changes no bit). */
+typedef struct {
+    batch_t *bt;
+    stage_fn fn;
+} stage_job;
+
+static void stage_worker(void *ctx, int64_t begin, int64_t end)
+{
+    stage_job *j = ctx;
+    (void)begin; (void)end;
+    for (;;) {
+        int32_t b = __atomic_fetch_add(&j->bt->next, 1, __ATOMIC_RELAXED);
+        if (b >= j->bt->B) return;
+        if (j->bt->live[b]) j->fn(j->bt, b);
+    }
+}
+
+static void run_stage(batch_t *bt, stage_fn fn)
+{
+    stage_job j = {bt, fn};
+    bt->next = 0;
+    int32_t workers = crnn_current_threads() < bt->B ? crnn_current_threads() : bt->B;
+    crnn_parallel_for(workers, stage_worker, &j);
+}
+
+static void line_failed(const batch_t *bt, int32_t b, int32_t rc)
+{
+    bt->rc[b] = rc;
+    bt->live[b] = 0;
+}
+
+/* conv blocks (winners kept), then map[h][w][c] -> seq[t = w][h*C + c] */
+static void stage_conv_forward(const batch_t *bt, int32_t b)
 {
     const model_t *m = bt->m;
     const float *prm = bt->params;
-    float *grads = bt->lineGrads + (int64_t)b * m->nParams;
-    line_geom_t g;
-    if (!line_geom(m, bt->widths[b], &g)) return CRNN_E_ARG;
-    const int64_t T = g.T, H = m->hidden, K = m->classes, G4 = 4 * H;
-
-    /* scratch layout (floats; winners stored as int32 in float-sized slots) */
-    int64_t need = 0;
-    int64_t o_conv[MAX_BLOCKS], o_pool[MAX_BLOCKS], o_win[MAX_BLOCKS], o_dx[MAX_BLOCKS];
-    int64_t maxP = 0;
-    for (int n = 0; n < m->nBlocks; n++) if (g.P[n] * m->out[n] > maxP) maxP = g.P[n] * m->out[n];
-    int64_t o_convbuf = need; need += maxP;           /* conv pre-activations, reused */
-    for (int n = 0; n < m->nBlocks; n++) {
-        int64_t np = g.Hp[n] * g.Wp[n] * m->out[n];
-        o_pool[n] = need; need += np;
-        o_win[n] = need; need += np;
-        o_dx[n] = need; need += (int64_t)m->inH[n] * g.W[n] * m->inC[n];   /* dx of block n */
-        o_conv[n] = o_convbuf;
-    }
-    int64_t o_seq = need; need += T * m->seqFeatures;
-    int64_t o_out[MAX_LSTM], o_gates[MAX_LSTM], o_c[MAX_LSTM], o_tc[MAX_LSTM], o_hp[MAX_LSTM];
-    for (int l = 0; l < m->nLstm; l++) {
-        o_out[l] = need; need += T * 2 * H;
-        o_gates[l] = need; need += 2 * T * G4;
-        o_c[l] = need; need += 2 * T * H;
-        o_tc[l] = need; need += 2 * T * H;
-        o_hp[l] = need; need += 2 * T * H;
-    }
-    int64_t o_logits = need; need += T * K;
-    int64_t o_dlogits = need; need += T * K;
-    int64_t maxI = m->seqFeatures > 2 * H ? m->seqFeatures : 2 * H;
-    int64_t o_dA = need; need += T * maxI;             /* dseq ping-pong */
-    int64_t o_dB = need; need += T * maxI;
-    int64_t maxWih = 0;
-    for (int l = 0; l < m->nLstm; l++) {
-        int64_t I = l == 0 ? m->seqFeatures : 2 * H;
-        if (2 * G4 * I > maxWih) maxWih = 2 * G4 * I;
-    }
-    int64_t o_gWih = need; need += maxWih;             /* stacked LSTM gradients */
-    int64_t o_gWhh = need; need += 2 * G4 * H;
-    int64_t o_gb = need; need += 2 * G4;
-    if ((uint64_t)need > SIZE_MAX / sizeof(float)) return CRNN_E_NOMEM;
-    float *s = crnn_scratch(CRNN_SCRATCH_LINE, sizeof(float) * (size_t)(need + 1));
-    if (!s) return CRNN_E_NOMEM;
-    int32_t rc = CRNN_OK;
-#define TRY(call) do { rc = (call); if (rc != CRNN_OK) goto done; } while (0)
-
-    /* ---- forward ---- */
+    const line_layout_t *L = &bt->lay[b];
+    float *s = bt->s[b];
     const float *x = bt->images + bt->imgOff[b];
     for (int n = 0; n < m->nBlocks; n++) {
-        TRY(crnn_conv_forward(x, m->inH[n], g.W[n], m->inC[n],
-                              prm + m->offs[t_conv_W(n)], prm + m->offs[t_conv_b(n)], m->out[n],
-                              m->kh[n], m->kw[n], m->padH[n], m->padW[n], m->poolH[n], m->poolW[n],
-                              s + o_conv[n], s + o_pool[n], (int32_t *)(s + o_win[n])));
-        x = s + o_pool[n];
+        int32_t rc = crnn_conv_forward(x, m->inH[n], L->g.W[n], m->inC[n],
+                                       prm + m->offs[t_conv_W(n)], prm + m->offs[t_conv_b(n)],
+                                       m->out[n], m->kh[n], m->kw[n], m->padH[n], m->padW[n],
+                                       m->poolH[n], m->poolW[n], s + L->o_conv[n], s + L->o_pool[n],
+                                       (int32_t *)(s + L->o_win[n]));
+        if (rc != CRNN_OK) { line_failed(bt, b, rc); return; }
+        x = s + L->o_pool[n];
     }
-    {   /* map[h][w][c] -> seq[t = w][h*C + c] */
-        const int64_t Hp = m->lastHp, C = m->lastC;
-        float *seq = s + o_seq;
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t h = 0; h < Hp; h++)
-                memcpy(seq + t * Hp * C + h * C, x + (h * T + t) * C, sizeof(float) * (size_t)C);
-    }
-    const float *in = s + o_seq;
-    for (int l = 0; l < m->nLstm; l++) {
-        int32_t I = l == 0 ? m->seqFeatures : (int32_t)(2 * H);
-        TRY(crnn_lstm_forward(in, (int32_t)T, I, (int32_t)H, bt->lstmW[l][0], bt->lstmW[l][1],
-                              bt->lstmW[l][2], s + o_out[l], s + o_gates[l], s + o_c[l],
-                              s + o_tc[l], s + o_hp[l]));
-        in = s + o_out[l];
-    }
-    TRY(crnn_linear_forward(in, prm + m->offs[t_fc(m, 0)], prm + m->offs[t_fc(m, 1)],
-                            (int32_t)T, (int32_t)(2 * H), (int32_t)K, s + o_logits));
-
-    /* ---- loss ---- */
-    double loss;
-    const int32_t *tgt = bt->targets ? bt->targets + bt->tgtOff[b] : NULL;
-    TRY(crnn_ctc(s + o_logits, (int32_t)T, (int32_t)K, bt->targetLens[b] ? tgt : NULL,
-                 bt->targetLens[b], 1.0 / (double)bt->B, &loss, s + o_dlogits));
-    bt->losses[b] = loss;
-    if (isinf(loss)) {            /* no alignment: all-+0 gradient */
-        memset(grads, 0, sizeof(float) * (size_t)m->nParams);
-        goto done;
-    }                             /* else the backward writes every gradient element */
-
-    /* ---- backward ---- */
-    float *dseq = s + o_dA, *dnext = s + o_dB;
-    TRY(crnn_linear_backward(in, prm + m->offs[t_fc(m, 0)], s + o_dlogits, (int32_t)T,
-                             (int32_t)(2 * H), (int32_t)K, dseq,
-                             grads + m->offs[t_fc(m, 0)], grads + m->offs[t_fc(m, 1)]));
-    for (int l = m->nLstm - 1; l >= 0; l--) {
-        int32_t I = l == 0 ? m->seqFeatures : (int32_t)(2 * H);
-        const float *lin = l == 0 ? s + o_seq : s + o_out[l - 1];
-        TRY(crnn_lstm_backward(lin, (int32_t)T, I, (int32_t)H, bt->lstmW[l][0], bt->lstmW[l][1],
-                               s + o_gates[l], s + o_c[l], s + o_tc[l], s + o_hp[l], dseq,
-                               s + o_gWih, s + o_gWhh, s + o_gb, dnext));
-        for (int d = 0; d < 2; d++) {
-            memcpy(grads + m->offs[t_lstm(m, l, d, 0)], s + o_gWih + d * G4 * I,
-                   sizeof(float) * (size_t)(G4 * I));
-            memcpy(grads + m->offs[t_lstm(m, l, d, 1)], s + o_gWhh + d * G4 * H,
-                   sizeof(float) * (size_t)(G4 * H));
-            memcpy(grads + m->offs[t_lstm(m, l, d, 2)], s + o_gb + d * G4,
-                   sizeof(float) * (size_t)G4);
-        }
-        float *tmp = dseq; dseq = dnext; dnext = tmp;
-    }
-    {   /* dseq[t][h*C + c] -> dPooled[h][w = t][c] of the last block (its dx slot is free) */
-        const int64_t Hp = m->lastHp, C = m->lastC;
-        float *dmap = dnext;
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t h = 0; h < Hp; h++)
-                memcpy(dmap + (h * T + t) * C, dseq + t * Hp * C + h * C, sizeof(float) * (size_t)C);
-        dseq = dmap;
-    }
-    const float *dPooled = dseq;
-    for (int n = m->nBlocks - 1; n >= 0; n--) {
-        const float *xin = n == 0 ? bt->images + bt->imgOff[b] : s + o_pool[n - 1];
-        TRY(crnn_conv_backward(xin, m->inH[n], g.W[n], m->inC[n], prm + m->offs[t_conv_W(n)],
-                               m->out[n], m->kh[n], m->kw[n], m->padH[n], m->padW[n],
-                               m->poolH[n], m->poolW[n], dPooled, (int32_t *)(s + o_win[n]),
-                               grads + m->offs[t_conv_W(n)], grads + m->offs[t_conv_b(n)],
-                               n > 0 ? s + o_dx[n] : NULL));
-        dPooled = s + o_dx[n];
-    }
-#undef TRY
-done:
-    return rc;
+    const int64_t Hp = m->lastHp, C = m->lastC, T = L->g.T;
+    float *seq = s + L->o_seq;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < Hp; h++)
+            memcpy(seq + t * Hp * C + h * C, x + (h * T + t) * C, sizeof(float) * (size_t)C);
 }
 
-/* Each worker takes the next unstarted line until none is left: lines of different widths
- * balance across threads, and which thread runs a line changes no bit of its result. */
-static void lines_worker(void *ctx, int64_t begin, int64_t end)
+/* classifier, CTC (scale 1/B), and the classifier's backward into dA */
+static void stage_head(const batch_t *bt, int32_t b)
 {
-    batch_t *bt = ctx;
-    (void)begin; (void)end;
-    for (;;) {
-        int32_t b = __atomic_fetch_add(&bt->next, 1, __ATOMIC_RELAXED);
-        if (b >= bt->B) return;
-        bt->rc[b] = run_line(bt, b);
+    const model_t *m = bt->m;
+    const float *prm = bt->params;
+    const line_layout_t *L = &bt->lay[b];
+    float *s = bt->s[b], *grads = bt->lineGrads + (int64_t)b * m->nParams;
+    const int64_t T = L->g.T, H = m->hidden, K = m->classes;
+    const float *in = s + L->o_out[m->nLstm - 1];
+    int32_t rc = crnn_linear_forward(in, prm + m->offs[t_fc(m, 0)], prm + m->offs[t_fc(m, 1)],
+                                     (int32_t)T, (int32_t)(2 * H), (int32_t)K, s + L->o_logits);
+    if (rc != CRNN_OK) { line_failed(bt, b, rc); return; }
+    double loss;
+    const int32_t *tgt = bt->targets ? bt->targets + bt->tgtOff[b] : NULL;
+    rc = crnn_ctc(s + L->o_logits, (int32_t)T, (int32_t)K, bt->targetLens[b] ? tgt : NULL,
+                  bt->targetLens[b], 1.0 / (double)bt->B, &loss, s + L->o_dlogits);
+    if (rc != CRNN_OK) { line_failed(bt, b, rc); return; }
+    bt->losses[b] = loss;
+    if (isinf(loss)) {            /* no alignment: all-+0 gradient, nothing more to do */
+        memset(grads, 0, sizeof(float) * (size_t)m->nParams);
+        bt->live[b] = 0;
+        return;
+    }                             /* else the backward writes every gradient element */
+    rc = crnn_linear_backward(in, prm + m->offs[t_fc(m, 0)], s + L->o_dlogits, (int32_t)T,
+                              (int32_t)(2 * H), (int32_t)K, s + L->o_dA,
+                              grads + m->offs[t_fc(m, 0)], grads + m->offs[t_fc(m, 1)]);
+    if (rc != CRNN_OK) line_failed(bt, b, rc);
+}
+
+/* the LSTM layers' backward leaves dseq in dA (even number of layers) or dB */
+static float *final_dseq(const batch_t *bt, int32_t b)
+{
+    const line_layout_t *L = &bt->lay[b];
+    return bt->s[b] + (bt->m->nLstm % 2 == 0 ? L->o_dA : L->o_dB);
+}
+
+/* dseq[t][h*C + c] -> dPooled[h][w = t][c] of the last block (the other ping-pong buffer),
+ * then the conv blocks' backward (the first block's dx is not computed) */
+static void stage_conv_backward(const batch_t *bt, int32_t b)
+{
+    const model_t *m = bt->m;
+    const float *prm = bt->params;
+    const line_layout_t *L = &bt->lay[b];
+    float *s = bt->s[b], *grads = bt->lineGrads + (int64_t)b * m->nParams;
+    const int64_t Hp = m->lastHp, C = m->lastC, T = L->g.T;
+    const float *dseq = final_dseq(bt, b);
+    float *dmap = s + (m->nLstm % 2 == 0 ? L->o_dB : L->o_dA);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < Hp; h++)
+            memcpy(dmap + (h * T + t) * C, dseq + t * Hp * C + h * C, sizeof(float) * (size_t)C);
+    const float *dPooled = dmap;
+    for (int n = m->nBlocks - 1; n >= 0; n--) {
+        const float *xin = n == 0 ? bt->images + bt->imgOff[b] : s + L->o_pool[n - 1];
+        int32_t rc = crnn_conv_backward(xin, m->inH[n], L->g.W[n], m->inC[n],
+                                        prm + m->offs[t_conv_W(n)], m->out[n], m->kh[n], m->kw[n],
+                                        m->padH[n], m->padW[n], m->poolH[n], m->poolW[n], dPooled,
+                                        (int32_t *)(s + L->o_win[n]), grads + m->offs[t_conv_W(n)],
+                                        grads + m->offs[t_conv_b(n)], n > 0 ? s + L->o_dx[n] : NULL);
+        if (rc != CRNN_OK) { line_failed(bt, b, rc); return; }
+        dPooled = s + L->o_dx[n];
     }
+}
+
+/* Live lines of the same length T, in line order, starting from line `first`. */
+static int group_of(const batch_t *bt, int32_t first, const int32_t *done, int32_t *lines)
+{
+    int n = 0;
+    for (int32_t b = first; b < bt->B; b++)
+        if (bt->live[b] && !done[b] && bt->lay[b].g.T == bt->lay[first].g.T) lines[n++] = b;
+    return n;
+}
+
+/* An LSTM layer forward (dir = 0) or backward (dir = 1) over every live line: lines of one
+ * length go through the layer together (crnn_lstm_*_lines: one read of W_hh per step for
+ * all of them); groups one after another. */
+static void lstm_layer(batch_t *bt, int l, int backward, int32_t *lines, int32_t *done,
+                       const float **cx, float **p0, float **p1, float **p2, float **p3,
+                       float **p4, const float **q0, const float **q1, const float **q2,
+                       const float **q3, const float **q4)
+{
+    const model_t *m = bt->m;
+    const int64_t H = m->hidden, G4 = 4 * H;
+    const int32_t I = l == 0 ? m->seqFeatures : (int32_t)(2 * H);
+    const int r = m->nLstm - 1 - l;                   /* backward: the r-th layer visited */
+    memset(done, 0, sizeof(int32_t) * (size_t)bt->B);
+    for (int32_t first = 0; first < bt->B; first++) {
+        if (!bt->live[first] || done[first]) continue;
+        int n = group_of(bt, first, done, lines);
+        const int32_t T = bt->lay[first].g.T;
+        for (int i = 0; i < n; i++) {
+            const line_layout_t *L = &bt->lay[lines[i]];
+            float *s = bt->s[lines[i]];
+            done[lines[i]] = 1;
+            cx[i] = l == 0 ? s + L->o_seq : s + L->o_out[l - 1];
+            if (!backward) {
+                p0[i] = s + L->o_out[l]; p1[i] = s + L->o_gates[l]; p2[i] = s + L->o_c[l];
+                p3[i] = s + L->o_tc[l]; p4[i] = s + L->o_hp[l];
+            } else {
+                q0[i] = s + L->o_gates[l]; q1[i] = s + L->o_c[l]; q2[i] = s + L->o_tc[l];
+                q3[i] = s + L->o_hp[l];
+                q4[i] = s + (r % 2 == 0 ? L->o_dA : L->o_dB);          /* dOut */
+                p0[i] = s + L->o_gWih; p1[i] = s + L->o_gWhh; p2[i] = s + L->o_gb;
+                p3[i] = s + (r % 2 == 0 ? L->o_dB : L->o_dA);          /* dx */
+            }
+        }
+        int32_t rc = !backward
+            ? crnn_lstm_forward_lines(n, cx, T, I, (int32_t)H, bt->lstmW[l][0], bt->lstmW[l][1],
+                                      bt->lstmW[l][2], p0, p1, p2, p3, p4)
+            : crnn_lstm_backward_lines(n, cx, T, I, (int32_t)H, bt->lstmW[l][0], bt->lstmW[l][1],
+                                       q0, q1, q2, q3, q4, p0, p1, p2, p3);
+        for (int i = 0; i < n; i++) {
+            int32_t b = lines[i];
+            if (rc != CRNN_OK) { line_failed(bt, b, rc); continue; }
+            if (!backward) continue;
+            const line_layout_t *L = &bt->lay[b];
+            float *s = bt->s[b], *grads = bt->lineGrads + (int64_t)b * m->nParams;
+            for (int d = 0; d < 2; d++) {
+                memcpy(grads + m->offs[t_lstm(m, l, d, 0)], s + L->o_gWih + d * G4 * I,
+                       sizeof(float) * (size_t)(G4 * I));
+                memcpy(grads + m->offs[t_lstm(m, l, d, 1)], s + L->o_gWhh + d * G4 * H,
+                       sizeof(float) * (size_t)(G4 * H));
+                memcpy(grads + m->offs[t_lstm(m, l, d, 2)], s + L->o_gb + d * G4,
+                       sizeof(float) * (size_t)G4);
+            }
+        }
+    }
+}
+
+/* The whole batch: conv forward per line (lines across threads), the LSTM layers with the
+ * lines of one length together (directions across threads), the head per line, the LSTM
+ * backward likewise, the conv backward per line. Each line's tensors are those of the
+ * per-line ABI sequence: the same calls on the same data. */
+static void run_batch(batch_t *bt)
+{
+    const model_t *m = bt->m;
+    int32_t B = bt->B;
+    /* per-group pointer tables: [12][B] pointers and two [B] int arrays, on the heap */
+    void **tab = malloc(sizeof(void *) * 12 * (size_t)B);
+    int32_t *ints = malloc(sizeof(int32_t) * 2 * (size_t)B);
+    if (!tab || !ints) {
+        for (int32_t b = 0; b < B; b++) if (bt->live[b]) line_failed(bt, b, CRNN_E_NOMEM);
+        free(tab); free(ints);
+        return;
+    }
+    int32_t *lines = ints, *done = ints + B;
+#define TAB(i) ((void *)(tab + (size_t)(i) * B))
+    run_stage(bt, stage_conv_forward);
+    for (int l = 0; l < m->nLstm; l++)
+        lstm_layer(bt, l, 0, lines, done, TAB(0), TAB(1), TAB(2), TAB(3), TAB(4), TAB(5),
+                   TAB(6), TAB(7), TAB(8), TAB(9), TAB(10));
+    run_stage(bt, stage_head);
+    for (int l = m->nLstm - 1; l >= 0; l--)
+        lstm_layer(bt, l, 1, lines, done, TAB(0), TAB(1), TAB(2), TAB(3), TAB(4), TAB(5),
+                   TAB(6), TAB(7), TAB(8), TAB(9), TAB(10));
+    run_stage(bt, stage_conv_backward);
+#undef TAB
+    free(tab); free(ints);
 }
 
 int32_t crnn_step_gradients(const int32_t *cfg, const float *params, int32_t B,
@@ -333,19 +460,38 @@ int32_t crnn_step_gradients(const int32_t *cfg, const float *params, int32_t B,
     int64_t stackN = 0;
     for (int l = 0; l < m.nLstm; l++)
         for (int w = 0; w < 3; w++) stackN += 2 * m.sizes[t_lstm(&m, l, 0, w)];
-    /* one scratch buffer (kept by this thread for the next batch): the stack, then the
-     * line gradients */
-    float *stack = crnn_scratch(CRNN_SCRATCH_BATCH,
-                                sizeof(float) * (size_t)(stackN + (B > 1 ? B * m.nParams : 0)));
+    line_layout_t *lay = malloc(sizeof(line_layout_t) * (size_t)B);
+    float **sc = malloc(sizeof(float *) * (size_t)B);
+    int32_t *live = malloc(sizeof(int32_t) * (size_t)B);
+    int64_t linesN = 0;
+    if (lay && sc && live)
+        for (int32_t b = 0; b < B; b++) {
+            layout_line(&m, widths[b], &lay[b]);       /* checked above */
+            linesN += lay[b].need;
+        }
+    /* one scratch buffer (kept by this thread for the next batch): the stack, the line
+     * gradients, then every line's activations */
+    int64_t lg = B > 1 ? B * m.nParams : 0;
+    float *stack = lay && sc && live && (uint64_t)(stackN + lg + linesN + 16) < SIZE_MAX / sizeof(float)
+        ? crnn_scratch(CRNN_SCRATCH_BATCH, sizeof(float) * (size_t)(stackN + lg + linesN + 16)) : NULL;
     if (!stack) {
-        free(imgOff); free(rcs);
+        free(imgOff); free(rcs); free(lay); free(sc); free(live);
         return CRNN_E_NOMEM;
     }
     float *lineGrads = B > 1 ? stack + stackN : grads;
+    float *at = stack + stackN + lg;
+    at += (16 - ((uintptr_t)at / sizeof(float)) % 16) % 16;
+    for (int32_t b = 0; b < B; b++) {
+        sc[b] = at;
+        at += lay[b].need;
+        rcs[b] = CRNN_OK;
+        live[b] = 1;
+    }
     batch_t bt = {.m = &m, .params = params, .B = B, .widths = widths, .targetLens = targetLens,
                   .targets = targets, .imgOff = imgOff, .tgtOff = tgtOff, .images = images,
-                  .lineGrads = lineGrads, .losses = losses, .rc = rcs};
-    float *at = stack;
+                  .lay = lay, .s = sc, .lineGrads = lineGrads, .losses = losses, .rc = rcs,
+                  .live = live};
+    at = stack;
     for (int l = 0; l < m.nLstm; l++)
         for (int w = 0; w < 3; w++) {
             int64_t n = m.sizes[t_lstm(&m, l, 0, w)];
@@ -355,10 +501,7 @@ int32_t crnn_step_gradients(const int32_t *cfg, const float *params, int32_t B,
             at += 2 * n;
         }
 
-    /* Lines run on min(threads, B) workers; the per-layer calls inside a line may split
-     * their own outputs across threads too. Either way each line's buffer gets the same bits. */
-    int32_t workers = crnn_current_threads() < B ? crnn_current_threads() : B;
-    crnn_parallel_for(workers, lines_worker, &bt);
+    run_batch(&bt);
 
     for (int32_t b = 0; b < B && rc == CRNN_OK; b++) rc = rcs[b];
     if (rc == CRNN_OK) {
@@ -389,6 +532,6 @@ int32_t crnn_step_gradients(const int32_t *cfg, const float *params, int32_t B,
         *batchLoss = total / (double)B;
 #endif
     }
-    free(imgOff); free(rcs);
+    free(imgOff); free(rcs); free(lay); free(sc); free(live);
     return rc;
 }

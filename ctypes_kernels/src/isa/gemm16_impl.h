@@ -181,6 +181,10 @@ void CAT(crnn_gemm16, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
                                   float *C, int64_t ldc)
 {
     if (M <= 0 || N <= 0) return;
+    if (M > 1 && M < NT_TR) {     /* a few rows: one tile (rows repeated, not stored), B read once */
+        nt_rows(NT_TR, 0, M, N, K, A, lda, B, ldb, C, ldc);
+        return;
+    }
     /* full tiles of NT_TR rows, the remaining rows one at a time */
     int64_t mt = M >= NT_TR ? M / NT_TR * NT_TR : 0;
     if (mt) nt_rows(NT_TR, 0, mt, N, K, A, lda, B, ldb, C, ldc);
