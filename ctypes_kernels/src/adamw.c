@@ -1,9 +1,42 @@
 /* adamw.c — one AdamW step on one tensor (docs/backward.md, "AdamW").
  *
  * Scalars computed in double and rounded once to float; per element every operation is a
- * separate float rounding (-ffp-contract=off: no fma), sqrt and division correctly rounded. */
+ * separate float rounding (-ffp-contract=off: no fma), sqrt and division correctly rounded.
+ * Elements are independent: a large tensor is split across threads, no bit depends on it. */
 #include <math.h>
 #include "core.h"
+
+typedef struct {
+    float *p, *m, *v;
+    const float *g;
+    int64_t n;
+    int32_t decay;
+    float omb1, b2, omb2, epsf, dec, stepSize, sqrtC2;
+} adamw_job;
+
+static void adamw_range(const adamw_job *j, int64_t i0, int64_t i1)
+{
+    float *p = j->p, *m = j->m, *v = j->v;
+    const float *g = j->g;
+    const float omb1 = j->omb1, b2 = j->b2, omb2 = j->omb2, epsf = j->epsf, dec = j->dec;
+    const float stepSize = j->stepSize, sqrtC2 = j->sqrtC2;
+    for (int64_t i = i0; i < i1; i++) {
+        float pi = p[i], mi = m[i], vi = v[i], gi = g[i];
+        if (j->decay) pi = pi * dec;
+        mi = mi + omb1 * (gi - mi);
+        vi = (vi * b2) + (omb2 * (gi * gi));
+        pi = pi - stepSize * (mi / ((sqrtf(vi) / sqrtC2) + epsf));
+        p[i] = pi; m[i] = mi; v[i] = vi;
+    }
+}
+
+#define ADAMW_BLOCK 4096
+static void adamw_blocks(void *ctx, int64_t b0, int64_t b1)   /* blocks of elements */
+{
+    const adamw_job *j = ctx;
+    int64_t i1 = b1 * ADAMW_BLOCK < j->n ? b1 * ADAMW_BLOCK : j->n;
+    adamw_range(j, b0 * ADAMW_BLOCK, i1);
+}
 
 int32_t crnn_adamw(float *p, float *m, float *v, const float *g, int64_t n,
                    double lr, double beta1, double beta2, double eps, double wd,
@@ -22,13 +55,8 @@ int32_t crnn_adamw(float *p, float *m, float *v, const float *g, int64_t n,
     const float dec = (float)(1.0 - lr * wd);
     const float stepSize = (float)(lr / (1.0 - b1t));
     const float sqrtC2 = (float)sqrt(1.0 - b2t);
-    for (int64_t i = 0; i < n; i++) {
-        float pi = p[i], mi = m[i], vi = v[i], gi = g[i];
-        if (decay) pi = pi * dec;
-        mi = mi + omb1 * (gi - mi);
-        vi = (vi * b2) + (omb2 * (gi * gi));
-        pi = pi - stepSize * (mi / ((sqrtf(vi) / sqrtC2) + epsf));
-        p[i] = pi; m[i] = mi; v[i] = vi;
-    }
+    adamw_job j = {p, m, v, g, n, decay, omb1, b2, omb2, epsf, dec, stepSize, sqrtC2};
+    if (n >= 16 * ADAMW_BLOCK) crnn_parallel_for((n + ADAMW_BLOCK - 1) / ADAMW_BLOCK, adamw_blocks, &j);
+    else adamw_range(&j, 0, n);
     return CRNN_OK;
 }

@@ -428,6 +428,25 @@ static void run_batch(batch_t *bt)
     free(tab); free(ints);
 }
 
+/* g = g_0, then g = g + g_b in line order, for a block of elements (elements independent) */
+typedef struct {
+    float *grads;
+    const float *lineGrads;
+    int64_t n;
+    int32_t B;
+} sum_job;
+#define SUM_BLOCK 16384
+static void sum_blocks(void *ctx, int64_t b0, int64_t b1)
+{
+    const sum_job *j = ctx;
+    int64_t i0 = b0 * SUM_BLOCK, i1 = b1 * SUM_BLOCK < j->n ? b1 * SUM_BLOCK : j->n;
+    memcpy(j->grads + i0, j->lineGrads + i0, sizeof(float) * (size_t)(i1 - i0));
+    for (int32_t b = 1; b < j->B; b++) {
+        const float *gb = j->lineGrads + (int64_t)b * j->n;
+        for (int64_t i = i0; i < i1; i++) j->grads[i] = j->grads[i] + gb[i];
+    }
+}
+
 int32_t crnn_step_gradients(const int32_t *cfg, const float *params, int32_t B,
                             const int32_t *widths, const float *images,
                             const int32_t *targetLens, const int32_t *targets,
@@ -514,11 +533,8 @@ int32_t crnn_step_gradients(const int32_t *cfg, const float *params, int32_t B,
                 for (int64_t i = 0; i < m.nParams; i++) grads[i] = grads[i] + gb[i];
             }
 #else
-            memcpy(grads, lineGrads, sizeof(float) * (size_t)m.nParams);
-            for (int32_t b = 1; b < B; b++) {
-                const float *gb = lineGrads + (int64_t)b * m.nParams;
-                for (int64_t i = 0; i < m.nParams; i++) grads[i] = grads[i] + gb[i];
-            }
+            sum_job sj = {grads, lineGrads, m.nParams, B};      /* element blocks across threads */
+            crnn_parallel_for((m.nParams + SUM_BLOCK - 1) / SUM_BLOCK, sum_blocks, &sj);
 #endif
         }
         double total = 0.0;
