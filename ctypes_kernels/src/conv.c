@@ -77,6 +77,26 @@ static void im2col_rows(void *ctx, int64_t y0, int64_t y1)
 {
     const im2col_job *j = ctx;
     const geom_t *g = j->g;
+#if !defined(CRNN_MUTANT)
+    if (g->C == 1) {   /* one channel: column k of a conv row is a shifted input row */
+        for (int64_t y = y0; y < y1; y++) {
+            float *rows = j->col + (y - j->y0) * g->Wc * g->KP;
+            memset(rows, 0, sizeof(float) * (size_t)(g->Wc * g->KP));
+            for (int64_t ky = 0; ky < g->kh; ky++) {
+                int64_t iy = y + ky - g->padH;
+                if (iy < 0 || iy >= g->H) continue;
+                const float *xr = j->x + iy * g->W;
+                for (int64_t kx = 0; kx < g->kw; kx++) {
+                    const int64_t k = ky * g->kw + kx, sh = kx - g->padW;
+                    int64_t lo = -sh > 0 ? -sh : 0, hi = g->W - sh < g->Wc ? g->W - sh : g->Wc;
+                    float *dst = rows + k;
+                    for (int64_t xo = lo; xo < hi; xo++) dst[xo * g->KP] = xr[xo + sh];
+                }
+            }
+        }
+        return;
+    }
+#endif
     for (int64_t y = y0; y < y1; y++)
         for (int64_t xo = 0; xo < g->Wc; xo++) {
             float *row = j->col + ((y - j->y0) * g->Wc + xo) * g->KP;
@@ -212,6 +232,33 @@ static void pool_rows(void *ctx, int64_t oy0, int64_t oy1)
     const fwd_job *j = ctx;
     const geom_t *g = j->g;
     int64_t Out = g->Out;
+#if defined(__SSE2__) && !defined(CRNN_MUTANT)
+    if (Out % 4 == 0) {   /* four channels in registers through the window, stored once */
+        for (int64_t oy = oy0; oy < oy1; oy++)
+            for (int64_t ox = 0; ox < g->Wp; ox++) {
+                const int64_t at = (oy * g->Wp + ox) * Out;
+                const int64_t p0 = oy * g->poolH * g->Wc + ox * g->poolW;
+                for (int64_t o = 0; o < Out; o += 4) {
+                    __m128 mo = _mm_setzero_ps();
+                    __m128i wo = _mm_set1_epi32(-1);
+                    for (int64_t dy = 0; dy < g->poolH; dy++)
+                        for (int64_t dx = 0; dx < g->poolW; dx++) {
+                            const int64_t p = p0 + dy * g->Wc + dx;
+                            __m128 v = _mm_loadu_ps(j->conv + p * Out + o);
+                            __m128 better = _mm_cmpgt_ps(v, mo);   /* false for NaN, -0 */
+                            __m128i bi = _mm_castps_si128(better);
+                            __m128i idx = _mm_add_epi32(_mm_set1_epi32((int32_t)(p * Out + o)),
+                                                        _mm_setr_epi32(0, 1, 2, 3));
+                            mo = _mm_or_ps(_mm_and_ps(better, v), _mm_andnot_ps(better, mo));
+                            wo = _mm_or_si128(_mm_and_si128(bi, idx), _mm_andnot_si128(bi, wo));
+                        }
+                    _mm_storeu_ps(j->pooled + at + o, mo);
+                    _mm_storeu_si128((__m128i *)(j->winners + at + o), wo);
+                }
+            }
+        return;
+    }
+#endif
     for (int64_t oy = oy0; oy < oy1; oy++)
         for (int64_t ox = 0; ox < g->Wp; ox++)
             for (int64_t o0 = 0; o0 < Out; o0 += POOL_OB) {
