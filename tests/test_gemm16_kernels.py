@@ -153,3 +153,18 @@ def test_kn_packed_equals_spec(kern, isas, isa):
             f(M, N, K, Abuf.ctypes.data, 1, M + 3, Bp.ctypes.data, C.ctypes.data, ldc)
             assert np.array_equal(bits(C[:, :N]), bits(want)), (isa, t, M, N, K)
             assert np.isnan(C[:, N:]).all(), "wrote outside C"
+
+
+def test_scalar_fmaf_and_fma3_variants_agree(kern):
+    """The scalar path's two builds of the definition (the C library's fmaf, and the FMA3
+    instruction where the CPU has it) give the spec's bits."""
+    f = kern.crnn_gemm16_scalar_variant
+    f.restype, f.argtypes = None, [ctypes.c_int, i64, i64, i64, P, i64, P, i64, P, i64]
+    rng = np.random.default_rng(14)
+    for M, N, K in SHAPES[:10]:
+        A, B = data(rng, (M, max(K, 1))), data(rng, (N, max(K, 1)))
+        want = gemm16(A[:, :K], B[:, :K])
+        for variant in (0, 1):
+            C = np.zeros((M, N), np.float32)
+            f(variant, M, N, K, A.ctypes.data, A.shape[1], B.ctypes.data, B.shape[1], C.ctypes.data, N)
+            assert np.array_equal(bits(C), bits(want)), (variant, M, N, K)

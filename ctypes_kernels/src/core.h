@@ -17,13 +17,6 @@ static inline float crnn_tree16(float p[16])
     return p[0];
 }
 
-/* Adds the terms k = 0..n-1 (n < 16 allowed) of a·b to lanes p[k] (term index k + base
- * with base a multiple of 16): the tail of a dot, one term per lane, nothing padded. */
-void crnn_dot16_tail(float p[16], const float *a, const float *b, int64_t n);
-
-/* The readable definition: 16 partials from +0, term k into lane k mod 16, then the tree. */
-float crnn_dot16_scalar(const float *a, const float *b, int64_t n);
-
 /* Two layouts of the same product; both compute every output as one dot16 of exactly K
  * terms, term k in lane k mod 16, whatever the ISA, the blocking or the thread split.
  *
@@ -52,6 +45,10 @@ typedef void (*crnn_gemm16kn_fn)(int64_t M, int64_t N, int64_t K,
     void crnn_gemm16knp_##isa(int64_t, int64_t, int64_t, const float *, int64_t, int64_t, \
                               const float *, float *, int64_t);
 CRNN_DECLARE_GEMM16(scalar)
+/* The scalar nt with the C library's fmaf (variant 0) or FMA3 (1, if the CPU has it): tests. */
+void crnn_gemm16_scalar_variant(int variant, int64_t M, int64_t N, int64_t K,
+                                const float *A, int64_t lda, const float *B, int64_t ldb,
+                                float *C, int64_t ldc);
 CRNN_DECLARE_GEMM16(sse)
 CRNN_DECLARE_GEMM16(avx2)
 CRNN_DECLARE_GEMM16(avx512)
@@ -96,9 +93,6 @@ typedef void (*crnn_gemm16knp_fn)(int64_t M, int64_t N, int64_t K,
 crnn_gemm16_fn crnn_gemm16_kernel(void);
 crnn_gemm16kn_fn crnn_gemm16kn_kernel(void);
 crnn_gemm16knp_fn crnn_gemm16knp_kernel(void);
-
-/* Dense transpose: dst[j][i] = src[i][j], src is rows x cols. */
-void crnn_transpose(const float *src, int64_t rows, int64_t cols, float *dst);
 
 /* A buffer of at least `bytes` owned by the calling thread and kept for its next calls
  * (scratch.c), or NULL when it cannot be allocated. One per slot, by nesting level: the batch

@@ -4,20 +4,6 @@
 #include "core.h"
 #include "mutants.h"
 
-void crnn_dot16_tail(float p[16], const float *a, const float *b, int64_t n)
-{
-    for (int64_t k = 0; k < n; k++)
-        p[k] = fmaf(a[k], b[k], p[k]);
-}
-
-float crnn_dot16_scalar(const float *a, const float *b, int64_t n)
-{
-    float p[16] = {0};
-    for (int64_t k = 0; k < n; k++)
-        p[k % 16] = fmaf(a[k], b[k], p[k % 16]);
-    return crnn_tree16(p);
-}
-
 int32_t crnn_dot16(const float *a, const float *b, int64_t n, float *out)
 {
     if (n < 0 || !out || (n > 0 && (!a || !b))) return CRNN_E_ARG;
@@ -200,11 +186,4 @@ void crnn_gemm16_kn_packed(int64_t M, int64_t N, int64_t K,
     gemm_job g = {NULL, NULL, knp_kernels[crnn_current_isa()], M, N, K, a_i, a_k, 0, 1, ldc, A, Bp, C, 1};
     gemm_run(&g);
 #endif
-}
-
-void crnn_transpose(const float *src, int64_t rows, int64_t cols, float *dst)
-{
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < cols; j++)
-            dst[j * rows + i] = src[i * cols + j];
 }
