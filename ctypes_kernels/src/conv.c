@@ -65,6 +65,17 @@ typedef struct {
     int64_t y0;
 } im2col_job;
 
+/* d[i] = d[i] + s[i], i < n: one rounding each, four at a time where SSE2 is the baseline
+ * (any -O level vectorizes it the same way) */
+static inline void add_floats(float *d, const float *s, int64_t n)
+{
+    int64_t i = 0;
+#if defined(__SSE2__)
+    for (; i + 4 <= n; i += 4) _mm_storeu_ps(d + i, _mm_add_ps(_mm_loadu_ps(d + i), _mm_loadu_ps(s + i)));
+#endif
+    for (; i < n; i++) d[i] = d[i] + s[i];
+}
+
 /* dst[0..n) = src[0..n) in 16-byte moves (small runs: no call to memcpy) */
 static inline void copy_floats(float *dst, const float *src, int64_t n)
 {
@@ -218,9 +229,7 @@ static void bias_rows(void *ctx, int64_t p0, int64_t p1)
 {
     const fwd_job *j = ctx;
     int64_t Out = j->g->Out;
-    for (int64_t p = p0; p < p1; p++)
-        for (int64_t o = 0; o < Out; o++)
-            j->conv[p * Out + o] = j->conv[p * Out + o] + j->b[o];
+    for (int64_t p = p0; p < p1; p++) add_floats(j->conv + p * Out, j->b, Out);
 }
 
 /* Running maximum from +0, window rows outer, columns inner, replaced only when strictly
@@ -445,13 +454,25 @@ static int scatter_winners(const geom_t *g, const float *dPooled, const int32_t 
                 const int32_t *w = winners + i;
                 uint32_t d[64];       /* unsigned: wraps exactly (only w itself can match) */
                 int32_t ok[64];
-                for (int64_t o = 0; o < no; o++) {
+                int64_t o4 = 0;
+#if defined(__SSE2__)
+                for (; o4 + 4 <= no; o4 += 4) {   /* four channels: the same test */
+                    __m128i wv = _mm_loadu_si128((const __m128i *)(w + o4));
+                    __m128i dv = _mm_sub_epi32(wv, _mm_add_epi32(_mm_set1_epi32(first + (int32_t)(o0 + o4)),
+                                                                 _mm_setr_epi32(0, 1, 2, 3)));
+                    __m128i okv = _mm_cmpeq_epi32(wv, _mm_set1_epi32(-1));
+                    for (int64_t q = 0; q < ncand; q++)
+                        okv = _mm_or_si128(okv, _mm_cmpeq_epi32(dv, _mm_set1_epi32(cand[q])));
+                    bad |= _mm_movemask_ps(_mm_castsi128_ps(okv)) != 0xF;
+                }
+#endif
+                for (int64_t o = o4; o < no; o++) {
                     d[o] = (uint32_t)w[o] - (uint32_t)first - (uint32_t)(o0 + o);
                     ok[o] = w[o] == -1;
                 }
                 for (int64_t q = 0; q < ncand; q++)
-                    for (int64_t o = 0; o < no; o++) ok[o] |= d[o] == (uint32_t)cand[q];
-                for (int64_t o = 0; o < no; o++) bad |= !ok[o];
+                    for (int64_t o = o4; o < no; o++) ok[o] |= d[o] == (uint32_t)cand[q];
+                for (int64_t o = o4; o < no; o++) bad |= !ok[o];
                 i -= 64 - no;
             }
         }
@@ -506,8 +527,7 @@ static void gather_rows(void *ctx, int64_t iy0, int64_t iy1)
                     for (int64_t c = 0; c < C; c++)
                         d[c] = d[c] + s[(c * g->kh + ky) * g->kw + kx];
 #else
-                    const float *s = j->dcol + (py * g->Wc + px) * g->KP + (ky * g->kw + kx) * C;
-                    for (int64_t c = 0; c < C; c++) d[c] = d[c] + s[c];
+                    add_floats(d, j->dcol + (py * g->Wc + px) * g->KP + (ky * g->kw + kx) * C, C);
 #endif
                 }
             }

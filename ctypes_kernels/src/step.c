@@ -15,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define MAX_BLOCKS 16
 #define MAX_LSTM 16
@@ -443,7 +446,12 @@ static void sum_blocks(void *ctx, int64_t b0, int64_t b1)
     memcpy(j->grads + i0, j->lineGrads + i0, sizeof(float) * (size_t)(i1 - i0));
     for (int32_t b = 1; b < j->B; b++) {
         const float *gb = j->lineGrads + (int64_t)b * j->n;
-        for (int64_t i = i0; i < i1; i++) j->grads[i] = j->grads[i] + gb[i];
+        int64_t i = i0;
+#if defined(__SSE2__)
+        for (; i + 4 <= i1; i += 4)      /* four elements at a time, each its own sum */
+            _mm_storeu_ps(j->grads + i, _mm_add_ps(_mm_loadu_ps(j->grads + i), _mm_loadu_ps(gb + i)));
+#endif
+        for (; i < i1; i++) j->grads[i] = j->grads[i] + gb[i];
     }
 }
 

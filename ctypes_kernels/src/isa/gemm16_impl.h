@@ -154,8 +154,8 @@ AI void nt_row_short(int nk, const float *a, const float *B, int64_t ldb, int nc
     memcpy(c, out, sizeof(float) * (size_t)nc);
 }
 
-static void nt_rows(const int TR, int64_t i0, int64_t i1, int64_t N, int64_t K,
-                    const float *A, int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc)
+AI void nt_rows(const int TR, int64_t i0, int64_t i1, int64_t N, int64_t K,
+                const float *A, int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc)
 {
     const int TC = VW / TR;
     if (TR == 1 && K % 16 == 0 && K > 0 && K <= 16 * NT_SHORT_NK) {

@@ -53,7 +53,9 @@ AI void kn_def(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i, int
                 const float a = A[i * a_i + k * a_k];
                 const float *b = B + k * b_k + j0 * b_j;
                 float *pl = p[k % 16];
-                if (b_j == 1)
+                if (b_j == 1 && nj == JB)      /* a fixed count: vectorizes at -O2 as well */
+                    for (int jj = 0; jj < JB; jj++) pl[jj] = fmaf(a, b[jj], pl[jj]);
+                else if (b_j == 1)
                     for (int jj = 0; jj < nj; jj++) pl[jj] = fmaf(a, b[jj], pl[jj]);
                 else
                     for (int jj = 0; jj < nj; jj++) pl[jj] = fmaf(a, b[jj * b_j], pl[jj]);
