@@ -97,36 +97,26 @@ __attribute__((target("fma"))) static void tanh_fma3(const float *x, float *y, i
     for (int64_t k = 0; k < n; k++) y[k] = tanh_def(x[k]);
 }
 
-static int has_fma3(void)
-{
-    static int known = -1;   /* benign race: every thread computes the same value */
-    if (known < 0) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("fma") ? 1 : 0;
-    }
-    return known;
-}
 #else
 #define sigmoid_fma3 sigmoid_generic
 #define tanh_fma3 tanh_generic
-static int has_fma3(void) { return 0; }
 #endif
 
 void crnn_sigmoid_scalar(const float *x, float *y, int64_t n)
 {
-    (has_fma3() ? sigmoid_fma3 : sigmoid_generic)(x, y, n);
+    (crnn_cpu_has_fma3() ? sigmoid_fma3 : sigmoid_generic)(x, y, n);
 }
 
 void crnn_tanh_scalar(const float *x, float *y, int64_t n)
 {
-    (has_fma3() ? tanh_fma3 : tanh_generic)(x, y, n);
+    (crnn_cpu_has_fma3() ? tanh_fma3 : tanh_generic)(x, y, n);
 }
 
 /* Both variants, for the tests (tests/c/exhaustive_act.c): 0 = C library fmaf, 1 = FMA3. */
 void crnn_act_scalar_variant(int fn, int variant, const float *x, float *y, int64_t n)
 {
-    act_fn f = fn == 0 ? (variant && has_fma3() ? sigmoid_fma3 : sigmoid_generic)
-                       : (variant && has_fma3() ? tanh_fma3 : tanh_generic);
+    act_fn f = fn == 0 ? (variant && crnn_cpu_has_fma3() ? sigmoid_fma3 : sigmoid_generic)
+                       : (variant && crnn_cpu_has_fma3() ? tanh_fma3 : tanh_generic);
     f(x, y, n);
 }
 

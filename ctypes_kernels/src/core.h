@@ -127,4 +127,7 @@ void crnn_parallel_for(int64_t n, crnn_range_fn fn, void *ctx);
 int crnn_current_isa(void);
 int crnn_current_threads(void);
 
+/* 1 when the CPU has FMA3 (the scalar definition then uses the instruction: same bits). */
+int crnn_cpu_has_fma3(void);
+
 #endif

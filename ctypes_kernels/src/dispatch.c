@@ -51,3 +51,17 @@ int32_t crnn_set_threads(int32_t n)
 
 int32_t crnn_get_threads(void) { return g_threads; }
 int crnn_current_threads(void) { return g_threads; }
+
+int crnn_cpu_has_fma3(void)
+{
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    static int known = -1;   /* benign race: every thread computes the same value */
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("fma") ? 1 : 0;
+    }
+    return known;
+#else
+    return 0;
+#endif
+}

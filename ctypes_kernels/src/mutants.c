@@ -115,20 +115,14 @@ static void emul_gemm_fma3(int64_t M, int64_t N, int64_t K, const float *A, int6
 {
     emul_gemm_body(M, N, K, A, lda, B, ldb, bias, C, ldc);
 }
-static int has_fma3(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("fma");
-}
 #else
 #define emul_gemm_fma3 emul_gemm_generic
-static int has_fma3(void) { return 0; }
 #endif
 
 static void emul_gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                       const float *B, int64_t ldb, const float *bias, float *C, int64_t ldc)
 {
-    (has_fma3() ? emul_gemm_fma3 : emul_gemm_generic)(M, N, K, A, lda, B, ldb, bias, C, ldc);
+    (crnn_cpu_has_fma3() ? emul_gemm_fma3 : emul_gemm_generic)(M, N, K, A, lda, B, ldb, bias, C, ldc);
 }
 
 static void gemm_emulated(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,

@@ -95,26 +95,16 @@ static void kn_fma3(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i
     kn_def(M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
 }
 
-static int has_fma3(void)
-{
-    static int known = -1;   /* benign race: every thread computes the same value */
-    if (known < 0) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("fma") ? 1 : 0;
-    }
-    return known;
-}
 #else
 #define nt_fma3 nt_generic
 #define kn_fma3 kn_generic
-static int has_fma3(void) { return 0; }
 #endif
 
 void crnn_gemm16_scalar(int64_t M, int64_t N, int64_t K,
                         const float *A, int64_t lda, const float *B, int64_t ldb,
                         float *C, int64_t ldc)
 {
-    (has_fma3() ? nt_fma3 : nt_generic)(M, N, K, A, lda, B, ldb, C, ldc);
+    (crnn_cpu_has_fma3() ? nt_fma3 : nt_generic)(M, N, K, A, lda, B, ldb, C, ldc);
 }
 
 void crnn_gemm16kn_scalar(int64_t M, int64_t N, int64_t K,
@@ -122,7 +112,7 @@ void crnn_gemm16kn_scalar(int64_t M, int64_t N, int64_t K,
                           const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
 {
     if (a_k == 1 && b_k == 1 && K >= 64) {   /* long dots along k: one output at a time */
-        (has_fma3() ? nt_fma3 : nt_generic)(M, N, K, A, a_i, B, b_j, C, ldc);
+        (crnn_cpu_has_fma3() ? nt_fma3 : nt_generic)(M, N, K, A, a_i, B, b_j, C, ldc);
         return;
     }
     /* B's columns strided: copy B into rows [K][N] first (values moved, not changed), so
@@ -135,7 +125,7 @@ void crnn_gemm16kn_scalar(int64_t M, int64_t N, int64_t K,
         b_k = N;
         b_j = 1;
     }
-    (has_fma3() ? kn_fma3 : kn_generic)(M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
+    (crnn_cpu_has_fma3() ? kn_fma3 : kn_generic)(M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
 }
 
 /* Both variants, for tests: 0 = the C library's fmaf, 1 = FMA3 (0 without it). */
@@ -143,7 +133,7 @@ void crnn_gemm16_scalar_variant(int variant, int64_t M, int64_t N, int64_t K,
                                 const float *A, int64_t lda, const float *B, int64_t ldb,
                                 float *C, int64_t ldc)
 {
-    (variant && has_fma3() ? nt_fma3 : nt_generic)(M, N, K, A, lda, B, ldb, C, ldc);
+    (variant && crnn_cpu_has_fma3() ? nt_fma3 : nt_generic)(M, N, K, A, lda, B, ldb, C, ldc);
 }
 
 /* kn with B packed (core.h): back to rows [K][N], then the same walk. */
@@ -173,5 +163,5 @@ void crnn_gemm16knp_scalar(int64_t M, int64_t N, int64_t K,
                 for (int64_t e = 0; e < cols; e++) B[k * N + jp * 16 + e] = row[e];
         }
     }
-    (has_fma3() ? kn_fma3 : kn_generic)(M, N, K, A, a_i, a_k, B, N, 1, C, ldc);
+    (crnn_cpu_has_fma3() ? kn_fma3 : kn_generic)(M, N, K, A, a_i, a_k, B, N, 1, C, ldc);
 }
