@@ -222,6 +222,51 @@ def test_c_identity_on_a_tie_rich_block(lib):
                 assert got[t].tobytes() == want[t].tobytes(), (isa, threads, t)
 
 
+# ------------------------------------------------------------------ the listed dW
+
+# dW and db are computed from the nonzero dC terms only where that is exact (core.h,
+# crnn_gemm16_listed); these cases reach its two escape hatches.
+def test_listed_dW_recomputes_rows_with_a_negative_zero_lane(lib):
+    """Products of -1e-30 and ~1e-20 underflow to -0, so a lane partial sits at -0 until a
+    left-out term (dC = +0 times a positive window value) turns it into +0. With tiny inputs
+    every conv output is its (positive) bias, every window a tie won by its top cell, so each
+    of the 16 lanes (the 16 columns) has terms and its last position (the bottom row) is a
+    left-out zero: the definition's lanes end at +0, the listed terms' at -0."""
+    g = geometry(8, 16, 16, 32, poolH=2, poolW=1)
+    rng = np.random.default_rng(5)
+    Wt, _ = cases.init_weights(rng, g)
+    b = np.full(g["Out"], 0.25, np.float32)
+    x = rng.uniform(1e-20, 2e-20, (g["H"], g["W"], g["C"])).astype(np.float32)
+    _, pooled, winners = spec.forward(x, Wt, b, *geo_args(g))
+    dPooled = np.full(pooled.shape, -1e-30, np.float32)
+    want, _ = spec_block(x, Wt, b, g, dPooled=dPooled)
+    assert (want["dW"] == 0).all() and not np.signbit(want["dW"]).any()   # all +0
+    for isa in abi.available_isas(lib):
+        for threads in (1, 3):
+            select(lib, isa, threads)
+            got = hconv.run_block(lib, x, Wt, b, dPooled, *geo_args(g))
+            for t in ("dW", "db", "dx"):
+                assert got[t].tobytes() == want[t].tobytes(), (isa, threads, t)
+
+
+def test_listed_dW_falls_back_when_x_is_not_finite(lib):
+    """+0 * inf is NaN: with an infinite input no zero term may be left out."""
+    g = geometry(8, 13, 16, 32)           # KPadded 144: 9 chunks, the listed path
+    x, Wt, b, rng = random_block(9, g)
+    x[3, 4, 5] = np.inf
+    x[6, 0, 15] = -np.inf
+    want, dPooled = spec_block(x, Wt, b, g, rng=rng)
+    assert np.isnan(want["dW"]).any()
+    for isa in abi.available_isas(lib):
+        select(lib, isa, 2)
+        got = hconv.run_block(lib, x, Wt, b, dPooled, *geo_args(g))
+        for t in ("dW", "db"):
+            same_nan = np.isnan(got[t]) == np.isnan(want[t])
+            assert same_nan.all(), (isa, t)
+            ok = ~np.isnan(want[t])
+            assert got[t][ok].tobytes() == want[t][ok].tobytes(), (isa, t)
+
+
 # ------------------------------------------------------------------ the pool rule
 
 NAN = np.float32(np.nan)

@@ -9,6 +9,7 @@
  * and the dx gather are element-wise; they are split across threads over independent
  * outputs only (rows of the pooled output, rows of dx), so no bit depends on the thread
  * count. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
@@ -143,73 +144,6 @@ static void im2col_rows(void *ctx, int64_t y0, int64_t y1)
             for (int64_t k = g->K; k < g->KP; k++) row[k] = 0.0f;
         }
 }
-
-#if !defined(CRNN_MUTANT)
-/* col written straight into the packed layout of crnn_gemm16_kn_packed, as the B of the dW
- * product (K = P rows, N = KPadded columns): panel jp, lane l holds the rows p = l, l+16, ...,
- * each the 16 entries col[p][16*jp .. 16*jp + 15] (same values as im2col; one pass instead
- * of im2col and a packing copy). */
-typedef struct {
-    const geom_t *g;
-    const float *x;
-    float *bp;
-} im2colp_job;
-
-static void im2col_packed_range(void *ctx, int64_t t0, int64_t t1)
-{
-    const im2colp_job *j = ctx;
-    const geom_t *g = j->g;
-    const int64_t C = g->C, P = g->P;
-    for (int64_t t = t0; t < t1; t++) {
-        const int64_t jp = t / 16;
-        const int l = (int)(t % 16);
-        float *dst = j->bp + jp * 16 * P + crnn_kn_lane_start(P, l) * 16;
-        int64_t dy[16], dx[16], cc[16], off[16];
-        int nvalid = 0;
-        int64_t dymin = 0, dymax = 0, dxmin = 0, dxmax = 0;
-        for (int e = 0; e < 16; e++) {
-            int64_t k = jp * 16 + e, tap = k / C;
-            cc[e] = k % C;
-            dy[e] = tap / g->kw - g->padH;
-            dx[e] = tap % g->kw - g->padW;
-            off[e] = (dy[e] * g->W + dx[e]) * C + cc[e];
-            if (k < g->K) {              /* the valid entries are a prefix */
-                if (nvalid == 0 || dy[e] < dymin) dymin = dy[e];
-                if (nvalid == 0 || dy[e] > dymax) dymax = dy[e];
-                if (nvalid == 0 || dx[e] < dxmin) dxmin = dx[e];
-                if (nvalid == 0 || dx[e] > dxmax) dxmax = dx[e];
-                nvalid = e + 1;
-            }
-        }
-        const int run = C % 16 == 0;    /* the 16 entries: one tap, 16 consecutive channels */
-        int64_t y = l / g->Wc, xo = l % g->Wc;
-        for (int64_t p = l; p < P; p += 16, dst += 16) {
-            if (run) {
-                int64_t iy = y + dy[0], ix = xo + dx[0];
-                if (iy >= 0 && iy < g->H && ix >= 0 && ix < g->W)
-                    memcpy(dst, j->x + (iy * g->W + ix) * C + cc[0], 16 * sizeof(float));
-                else
-                    memset(dst, 0, 16 * sizeof(float));
-            } else if (y + dymin >= 0 && y + dymax < g->H && xo + dxmin >= 0 && xo + dxmax < g->W) {
-                const float *src = j->x + (y * g->W + xo) * C;   /* every tap inside */
-                for (int e = 0; e < nvalid; e++) dst[e] = src[off[e]];
-                for (int e = nvalid; e < 16; e++) dst[e] = 0.0f;
-            } else {
-                for (int e = 0; e < 16; e++) {
-                    int64_t iy = y + dy[e], ix = xo + dx[e];
-                    dst[e] = e < nvalid && iy >= 0 && iy < g->H && ix >= 0 && ix < g->W
-                                 ? j->x[(iy * g->W + ix) * C + cc[e]] : 0.0f;
-                }
-            }
-            xo += 16;                   /* p + 16: the next row of this lane */
-            while (xo >= g->Wc) {
-                xo -= g->Wc;
-                y++;
-            }
-        }
-    }
-}
-#endif
 
 static void im2col(const geom_t *g, const float *x, float *col)
 {
@@ -577,6 +511,134 @@ static void gather_rows(void *ctx, int64_t iy0, int64_t iy1)
         }
 }
 
+#if !defined(CRNN_MUTANT)
+/* ---- dW and db from the listed terms of dC ---------------------------------------------
+ * dC is +0 away from the pool winners (3 of 4 positions for a 2x2 pool), and a term with
+ * dC = ±0 and a finite window value has an exact zero product. dW[o][k] and db[o] are
+ * therefore computed from each channel's nonzero dC terms only, each lane's terms in
+ * ascending p (crnn_gemm16_listed); a row with a -0 lane partial, where a left-out term
+ * could have mattered, is recomputed with every term (core.h says why that is exact). */
+
+/* 1 when every x is finite (x*0 is ±0 then, NaN otherwise; the OR of the bits is NaN iff
+ * any is) */
+static int all_finite(const float *x, int64_t n)
+{
+    int64_t i = 0;
+    int bad = 0;
+#if defined(__SSE2__)
+    __m128 acc = _mm_setzero_ps();
+    for (; i + 4 <= n; i += 4) acc = _mm_or_ps(acc, _mm_mul_ps(_mm_loadu_ps(x + i), _mm_setzero_ps()));
+    bad = _mm_movemask_ps(_mm_cmpunord_ps(acc, acc)) != 0;
+#endif
+    for (; i < n; i++) bad |= !(x[i] - x[i] == 0.0f);
+    return !bad;
+}
+
+typedef struct {
+    const float *B;          /* col rows: x zero-padded (C % 16 == 0) or im2col */
+    int64_t Wx;              /* padded row length (C % 16 == 0) */
+    int direct;
+} colsrc_t;
+
+/* where col row p starts in B (col[p][16c + e] = B[roff(p) + coff[c] + e]) */
+static inline int64_t col_roff(const geom_t *g, const colsrc_t *cs, int64_t p)
+{
+    return cs->direct ? ((p / g->Wc) * cs->Wx + p % g->Wc) * g->C : p * g->KP;
+}
+
+/* dW[o][·] and db[o] with every one of the P terms (the definition; rare path) */
+static void dW_row_dense(const geom_t *g, const colsrc_t *cs, const int32_t *coff,
+                         const float *dC, int64_t o, float *dWo)
+{
+    for (int64_t k = 0; k < g->KP; k++) {
+        float p[16] = {0};
+        for (int64_t q = 0; q < g->P; q++)
+            p[q % 16] = fmaf(dC[q * g->Out + o], cs->B[col_roff(g, cs, q) + coff[k / 16] + k % 16],
+                             p[q % 16]);
+        dWo[k] = crnn_tree16(p);
+    }
+}
+
+/* Returns 1 when dW and db are done, 0 when the dense dots must run instead (some x is not
+ * finite: ±0 * inf is NaN, so no term may be left out; or offsets beyond int32), -1 without
+ * memory. */
+#define LISTED_MIN_CHUNKS 4
+static int dW_listed(const geom_t *g, const float *x, const float *dC, float *dW, float *db)
+{
+    const int64_t C = g->C, Out = g->Out, P = g->P, KP = g->KP, nb = KP / 16;
+    colsrc_t cs = {NULL, g->W + 2 * g->padW, C % 16 == 0};
+    const int64_t Hx = g->H + 2 * g->padH;
+    const int64_t nB = cs.direct ? Hx * cs.Wx * C : P * KP;
+    /* listing costs a pass over dC; a chunk of 16 columns saves ~3/4 of P*Out fmas */
+    if (nb < LISTED_MIN_CHUNKS || nB + 16 > INT32_MAX || !all_finite(x, g->H * g->W * C))
+        return 0;
+    /* slot o*16 + l: channel o's terms p ≡ l (mod 16); at most one a window and one a
+     * position of that lane; +1: a slot is written one past its last term */
+    const int64_t perlane = (P + 15) / 16, windows = g->Hp * g->Wp;
+    const int64_t cap = (perlane < windows ? perlane : windows) + 1, nslot = 16 * Out;
+    size_t bytes = sizeof(float) * (size_t)nB + sizeof(crnn_term) * (size_t)(cap * nslot) +
+                   sizeof(int32_t) * (size_t)(2 * nslot + nb + Out + P) + 64;
+    if (cap * nslot > INT32_MAX) return 0;
+    char *mem = crnn_scratch(CRNN_SCRATCH_BAND, bytes);
+    if (!mem) return -1;
+    float *B = (float *)mem;
+    crnn_term *terms = (crnn_term *)(B + nB);
+    int32_t *start = (int32_t *)(terms + cap * nslot), *len = start + nslot;
+    int32_t *coff = len + nslot, *negz = coff + nb, *roff = negz + Out;
+    cs.B = B;
+    if (cs.direct) {                  /* x with padH rows and padW columns of +0 around it */
+        memset(B, 0, sizeof(float) * (size_t)nB);
+        for (int64_t iy = 0; iy < g->H; iy++)
+            memcpy(B + ((iy + g->padH) * cs.Wx + g->padW) * C, x + iy * g->W * C,
+                   sizeof(float) * (size_t)(g->W * C));
+        for (int64_t c = 0; c < nb; c++) {
+            const int64_t tap = 16 * c / C;
+            coff[c] = (int32_t)(((tap / g->kw) * cs.Wx + tap % g->kw) * C + 16 * c % C);
+        }
+    } else {
+        im2col(g, x, B);
+        for (int64_t c = 0; c < nb; c++) coff[c] = (int32_t)(16 * c);
+    }
+    /* rows p ascending: each nonzero dC[p][o] appended to its slot (written every time,
+     * the length advanced only for a nonzero: no branch to mispredict) */
+    for (int64_t p = 0; p < P; p++) roff[p] = (int32_t)col_roff(g, &cs, p);
+    for (int64_t sl = 0; sl < nslot; sl++) {
+        start[sl] = (int32_t)(sl * cap);
+        len[sl] = 0;
+    }
+    for (int64_t p = 0; p < P; p++) {
+        const float *row = dC + p * Out;
+        int32_t *ln = len + p % 16;
+        crnn_term *at = terms + (p % 16) * cap;
+        for (int64_t o = 0; o < Out; o++) {
+            crnn_term *t = at + o * 16 * cap + ln[16 * o];
+            t->v = row[o];
+            t->off = roff[p];
+            ln[16 * o] += row[o] != 0.0f;
+        }
+    }
+    crnn_gemm16_listed(Out, nb, terms, start, len, B, coff, dW, KP, negz);
+    for (int64_t o = 0; o < Out; o++) {
+        if (negz[o]) dW_row_dense(g, &cs, coff, dC, o, dW + o * KP);
+        float lane[16];                /* db[o]: fma(v, 1, p) = p + v */
+        int neg = 0;
+        for (int l = 0; l < 16; l++) {
+            lane[l] = 0.0f;
+            const crnn_term *t = terms + start[o * 16 + l];
+            for (int32_t m = 0; m < len[o * 16 + l]; m++) lane[l] = lane[l] + t[m].v;
+            neg |= lane[l] == 0.0f && signbit(lane[l]);
+        }
+        if (neg)
+            for (int l = 0; l < 16; l++) {
+                lane[l] = 0.0f;
+                for (int64_t q = l; q < P; q += 16) lane[l] = lane[l] + dC[q * Out + o];
+            }
+        db[o] = crnn_tree16(lane);
+    }
+    return 1;
+}
+#endif
+
 int32_t crnn_conv_backward(const float *x, int32_t H, int32_t W, int32_t C,
                            const float *Wt, int32_t Out,
                            int32_t kh, int32_t kw, int32_t padH, int32_t padW,
@@ -597,16 +659,17 @@ int32_t crnn_conv_backward(const float *x, int32_t H, int32_t W, int32_t C,
     if (!buf) return CRNN_E_NOMEM;
     float *col = buf, *dC = col + P * KP, *ones = dC + P * Out;
     if (!scatter_winners(&g, dPooled, winners, dC)) return CRNN_E_ARG;
-    for (int64_t p = 0; p < P; p++) ones[p] = 1.0f;
-#if defined(CRNN_MUTANT)
-    im2col(&g, x, col);
-    crnn_gemm16_kn(Out, KP, P, dC, 1, Out, col, KP, 1, dW, KP);   /* dW[o][k] over p, P terms */
-#else
-    im2colp_job jc = {&g, x, col};                                /* col, packed (KP = 16*n) */
-    crnn_parallel_for(KP, im2col_packed_range, &jc);
-    crnn_gemm16_kn_packed(Out, KP, P, dC, 1, Out, col, dW, KP);   /* dW[o][k] over p, P terms */
+#if !defined(CRNN_MUTANT)
+    int listed = dW_listed(&g, x, dC, dW, db);
+    if (listed < 0) return CRNN_E_NOMEM;
+    if (!listed)
 #endif
-    crnn_gemm16_kn(1, Out, P, ones, 0, 1, dC, Out, 1, db, Out);   /* db[o] over p, P terms    */
+    {
+        im2col(&g, x, col);
+        crnn_gemm16_kn(Out, KP, P, dC, 1, Out, col, KP, 1, dW, KP);   /* dW[o][k] over p, P terms */
+        for (int64_t p = 0; p < P; p++) ones[p] = 1.0f;
+        crnn_gemm16_kn(1, Out, P, ones, 0, 1, dC, Out, 1, db, Out);   /* db[o] over p, P terms    */
+    }
     if (dx) {
         float *dcol = col;
         crnn_gemm16_kn(P, KP, Out, dC, Out, 1, Wt, KP, 1, dcol, KP);  /* dcol[p][k] over o */

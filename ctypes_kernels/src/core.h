@@ -86,6 +86,38 @@ static inline int64_t crnn_kn_lane_start(int64_t K, int l)
 /* B(k, j) = B[k*b_k + j*b_j], k < K, j < N, into that layout (Bp holds 16*K*ceil(N/16)). */
 void crnn_kn_pack(int64_t K, int64_t N, const float *B, int64_t b_k, int64_t b_j, float *Bp);
 
+/* Listed terms: dots most of whose terms are known to be exact zeros (a = ±0 times a finite
+ * b), as in a conv dW whose dC is +0 away from the pool winners. Term t of a list has the
+ * value a = v and reads B at B + off + coff[c] + e for column 16*c + e. Output row i's lane
+ * l lists its nonzero terms in ascending term order: len[16*i + l] of them from
+ * terms + start[16*i + l]. C[i*ldc + j] (j < 16*nb) = the tree of the 16 lane partials, each the fmas of its
+ * listed terms in order from +0.
+ *
+ * Leaving out a term whose product is an exact zero changes a lane partial only when the
+ * partial is -0 at that point (-0 + +0 = +0); a partial that is not -0 at the end is the
+ * full dot's lane partial (both sequences agree up to the sign of a zero, and a step with a
+ * nonzero product forgets that sign). So negz[i] = 1 when some lane partial of row i ended
+ * at -0: the caller recomputes that row with every term; the other rows are exact. */
+typedef struct {
+    float v;
+    int32_t off;
+} crnn_term;
+typedef void (*crnn_gemm16ls_fn)(int64_t M, int64_t nb, const crnn_term *terms,
+                                 const int32_t *start, const int32_t *len, const float *B,
+                                 const int32_t *coff, float *C, int64_t ldc, int32_t *negz);
+#define CRNN_DECLARE_GEMM16LS(isa)                                                            \
+    void crnn_gemm16ls_##isa(int64_t, int64_t, const crnn_term *, const int32_t *,            \
+                             const int32_t *, const float *, const int32_t *, float *, int64_t,   \
+                             int32_t *);
+CRNN_DECLARE_GEMM16LS(scalar)
+CRNN_DECLARE_GEMM16LS(sse)
+CRNN_DECLARE_GEMM16LS(avx2)
+CRNN_DECLARE_GEMM16LS(avx512)
+/* The selected ISA's listed-terms kernel, rows split across the threads. */
+void crnn_gemm16_listed(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
+                        const int32_t *len, const float *B, const int32_t *coff, float *C,
+                        int64_t ldc, int32_t *negz);
+
 /* The selected ISA's kernels, to call on the current thread only. */
 typedef void (*crnn_gemm16knp_fn)(int64_t M, int64_t N, int64_t K,
                                   const float *A, int64_t a_i, int64_t a_k, const float *Bp,

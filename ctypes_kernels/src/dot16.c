@@ -187,3 +187,35 @@ void crnn_gemm16_kn_packed(int64_t M, int64_t N, int64_t K,
     gemm_run(&g);
 #endif
 }
+
+static const crnn_gemm16ls_fn ls_kernels[CRNN_NISA] = {
+    crnn_gemm16ls_scalar, crnn_gemm16ls_sse, crnn_gemm16ls_avx2, crnn_gemm16ls_avx512,
+};
+
+typedef struct {
+    crnn_gemm16ls_fn fn;
+    int64_t nb, ldc;
+    const crnn_term *terms;
+    const int32_t *start, *len, *coff;
+    const float *B;
+    float *C;
+    int32_t *negz;
+} ls_job;
+
+static void ls_range(void *ctx, int64_t b, int64_t e)
+{
+    const ls_job *j = ctx;
+    if (b < e)
+        j->fn(e - b, j->nb, j->terms, j->start + 16 * b, j->len + 16 * b, j->B, j->coff,
+              j->C + b * j->ldc, j->ldc, j->negz + b);
+}
+
+void crnn_gemm16_listed(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
+                        const int32_t *len, const float *B, const int32_t *coff, float *C,
+                        int64_t ldc, int32_t *negz)
+{
+    ls_job j = {ls_kernels[crnn_current_isa()], nb, ldc, terms, start, len, coff, B, C, negz};
+    if (M <= 0 || nb <= 0) return;
+    if (crnn_current_threads() == 1 || M == 1) ls_range(&j, 0, M);
+    else crnn_parallel_for(M, ls_range, &j);   /* whole rows per thread */
+}

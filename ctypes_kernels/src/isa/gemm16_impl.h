@@ -336,6 +336,9 @@ typedef void (*kn_block_fn)(int64_t, const kn_operand *, const kn_operand *, flo
                                float *C, int64_t ldc, int last, int masked)                  \
     {                                                                                        \
         if (masked) kn_block(mr, nr, K, A, B, C, ldc, last, 1);                              \
+        else if (K == 32) kn_block(mr, nr, 32, A, B, C, ldc, last, 0);                       \
+        else if (K == 16) kn_block(mr, nr, 16, A, B, C, ldc, last, 0);                       \
+        else if (K == 64) kn_block(mr, nr, 64, A, B, C, ldc, last, 0);                       \
         else kn_block(mr, nr, K, A, B, C, ldc, last, 0);                                     \
     }
 KN_SHAPE(1, 1)
@@ -550,4 +553,81 @@ void CAT(crnn_gemm16knp, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
         }
     }
 #endif
+}
+
+/* ============================ listed terms =============================== */
+
+/* core.h, crnn_gemm16_listed: per output row and lane, the listed terms' fmas into the
+ * registers of LS_PASS 16-column chunks (one chain per register, in list order), the 16
+ * lane partials through a small buffer, then the tree as vertical adds; a -0 lane partial
+ * is reported, not fixed. */
+#define LS_PASS (VW == 16 ? 9 : VW == 8 ? 5 : 3)
+
+AI void ls_lane(const int NCH, const crnn_term *t, int32_t n, const float *B,
+                const int32_t *coff, float *out)
+{
+    vec_t acc[LS_PASS * NV];
+    UNROLL
+    for (int q = 0; q < NCH * NV; q++) acc[q] = VZERO();
+    for (int32_t e = 0; e < n; e++) {
+        const vec_t a = VSET1(t[e].v);
+        const float *b = B + t[e].off;
+        UNROLL
+        for (int c = 0; c < NCH; c++)
+            UNROLL
+            for (int v = 0; v < NV; v++)
+                acc[c * NV + v] = VFMA(a, VLOADU(b + coff[c] + v * VW), acc[c * NV + v]);
+    }
+    UNROLL
+    for (int q = 0; q < NCH * NV; q++) VSTOREU(out + q * VW, acc[q]);
+}
+
+static void ls_lanes(int nch, const crnn_term *terms, const int32_t *start, const int32_t *len,
+                     const float *B, const int32_t *coff, float *lb)
+{
+    for (int l = 0; l < 16; l++) {
+        const crnn_term *t = terms + start[l];
+        const int32_t n = len[l];
+        float *out = lb + l * nch * 16;
+        switch (nch) {
+#define LS_CASE(k) case k: ls_lane(k, t, n, B, coff, out); break;
+        LS_CASE(1) LS_CASE(2) LS_CASE(3)
+#if LS_PASS > 3
+        LS_CASE(4) LS_CASE(5)
+#endif
+#if LS_PASS > 5
+        LS_CASE(6) LS_CASE(7) LS_CASE(8) LS_CASE(9)
+#endif
+#undef LS_CASE
+        }
+    }
+}
+
+void CAT(crnn_gemm16ls, ISA_SUFFIX)(int64_t M, int64_t nb, const crnn_term *terms,
+                                    const int32_t *start, const int32_t *len, const float *B,
+                                    const int32_t *coff, float *C, int64_t ldc, int32_t *negz)
+{
+    float lb[16 * LS_PASS * 16];          /* [lane][column of the pass] */
+    for (int64_t i = 0; i < M; i++) {
+        int neg = 0;
+        for (int64_t c0 = 0; c0 < nb; c0 += LS_PASS) {
+            const int nch = nb - c0 < LS_PASS ? (int)(nb - c0) : LS_PASS;
+            const int64_t width = (int64_t)nch * 16;
+            ls_lanes(nch, terms, start + 16 * i, len + 16 * i, B, coff + c0, lb);
+            for (int64_t q = 0; q < width; q += VW) {
+                vec_t x[16];
+                UNROLL
+                for (int l = 0; l < 16; l++) {
+                    x[l] = VLOADU(lb + l * width + q);
+                    neg |= VHAS_NEGZERO(x[l]);
+                }
+                UNROLL
+                for (int s = 8; s >= 1; s >>= 1)
+                    UNROLL
+                    for (int l = 0; l < s; l++) x[l] = VADD(x[l], x[l + s]);
+                VSTOREU(C + i * ldc + c0 * 16 + q, x[0]);
+            }
+        }
+        negz[i] = neg;
+    }
 }

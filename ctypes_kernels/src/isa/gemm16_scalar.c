@@ -165,3 +165,57 @@ void crnn_gemm16knp_scalar(int64_t M, int64_t N, int64_t K,
     }
     (crnn_cpu_has_fma3() ? kn_fma3 : kn_generic)(M, N, K, A, a_i, a_k, B, N, 1, C, ldc);
 }
+
+/* Listed terms (core.h, crnn_gemm16_listed): the definition for 16 columns at a time —
+ * each lane's listed fmas in order from +0, a -0 lane partial reported, the tree. */
+AI void ls_def(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
+               const int32_t *len, const float *B, const int32_t *coff, float *C, int64_t ldc,
+               int32_t *negz)
+{
+    for (int64_t i = 0; i < M; i++) {
+        int neg = 0;
+        for (int64_t c = 0; c < nb; c++) {
+            float p[16][16];                   /* p[lane][column] */
+            for (int l = 0; l < 16; l++) {
+                for (int e = 0; e < 16; e++) p[l][e] = 0.0f;
+                for (int32_t m = start[16 * i + l]; m < start[16 * i + l] + len[16 * i + l]; m++) {
+                    const float *b = B + terms[m].off + coff[c];
+                    for (int e = 0; e < 16; e++) p[l][e] = fmaf(terms[m].v, b[e], p[l][e]);
+                }
+                for (int e = 0; e < 16; e++) neg |= p[l][e] == 0.0f && signbit(p[l][e]);
+            }
+            for (int e = 0; e < 16; e++) {
+                for (int s = 8; s >= 1; s >>= 1)
+                    for (int l = 0; l < s; l++) p[l][e] = p[l][e] + p[l + s][e];
+                C[i * ldc + c * 16 + e] = p[0][e];
+            }
+        }
+        negz[i] = neg;
+    }
+}
+
+static void ls_generic(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
+                       const int32_t *len, const float *B, const int32_t *coff, float *C,
+                       int64_t ldc, int32_t *negz)
+{
+    ls_def(M, nb, terms, start, len, B, coff, C, ldc, negz);
+}
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+__attribute__((target("fma")))
+static void ls_fma3(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
+                    const int32_t *len, const float *B, const int32_t *coff, float *C,
+                    int64_t ldc, int32_t *negz)
+{
+    ls_def(M, nb, terms, start, len, B, coff, C, ldc, negz);
+}
+#else
+#define ls_fma3 ls_generic
+#endif
+
+void crnn_gemm16ls_scalar(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
+                          const int32_t *len, const float *B, const int32_t *coff, float *C,
+                          int64_t ldc, int32_t *negz)
+{
+    (crnn_cpu_has_fma3() ? ls_fma3 : ls_generic)(M, nb, terms, start, len, B, coff, C, ldc, negz);
+}

@@ -22,6 +22,9 @@ typedef __m256 vmask_t;
 #define VPOW2I(k)      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), \
                            _mm256_set1_epi32(127)), 23))         /* 2^k, integral k in [-126, 127] */
 /* ---- gemm16 vocabulary (src/isa/gemm16_impl.h) ---- */
+/* nonzero when some lane of v is -0 (the sign bit alone) */
+#define VHAS_NEGZERO(v)  (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32( \
+                             _mm256_castps_si256(v), _mm256_set1_epi32(INT32_MIN)))) != 0)
 static inline __m256i vlanes_lt(int n)   /* all-ones in lanes i < n */
 {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
