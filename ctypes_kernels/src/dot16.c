@@ -219,3 +219,4 @@ void crnn_gemm16_listed(int64_t M, int64_t nb, const crnn_term *terms, const int
     if (crnn_current_threads() == 1 || M == 1) ls_range(&j, 0, M);
     else crnn_parallel_for(M, ls_range, &j);   /* whole rows per thread */
 }
+

@@ -560,7 +560,8 @@ void CAT(crnn_gemm16knp, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
 /* core.h, crnn_gemm16_listed: per output row and lane, the listed terms' fmas into the
  * registers of LS_PASS 16-column chunks (one chain per register, in list order), the 16
  * lane partials through a small buffer, then the tree as vertical adds; a -0 lane partial
- * is reported, not fixed. */
+ * under a ±0 output is reported, not fixed (elsewhere the sign of a zero cannot reach the
+ * output: the tree of partials equal up to the signs of zeros is equal unless it is zero). */
 #define LS_PASS (VW == 16 ? 9 : VW == 8 ? 5 : 3)
 
 AI void ls_lane(const int NCH, const crnn_term *t, int32_t n, const float *B,
@@ -617,17 +618,18 @@ void CAT(crnn_gemm16ls, ISA_SUFFIX)(int64_t M, int64_t nb, const crnn_term *term
             for (int64_t q = 0; q < width; q += VW) {
                 vec_t x[16];
                 UNROLL
-                for (int l = 0; l < 16; l++) {
-                    x[l] = VLOADU(lb + l * width + q);
-                    neg |= VHAS_NEGZERO(x[l]);
-                }
+                for (int l = 0; l < 16; l++) x[l] = VLOADU(lb + l * width + q);
                 UNROLL
                 for (int s = 8; s >= 1; s >>= 1)
                     UNROLL
                     for (int l = 0; l < s; l++) x[l] = VADD(x[l], x[l + s]);
                 VSTOREU(C + i * ldc + c0 * 16 + q, x[0]);
+                /* a lane's -0 can only show in an output that is ±0 */
+                if (VANY_ZERO(x[0]))
+                    for (int l = 0; l < 16; l++) neg |= VHAS_NEGZERO(VLOADU(lb + l * width + q));
             }
         }
         negz[i] = neg;
     }
 }
+

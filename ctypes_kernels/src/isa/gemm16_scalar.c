@@ -219,3 +219,4 @@ void crnn_gemm16ls_scalar(int64_t M, int64_t nb, const crnn_term *terms, const i
 {
     (crnn_cpu_has_fma3() ? ls_fma3 : ls_generic)(M, nb, terms, start, len, B, coff, C, ldc, negz);
 }
+

@@ -23,6 +23,8 @@ typedef __mmask16 vmask_t;
 #define VPOW2I(k)      _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), \
                            _mm512_set1_epi32(127)), 23))         /* 2^k, integral k in [-126, 127] */
 /* ---- gemm16 vocabulary (src/isa/gemm16_impl.h) ---- */
+/* nonzero when some lane of v is ±0 */
+#define VANY_ZERO(v)     (_mm512_cmp_ps_mask((v), _mm512_setzero_ps(), _CMP_EQ_OQ) != 0)
 /* nonzero when some lane of v is -0 (the sign bit alone) */
 #define VHAS_NEGZERO(v)  (_mm512_cmpeq_epi32_mask(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN)) != 0)
 /* the first n lanes (0 <= n <= VW) of p, zeros elsewhere; store the first n lanes */
