@@ -43,6 +43,7 @@ typedef struct {
     const float *W_hh, *b;
     float *const *out, *const *gates, *const *c, *const *tc, *const *hPrev;
     float *scratch;       /* per direction: hm[nl][H], hw[nl][4H], z[4H] */
+    const float *W_hhp;   /* nl > 1: per direction, W_hhᵀ packed for kn (core.h) */
 } fwd_ctx;
 
 static void forward_dir(fwd_ctx *k, int d)
@@ -50,8 +51,10 @@ static void forward_dir(fwd_ctx *k, int d)
     const int nl = k->nl;
     const int64_t T = k->T, H = k->H, G = 4 * H;
     crnn_gemm16_fn gemm = crnn_gemm16_kernel();
+    crnn_gemm16knp_fn gemmp = crnn_gemm16knp_kernel();
+    const float *Whh = k->W_hh + (size_t)d * G * H;
     float *hm = k->scratch + (size_t)d * nl * (H + G + G), *hw = hm + nl * H, *zs = hw + nl * G;
-    const float *Whh = k->W_hh + (size_t)d * G * H, *b = k->b + (size_t)d * G;
+    const float *Whhp = k->W_hhp + (size_t)d * ((G + 15) / 16) * 16 * H, *b = k->b + (size_t)d * G;
     for (int64_t s = 0; s < T; s++) {
         int64_t t = d == 0 ? s : T - 1 - s;
         int64_t prev = d == 0 ? t - 1 : t + 1;          /* the step visited before t */
@@ -61,7 +64,10 @@ static void forward_dir(fwd_ctx *k, int d)
             else memset(hp, 0, sizeof(float) * (size_t)H);
             memcpy(hm + li * H, hp, sizeof(float) * (size_t)H);
         }
-        gemm(nl, G, H, hm, H, Whh, H, hw, G);           /* hw[l][g] = dot16(h_l, W_hh[g], H) */
+        /* hw[l][g] = dot16(h_l, W_hh[g], H): one line, h in registers (nt); several, W_hhᵀ
+         * packed and read once for all of them (kn) */
+        if (nl == 1) gemm(nl, G, H, hm, H, Whh, H, hw, G);
+        else gemmp(nl, G, H, hm, H, 1, Whhp, hw, G);
         for (int li = 0; li < nl; li++) {
             float *act = k->gates[li] + ((size_t)d * T + t) * G;
             float *ct = k->c[li] + ((size_t)d * T + t) * H, *tct = k->tc[li] + ((size_t)d * T + t) * H;
@@ -114,11 +120,15 @@ int32_t crnn_lstm_forward_lines(int nl, const float *const *x, int32_t T, int32_
         if (!x[li] || !out[li] || !gates[li] || !c[li] || !tc[li] || !hPrev[li]) return CRNN_E_ARG;
     const size_t G = 4 * (size_t)H, nT = (size_t)T, nI = (size_t)I;
     const size_t packed = nl > 1 ? (2 * G + 15) / 16 * 16 * nI : 0;   /* W_ihᵀ, packed */
+    const size_t hpacked = nl > 1 ? (G + 15) / 16 * 16 * (size_t)H : 0;   /* W_hhᵀ of a direction */
     float *buf = crnn_scratch(CRNN_SCRATCH_LAYER,
                               sizeof(float) * ((size_t)nl * nT * 2 * G + 2 * (size_t)nl * (H + 2 * G)
-                                               + packed + 1));
+                                               + packed + 2 * hpacked + 1));
     if (!buf) return CRNN_E_NOMEM;
     float *xw = buf, *scratch = xw + (size_t)nl * nT * 2 * G, *Wp = scratch + 2 * (size_t)nl * (H + 2 * G);
+    float *Whhp = Wp + packed;
+    for (int d = 0; d < 2 && nl > 1; d++)   /* B(j, g) = W_hh[d][g][j], packed once */
+        crnn_kn_pack(H, (int64_t)G, W_hh + (size_t)d * G * H, 1, H, Whhp + (size_t)d * hpacked);
     if (nl > 1) {   /* W_ihᵀ packed once, shared by every line's x·W_ihᵀ */
         crnn_kn_pack(I, 2 * (int64_t)G, W_ih, 1, I, Wp);
         for (int li = 0; li < nl; li++)
@@ -127,7 +137,7 @@ int32_t crnn_lstm_forward_lines(int nl, const float *const *x, int32_t T, int32_
     } else {
         crnn_gemm16_kn(T, 2 * (int64_t)G, I, x[0], I, 1, W_ih, 1, I, xw, 2 * (int64_t)G);
     }
-    fwd_ctx k = {nl, T, H, xw, W_hh, b, out, gates, c, tc, hPrev, scratch};
+    fwd_ctx k = {nl, T, H, xw, W_hh, b, out, gates, c, tc, hPrev, scratch, Whhp};
     crnn_parallel_for(2, forward_range, &k);
     return CRNN_OK;
 }
