@@ -31,7 +31,13 @@
  * 512-bit (32 registers): the fma takes A's splat from memory for free, so blocks are rows
  * of A (up to 4 x 1: one load of B per 4 fmas), four lanes at a time.
  * 256-bit (16 registers): a splat is an instruction of its own, so blocks are 2 x 2 (one
- * splat and one load per 2 fmas), two lanes at a time; 128-bit: 1 x 3, four lanes at a time. */
+ * splat and one load per 2 fmas), two lanes at a time; 128-bit: 1 x 3, four lanes at a time.
+ * Two block variants chosen at run time, each measured faster on its paths (paired warm
+ * A/B of the training step, docs/performance.md): KN_AU, for A unpacked with a_k = 1 (its
+ * four lanes one pointer, a known step: the loop needs fewer registers); KN_KSPEC (256-bit),
+ * K = 16, 32, 64 as constants. */
+#define KN_AU 1
+#define KN_KSPEC (VW == 8)
 #if VW == 16
 #define KN_QMAX 4
 #define KN_NR_PREF 1
@@ -228,7 +234,7 @@ AI void kn_term(const int MR, const int NR, const float *a, int64_t ars, const f
  * register, enough to cover the fma latency — each lane's terms k = l, l+16, ... in
  * ascending order from +0; then the first two tree levels of that group:
  * y = (p[a] + p[a+8]) + (p[a+4] + p[a+12]). */
-AI void kn_group(const int MR, const int NR, int a, int64_t K, const kn_operand *A,
+AI void kn_group(const int MR, const int NR, const int AU, int a, int64_t K, const kn_operand *A,
                  const kn_operand *B, int last, vec_t *y)
 {
     enum { Q = KN_QMAX };
@@ -241,11 +247,15 @@ AI void kn_group(const int MR, const int NR, int a, int64_t K, const kn_operand 
     const int64_t n8 = K > a + 8 ? (K - a - 8 + 15) / 16 : 0;
     const int64_t n4 = K > a + 4 ? (K - a - 4 + 15) / 16 : 0;
     const int64_t n0 = K > a ? (K - a + 15) / 16 : 0;
-    const float *pa0 = A->p + A->off[a], *pa8 = A->p + A->off[a + 8];
-    const float *pa4 = A->p + A->off[a + 4], *pa12 = A->p + A->off[a + 12];
+    /* AU: A's lanes are consecutive floats (a_k = 1, unpacked): one pointer for all four,
+     * a known step (fewer registers in the loop) */
+    const float *pa0 = A->p + (AU ? a : A->off[a]);
+    const float *pa8 = AU ? pa0 + 8 : A->p + A->off[a + 8];
+    const float *pa4 = AU ? pa0 + 4 : A->p + A->off[a + 4];
+    const float *pa12 = AU ? pa0 + 12 : A->p + A->off[a + 12];
     const float *pb0 = B->p + B->off[a], *pb8 = B->p + B->off[a + 8];
     const float *pb4 = B->p + B->off[a + 4], *pb12 = B->p + B->off[a + 12];
-    const int64_t as = A->step, bs = B->step, ars = A->rs, bvs = B->vs;
+    const int64_t as = AU ? 16 : A->step, bs = B->step, ars = A->rs, bvs = B->vs;
     int64_t m = 0;
     for (; m < n12; m++) {
         kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, bvs, last, x0);
@@ -263,7 +273,7 @@ AI void kn_group(const int MR, const int NR, int a, int64_t K, const kn_operand 
 
 /* Lanes a and a+8 together (two fma chains per output register), each lane's terms in
  * ascending order from +0; then the first tree level: y = p[a] + p[a+8]. */
-AI void kn_pair(const int MR, const int NR, int a, int64_t K, const kn_operand *A,
+AI void kn_pair(const int MR, const int NR, const int AU, int a, int64_t K, const kn_operand *A,
                 const kn_operand *B, int last, vec_t *y)
 {
     enum { Q = KN_QMAX };
@@ -272,9 +282,10 @@ AI void kn_pair(const int MR, const int NR, int a, int64_t K, const kn_operand *
     for (int q = 0; q < MR * NR; q++) x0[q] = x8[q] = VZERO();
     const int64_t n8 = K > a + 8 ? (K - a - 8 + 15) / 16 : 0;
     const int64_t n0 = K > a ? (K - a + 15) / 16 : 0;
-    const float *pa0 = A->p + A->off[a], *pa8 = A->p + A->off[a + 8];
+    const float *pa0 = A->p + (AU ? a : A->off[a]);
+    const float *pa8 = AU ? pa0 + 8 : A->p + A->off[a + 8];
     const float *pb0 = B->p + B->off[a], *pb8 = B->p + B->off[a + 8];
-    const int64_t as = A->step, bs = B->step, ars = A->rs, bvs = B->vs;
+    const int64_t as = AU ? 16 : A->step, bs = B->step, ars = A->rs, bvs = B->vs;
     int64_t m = 0;
     for (; m < n8; m++) {
         kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, bvs, last, x0);
@@ -288,29 +299,29 @@ AI void kn_pair(const int MR, const int NR, int a, int64_t K, const kn_operand *
 /* MR x NR registers of outputs: C[r*ldc + v*VW + e]; the last register holds `last` outputs.
  * The tree from the groups, level by level: q_a = p[a] + p[a+8]; r_a = q_a + q_{a+4};
  * u_a = r_a + r_{a+2}; the result u_0 + u_1 — exactly the levels s = 8, 4, 2, 1. */
-AI void kn_block(const int MR, const int NR, int64_t K, const kn_operand *A, const kn_operand *B,
-                 float *C, int64_t ldc, int last, int masked)
+AI void kn_block(const int MR, const int NR, const int AU, int64_t K, const kn_operand *A,
+                 const kn_operand *B, float *C, int64_t ldc, int last, int masked)
 {
     enum { Q = KN_QMAX };
     vec_t u0[Q], u1[Q], t[Q];
     const int lastload = masked ? last : VW;
 #define VSUM(d, a, b) UNROLL for (int q = 0; q < MR * NR; q++) d[q] = VADD(a[q], b[q])
 #if KN_LG == 4
-    kn_group(MR, NR, 0, K, A, B, lastload, u0);            /* r0 */
-    kn_group(MR, NR, 2, K, A, B, lastload, t);             /* r2 */
+    kn_group(MR, NR, AU, 0, K, A, B, lastload, u0);        /* r0 */
+    kn_group(MR, NR, AU, 2, K, A, B, lastload, t);         /* r2 */
     VSUM(u0, u0, t);
-    kn_group(MR, NR, 1, K, A, B, lastload, u1);            /* r1 */
-    kn_group(MR, NR, 3, K, A, B, lastload, t);             /* r3 */
+    kn_group(MR, NR, AU, 1, K, A, B, lastload, u1);        /* r1 */
+    kn_group(MR, NR, AU, 3, K, A, B, lastload, t);         /* r3 */
     VSUM(u1, u1, t);
 #else
     vec_t r[Q];
     for (int h = 0; h < 2; h++) {                          /* u_h from lanes h, h+2, ... */
         vec_t *u = h ? u1 : u0;
-        kn_pair(MR, NR, h, K, A, B, lastload, r);          /* q_h */
-        kn_pair(MR, NR, h + 4, K, A, B, lastload, t);      /* q_{h+4} */
+        kn_pair(MR, NR, AU, h, K, A, B, lastload, r);      /* q_h */
+        kn_pair(MR, NR, AU, h + 4, K, A, B, lastload, t);  /* q_{h+4} */
         VSUM(r, r, t);                                     /* r_h */
-        kn_pair(MR, NR, h + 2, K, A, B, lastload, u);      /* q_{h+2} */
-        kn_pair(MR, NR, h + 6, K, A, B, lastload, t);      /* q_{h+6} */
+        kn_pair(MR, NR, AU, h + 2, K, A, B, lastload, u);  /* q_{h+2} */
+        kn_pair(MR, NR, AU, h + 6, K, A, B, lastload, t);  /* q_{h+6} */
         VSUM(u, u, t);                                     /* r_{h+2} */
         VSUM(u, r, u);                                     /* u_h = r_h + r_{h+2} */
     }
@@ -335,11 +346,13 @@ typedef void (*kn_block_fn)(int64_t, const kn_operand *, const kn_operand *, flo
     static void kn_##mr##x##nr(int64_t K, const kn_operand *A, const kn_operand *B,          \
                                float *C, int64_t ldc, int last, int masked)                  \
     {                                                                                        \
-        if (masked) kn_block(mr, nr, K, A, B, C, ldc, last, 1);                              \
-        else if (K == 32) kn_block(mr, nr, 32, A, B, C, ldc, last, 0);                       \
-        else if (K == 16) kn_block(mr, nr, 16, A, B, C, ldc, last, 0);                       \
-        else if (K == 64) kn_block(mr, nr, 64, A, B, C, ldc, last, 0);                       \
-        else kn_block(mr, nr, K, A, B, C, ldc, last, 0);                                     \
+        const int au = KN_AU && A->step == 16 && A->off[1] == 1;  /* unpacked A, a_k = 1 */  \
+        if (masked) kn_block(mr, nr, 0, K, A, B, C, ldc, last, 1);                           \
+        else if (au) kn_block(mr, nr, 1, K, A, B, C, ldc, last, 0);                          \
+        else if (KN_KSPEC && K == 32) kn_block(mr, nr, 0, 32, A, B, C, ldc, last, 0);        \
+        else if (KN_KSPEC && K == 16) kn_block(mr, nr, 0, 16, A, B, C, ldc, last, 0);        \
+        else if (KN_KSPEC && K == 64) kn_block(mr, nr, 0, 64, A, B, C, ldc, last, 0);        \
+        else kn_block(mr, nr, 0, K, A, B, C, ldc, last, 0);                                  \
     }
 KN_SHAPE(1, 1)
 KN_SHAPE(2, 1)
