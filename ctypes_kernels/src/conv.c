@@ -610,11 +610,14 @@ static int dW_listed(const geom_t *g, const float *x, const float *dC, float *dW
         const float *row = dC + p * Out;
         int32_t *ln = len + p % 16;
         crnn_term *at = terms + (p % 16) * cap;
+        const int32_t off = roff[p];
         for (int64_t o = 0; o < Out; o++) {
-            crnn_term *t = at + o * 16 * cap + ln[16 * o];
-            t->v = row[o];
-            t->off = roff[p];
-            ln[16 * o] += row[o] != 0.0f;
+            const float v = row[o];
+            const int32_t n = ln[16 * o];
+            crnn_term *t = at + o * 16 * cap + n;
+            t->v = v;
+            t->off = off;
+            ln[16 * o] = n + (v != 0.0f);
         }
     }
     crnn_gemm16_listed(Out, nb, terms, start, len, B, coff, dW, KP, negz);
