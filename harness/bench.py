@@ -497,6 +497,61 @@ def run(isas=None, threads=(1, 2), width=256, batch=4, reps=10, warmup=3, port=N
     return res
 
 
+def paired(path_a, path_b, isas=None, threads=(1,), width=256, batch=4, seconds=10.0,
+           block=6, warm=2) -> list[dict]:
+    """A paired comparison of two ports' training steps (e.g. a build before and after a
+    change) in one process: blocks of `block` steps of A then of B, alternating, each block's
+    median over its steps after the first `warm` (caches warm with that port's own buffers),
+    for `seconds` per ISA x threads. The machine's drift hits both sides of a pair alike, so
+    the median of the per-pair differences resolves changes well below the run-to-run spread
+    of either side. Returns one dict per case: medians of A and B, and the difference's
+    median and quartiles (B - A, seconds)."""
+    inp = make_inputs(width, batch)
+    libs = [abi.load(p, layers=("conv", "lstm", "linear", "ctc", "step", "clip", "adamw"))
+            for p in (path_a, path_b)]
+    common = [i for i in abi.available_isas(libs[0]) if i in abi.available_isas(libs[1])]
+    out = []
+    for isa in list(isas or common):
+        if isa not in common:
+            raise abi.PortError(f"ISA path {isa} not available in both ports (both have: "
+                                f"{', '.join(common)})")
+        for t in threads:
+            steps = []
+            for lib in libs:
+                abi.check(lib.crnn_set_isa(abi.ISA_NAMES.index(isa)), "crnn_set_isa")
+                abi.check(lib.crnn_set_threads(t), "crnn_set_threads")
+                st = OursStep(lib, inp)
+                st()
+                steps.append(st)
+            a, b = [], []
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < seconds or len(a) < 3:
+                for st, acc in zip(steps, (a, b)):
+                    ts = []
+                    for i in range(block):
+                        s0 = time.perf_counter()
+                        st()
+                        if i >= warm:
+                            ts.append(time.perf_counter() - s0)
+                    acc.append(statistics.median(ts))
+            d = sorted(y - x for x, y in zip(a, b))
+            out.append({"isa": isa, "threads": t, "pairs": len(d), "a_s": statistics.median(a),
+                        "b_s": statistics.median(b), "diff_s": statistics.median(d),
+                        "diff_q1_s": d[len(d) // 4], "diff_q3_s": d[(3 * len(d)) // 4]})
+    return out
+
+
+def render_paired(rows, name_a, name_b) -> str:
+    lines = [f"paired training steps, warm blocks: A = {name_a}", f"{'':30s}B = {name_b}", "",
+             f"{'isa':8s} {'threads':>7s} {'A ms':>8s} {'B ms':>8s} {'B - A ms':>9s} "
+             f"{'(quartiles)':>17s} {'pairs':>6s}", "-" * 66]
+    for r in rows:
+        lines.append(f"{r['isa']:8s} {r['threads']:7d} {r['a_s'] * 1e3:8.2f} {r['b_s'] * 1e3:8.2f} "
+                     f"{r['diff_s'] * 1e3:+9.3f} {r['diff_q1_s'] * 1e3:+8.3f}/{r['diff_q3_s'] * 1e3:+.3f} "
+                     f"{r['pairs']:6d}")
+    return "\n".join(lines)
+
+
 def _cpu() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -122,3 +122,25 @@ def test_without_torch_installed_says_so(monkeypatch):
                     memory=False, gate=False)
     assert res.cases[0]["torch_s"] is None and res.cases[0]["ratio"] is None
     assert "not installed" in bench.render(res)
+
+
+def test_cli_against_another_port(tmp_path):
+    """--against: the paired comparison; the bundled port against itself differs by noise
+    only, and the JSON holds B - A with its quartiles around it."""
+    so = str(build())
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "bench", "--against", so, "--isa",
+                        "scalar", "--threads", "1", "--width", "32", "--batch", "1",
+                        "--seconds", "0.2", "--json", str(tmp_path / "p.json")],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "B - A ms" in r.stdout
+    row = json.loads((tmp_path / "p.json").read_text())["paired"][0]
+    assert row["isa"] == "scalar" and row["threads"] == 1 and row["pairs"] >= 3
+    assert row["diff_q1_s"] <= row["diff_s"] <= row["diff_q3_s"]
+    assert abs(row["diff_s"]) < 0.5 * row["a_s"]
+
+
+def test_cli_against_missing_file_exit_2(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "bench", "--against",
+                        str(tmp_path / "nope.so")], capture_output=True, text=True, check=False)
+    assert r.returncode == 2 and "not found" in r.stderr
