@@ -22,6 +22,12 @@
 #include <math.h>
 #include "mutants.h"
 #endif
+#if defined(__SSE2__) && !defined(CRNN_MUTANT)
+#include <emmintrin.h>
+#define LSTM_SSE 1         /* the element-wise cell math four at a time, the same operations */
+#else
+#define LSTM_SSE 0
+#endif
 #if defined(CRNN_MUTANT_LSTM_GATES_IGFO)
 #define ROW_F 2            /* mutant: the gate rows read as [i|g|f|o] */
 #define ROW_G 1
@@ -78,7 +84,13 @@ static void forward_dir(fwd_ctx *k, int d)
 #if defined(CRNN_MUTANT_LSTM_BIAS_GROUPING)
             for (int64_t g = 0; g < G; g++) z[g] = xwt[g] + (hwl[g] + b[g]);   /* mutant */
 #else
-            for (int64_t g = 0; g < G; g++) z[g] = (xwt[g] + hwl[g]) + b[g];
+            int64_t g0 = 0;
+#if LSTM_SSE
+            for (; g0 + 4 <= G; g0 += 4)
+                _mm_storeu_ps(z + g0, _mm_add_ps(_mm_add_ps(_mm_loadu_ps(xwt + g0), _mm_loadu_ps(hwl + g0)),
+                                                 _mm_loadu_ps(b + g0)));
+#endif
+            for (int64_t g = g0; g < G; g++) z[g] = (xwt[g] + hwl[g]) + b[g];
 #endif
 #if defined(CRNN_MUTANT_LSTM_GATES_IGFO)
             crnn_sigmoid_n(z, act, H);                       /* mutant: i, g, then f, o */
@@ -90,7 +102,15 @@ static void forward_dir(fwd_ctx *k, int d)
             crnn_sigmoid_n(z + 3 * H, act + 3 * H, H);       /* o */
 #endif
             const float *i = act, *f = act + ROW_F * H, *g = act + ROW_G * H, *o = act + 3 * H;
-            for (int64_t j = 0; j < H; j++) {
+            int64_t j0 = 0;
+#if LSTM_SSE
+            for (; j0 + 4 <= H; j0 += 4) {          /* c = (f * cPrev) + (i * g) */
+                __m128 cp4 = cp ? _mm_loadu_ps(cp + j0) : _mm_setzero_ps();
+                __m128 fc = _mm_mul_ps(_mm_loadu_ps(f + j0), cp4);
+                _mm_storeu_ps(ct + j0, _mm_add_ps(fc, _mm_mul_ps(_mm_loadu_ps(i + j0), _mm_loadu_ps(g + j0))));
+            }
+#endif
+            for (int64_t j = j0; j < H; j++) {
 #if defined(CRNN_MUTANT_LSTM_CELL_FMA)
                 ct[j] = fmaf(f[j], cp ? cp[j] : 0.0f, i[j] * g[j]);   /* mutant: contracted */
 #else
@@ -100,7 +120,12 @@ static void forward_dir(fwd_ctx *k, int d)
             }
             crnn_tanh_n(ct, tct, H);
             float *ht = k->out[li] + (size_t)t * 2 * H + (size_t)d * H;
-            for (int64_t j = 0; j < H; j++) ht[j] = o[j] * tct[j];
+            j0 = 0;
+#if LSTM_SSE
+            for (; j0 + 4 <= H; j0 += 4)
+                _mm_storeu_ps(ht + j0, _mm_mul_ps(_mm_loadu_ps(o + j0), _mm_loadu_ps(tct + j0)));
+#endif
+            for (int64_t j = j0; j < H; j++) ht[j] = o[j] * tct[j];
         }
     }
 }
@@ -184,7 +209,28 @@ static void backward_dir(bwd_ctx *k, int d)
             const float *dO = k->dOut[li] + (size_t)t * 2 * H + (size_t)d * H;
             float *dz = k->dz + ((size_t)li * T + t) * 2 * G + (size_t)d * G;
             float *dhR = dhRec + li * H, *dcN = dcNext + li * H;
-            for (int64_t j = 0; j < H; j++) {
+            int64_t j0 = 0;
+#if LSTM_SSE
+            const __m128 one = _mm_set1_ps(1.0f);
+            for (; j0 + 4 <= H; j0 += 4) {          /* the scalar loop below, four at a time */
+#define L4(p) _mm_loadu_ps((p) + j0)
+                __m128 i4 = L4(i), f4 = L4(f), g4 = L4(g), o4 = L4(o), tc4 = L4(tct);
+                __m128 dh = _mm_add_ps(L4(dO), L4(dhR));
+                __m128 dtc = _mm_mul_ps(dh, o4);
+                __m128 d_o = _mm_mul_ps(dh, tc4);
+                __m128 dc = _mm_add_ps(L4(dcN), _mm_mul_ps(dtc, _mm_sub_ps(one, _mm_mul_ps(tc4, tc4))));
+                __m128 di = _mm_mul_ps(dc, g4);
+                __m128 dg = _mm_mul_ps(dc, i4);
+                __m128 df = _mm_mul_ps(dc, cPrev ? L4(cPrev) : _mm_setzero_ps());
+                _mm_storeu_ps(dcN + j0, _mm_mul_ps(dc, f4));
+                _mm_storeu_ps(dz + j0, _mm_mul_ps(di, _mm_mul_ps(i4, _mm_sub_ps(one, i4))));
+                _mm_storeu_ps(dz + ROW_F * H + j0, _mm_mul_ps(df, _mm_mul_ps(f4, _mm_sub_ps(one, f4))));
+                _mm_storeu_ps(dz + ROW_G * H + j0, _mm_mul_ps(dg, _mm_sub_ps(one, _mm_mul_ps(g4, g4))));
+                _mm_storeu_ps(dz + 3 * H + j0, _mm_mul_ps(d_o, _mm_mul_ps(o4, _mm_sub_ps(one, o4))));
+#undef L4
+            }
+#endif
+            for (int64_t j = j0; j < H; j++) {
                 float dh = dO[j] + dhR[j];
                 float dtc = dh * o[j];
                 float d_o = dh * tct[j];
