@@ -249,6 +249,33 @@ def test_listed_dW_recomputes_rows_with_a_negative_zero_lane(lib):
                 assert got[t].tobytes() == want[t].tobytes(), (isa, threads, t)
 
 
+def test_sparse_dcol_zero_signs_never_reach_dx(lib):
+    """dcol (dots over the channels) leaves out the ±0 dC terms too, without redoing any row:
+    its values can differ from the full dots only in the signs of zeros, and dx, a sum from
+    +0, cannot show those. Channels 0-15 have weights -1e-20 and win the top cell of each 2x1
+    window, channels 16-31 +1e-20 and the bottom cell; dPooled is +1e-30 / -1e-30, so every
+    product underflows to -0: in a top row each lane's full dot is -0 + +0 = +0 and the
+    shortened one -0, the case where the signs differ. dx must still be the spec's, bit for
+    bit."""
+    g = geometry(8, 16, 16, 32, poolH=2, poolW=1)
+    Wt = np.zeros((32, 144), np.float32)
+    Wt[:16] = -1e-20
+    Wt[16:] = 1e-20
+    b = np.where(np.arange(32) < 16, 100.0, 0.25).astype(np.float32)
+    rows = 1e19 * (1.0 + np.arange(g["H"], dtype=np.float64) / 8.0)
+    x = np.broadcast_to(rows[:, None, None], (g["H"], g["W"], g["C"])).astype(np.float32).copy()
+    _, pooled, winners = spec.forward(x, Wt, b, *geo_args(g))
+    dPooled = np.where(np.arange(32) < 16, 1e-30, -1e-30).astype(np.float32) * np.ones_like(pooled)
+    want, _ = spec_block(x, Wt, b, g, dPooled=dPooled)
+    assert (want["dx"] == 0).all() and not np.signbit(want["dx"]).all()
+    for isa in abi.available_isas(lib):
+        for threads in (1, 3):
+            select(lib, isa, threads)
+            got = hconv.run_block(lib, x, Wt, b, dPooled, *geo_args(g))
+            for t in ("dW", "db", "dx"):
+                assert got[t].tobytes() == want[t].tobytes(), (isa, threads, t)
+
+
 def test_listed_dW_falls_back_when_x_is_not_finite(lib):
     """+0 * inf is NaN: with an infinite input no zero term may be left out."""
     g = geometry(8, 13, 16, 32)           # KPadded 144: 9 chunks, the listed path

@@ -678,6 +678,16 @@ int32_t crnn_conv_backward(const float *x, int32_t H, int32_t W, int32_t C,
     }
     if (dx) {
         float *dcol = col;
+#if !defined(CRNN_MUTANT)
+        /* dcol[p][k] over o with the ±0 dC terms left out (a position wins few channels, and
+         * most windows are dead). A dcol value can then differ from the full dot only in the
+         * sign of a zero (core.h), and no such sign reaches dx: the gather starts from +0, and
+         * a sum that starts from +0 is never -0, so its bits do not depend on the signs of the
+         * zeros it adds. No row needs redoing. Only the K columns the gather reads. */
+        if (g.K % 16 == 0 && Out <= CRNN_SPARSE_MAXK && all_finite(Wt, Out * KP))
+            crnn_gemm16_sparse_rows(P, g.K, Out, dC, Out, Wt, KP, dcol, KP, (int32_t *)ones);
+        else
+#endif
         crnn_gemm16_kn(P, KP, Out, dC, Out, 1, Wt, KP, 1, dcol, KP);  /* dcol[p][k] over o */
         gather_job j = {&g, dcol, dx};
         crnn_parallel_for(g.H, gather_rows, &j);

@@ -118,6 +118,25 @@ void crnn_gemm16_listed(int64_t M, int64_t nb, const crnn_term *terms, const int
                         const int32_t *len, const float *B, const int32_t *coff, float *C,
                         int64_t ldc, int32_t *negz);
 
+/* Sparse rows of A (row-major) times B (row-major): C[i*ldc + j] (j < N, N % 16 == 0) =
+ * dot16 over k < K of A[i*lda + k] * B[k*ldb + j], with the terms whose A is ±0 left out
+ * (every B finite). Each lane's nonzero terms run as fmas from +0 in ascending k; a lane
+ * with none is +0 in the full dot too, so the tree adds only the lanes that have terms, in
+ * the tree's own pairing, and one +0 at the end when any lane was empty (the full tree's
+ * result cannot be -0 then). As for crnn_gemm16_listed, the result can differ from the full
+ * dot only in the sign of a zero output: flag[i] = 1 when row i has a ±0 output, and the
+ * caller redoes it with every term. K <= CRNN_SPARSE_MAXK. */
+#define CRNN_SPARSE_MAXK 256
+#define CRNN_DECLARE_GEMM16SP(isa)                                                          \
+    void crnn_gemm16sp_##isa(int64_t, int64_t, int64_t, const float *, int64_t, const float *, \
+                             int64_t, float *, int64_t, int32_t *);
+CRNN_DECLARE_GEMM16SP(scalar)
+CRNN_DECLARE_GEMM16SP(sse)
+CRNN_DECLARE_GEMM16SP(avx2)
+CRNN_DECLARE_GEMM16SP(avx512)
+void crnn_gemm16_sparse_rows(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                             const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag);
+
 /* The selected ISA's kernels, to call on the current thread only. */
 typedef void (*crnn_gemm16knp_fn)(int64_t M, int64_t N, int64_t K,
                                   const float *A, int64_t a_i, int64_t a_k, const float *Bp,

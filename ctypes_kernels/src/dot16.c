@@ -220,3 +220,33 @@ void crnn_gemm16_listed(int64_t M, int64_t nb, const crnn_term *terms, const int
     else crnn_parallel_for(M, ls_range, &j);   /* whole rows per thread */
 }
 
+
+static void (*const sp_kernels[CRNN_NISA])(int64_t, int64_t, int64_t, const float *, int64_t,
+                                            const float *, int64_t, float *, int64_t, int32_t *) = {
+    crnn_gemm16sp_scalar, crnn_gemm16sp_sse, crnn_gemm16sp_avx2, crnn_gemm16sp_avx512,
+};
+
+typedef struct {
+    int isa;
+    int64_t N, K, lda, ldb, ldc;
+    const float *A, *B;
+    float *C;
+    int32_t *flag;
+} sp_job;
+
+static void sp_range(void *ctx, int64_t b, int64_t e)
+{
+    const sp_job *j = ctx;
+    if (b < e)
+        sp_kernels[j->isa](e - b, j->N, j->K, j->A + b * j->lda, j->lda, j->B, j->ldb,
+                           j->C + b * j->ldc, j->ldc, j->flag + b);
+}
+
+void crnn_gemm16_sparse_rows(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                             const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag)
+{
+    sp_job j = {crnn_current_isa(), N, K, lda, ldb, ldc, A, B, C, flag};
+    if (M <= 0 || N <= 0) return;
+    if (crnn_current_threads() == 1 || M * N * K < 65536) sp_range(&j, 0, M);
+    else crnn_parallel_for(M, sp_range, &j);   /* whole rows per thread */
+}

@@ -220,3 +220,52 @@ void crnn_gemm16ls_scalar(int64_t M, int64_t nb, const crnn_term *terms, const i
     (crnn_cpu_has_fma3() ? ls_fma3 : ls_generic)(M, nb, terms, start, len, B, coff, C, ldc, negz);
 }
 
+
+/* Sparse rows of A (core.h, crnn_gemm16_sparse_rows): the definition with the ±0 terms of A
+ * skipped, 16 outputs at a time, every lane through the whole tree (an empty lane is +0). */
+AI void sp_def(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+               int64_t ldb, float *C, int64_t ldc, int32_t *flag)
+{
+    for (int64_t i = 0; i < M; i++) {
+        flag[i] = 0;
+        for (int64_t j0 = 0; j0 < N; j0 += 16) {
+            float p[16][16];                   /* p[lane][output] */
+            for (int l = 0; l < 16; l++)
+                for (int e = 0; e < 16; e++) p[l][e] = 0.0f;
+            for (int64_t k = 0; k < K; k++) {
+                const float a = A[i * lda + k];
+                if (a == 0.0f) continue;
+                for (int e = 0; e < 16; e++) p[k % 16][e] = fmaf(a, B[k * ldb + j0 + e], p[k % 16][e]);
+            }
+            for (int e = 0; e < 16; e++) {
+                for (int s = 8; s >= 1; s >>= 1)
+                    for (int l = 0; l < s; l++) p[l][e] = p[l][e] + p[l + s][e];
+                C[i * ldc + j0 + e] = p[0][e];
+                flag[i] |= p[0][e] == 0.0f;
+            }
+        }
+    }
+}
+
+static void sp_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                       const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag)
+{
+    sp_def(M, N, K, A, lda, B, ldb, C, ldc, flag);
+}
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+__attribute__((target("fma")))
+static void sp_fma3(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                    const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag)
+{
+    sp_def(M, N, K, A, lda, B, ldb, C, ldc, flag);
+}
+#else
+#define sp_fma3 sp_generic
+#endif
+
+void crnn_gemm16sp_scalar(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                          const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag)
+{
+    (crnn_cpu_has_fma3() ? sp_fma3 : sp_generic)(M, N, K, A, lda, B, ldb, C, ldc, flag);
+}
