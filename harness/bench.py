@@ -234,9 +234,14 @@ def layer_calls(lib, inp: Inputs) -> dict:
             [f"conv{n} bwd" for n in reversed(range(len(geo)))]
     keep = (saved, lstm_saved, seq, logits, dlog, loss, dW, db, dx, inp)
 
-    def holding(fn):
-        return lambda: (fn(), keep)[0]
-    return {k: holding(calls[k]) for k in order}
+    def holding(fn, name):
+        def call():          # an error code must not pass for a fast call
+            rc = fn()
+            if rc or keep is None:
+                abi.check(rc, name)
+            return rc
+        return call
+    return {k: holding(calls[k], k) for k in order}
 
 
 def _timed_blocks(ours, theirs, reps: int, warmup: int, rounds: int = 2):
