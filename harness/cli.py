@@ -322,6 +322,9 @@ def bench(isa, threads, width, batch, reps, warmup, port, cc, opt, against, seco
             rows = B.paired(against, base, isas, tuple(ths), width, batch, seconds)
         except (abi.PortError, ValueError) as e:
             cannot_run(str(e))
+        except abi.PortCallError as e:
+            click.echo(f"bench: the port failed while being timed: {e}", err=True)
+            sys.exit(1)
         click.echo(B.render_paired(rows, against, base))
         if json_path:
             try:
@@ -335,6 +338,9 @@ def bench(isa, threads, width, batch, reps, warmup, port, cc, opt, against, seco
                     gate=not no_gate, progress=progress)
     except (abi.PortError, ValueError) as e:
         cannot_run(str(e))
+    except abi.PortCallError as e:
+        click.echo(f"bench: the port failed while being timed: {e}", err=True)
+        sys.exit(1)
     click.echo(B.render(res))
     if json_path:
         try:

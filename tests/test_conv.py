@@ -226,6 +226,16 @@ def test_c_identity_on_a_tie_rich_block(lib):
 
 # dW and db are computed from the nonzero dC terms only where that is exact (core.h,
 # crnn_gemm16_listed); these cases reach its two escape hatches.
+def backward_equals_spec(lib, want, x, Wt, b, dPooled, g):
+    """dW, db and dx of the C block equal the spec's bits on every ISA path, 1 and 3 threads."""
+    for isa in abi.available_isas(lib):
+        for threads in (1, 3):
+            select(lib, isa, threads)
+            got = hconv.run_block(lib, x, Wt, b, dPooled, *geo_args(g))
+            for t in ("dW", "db", "dx"):
+                assert got[t].tobytes() == want[t].tobytes(), (isa, threads, t)
+
+
 def test_listed_dW_recomputes_rows_with_a_negative_zero_lane(lib):
     """Products of -1e-30 and ~1e-20 underflow to -0, so a lane partial sits at -0 until a
     left-out term (dC = +0 times a positive window value) turns it into +0. With tiny inputs
@@ -241,12 +251,7 @@ def test_listed_dW_recomputes_rows_with_a_negative_zero_lane(lib):
     dPooled = np.full(pooled.shape, -1e-30, np.float32)
     want, _ = spec_block(x, Wt, b, g, dPooled=dPooled)
     assert (want["dW"] == 0).all() and not np.signbit(want["dW"]).any()   # all +0
-    for isa in abi.available_isas(lib):
-        for threads in (1, 3):
-            select(lib, isa, threads)
-            got = hconv.run_block(lib, x, Wt, b, dPooled, *geo_args(g))
-            for t in ("dW", "db", "dx"):
-                assert got[t].tobytes() == want[t].tobytes(), (isa, threads, t)
+    backward_equals_spec(lib, want, x, Wt, b, dPooled, g)
 
 
 def test_sparse_dcol_zero_signs_never_reach_dx(lib):
@@ -268,12 +273,7 @@ def test_sparse_dcol_zero_signs_never_reach_dx(lib):
     dPooled = np.where(np.arange(32) < 16, 1e-30, -1e-30).astype(np.float32) * np.ones_like(pooled)
     want, _ = spec_block(x, Wt, b, g, dPooled=dPooled)
     assert (want["dx"] == 0).all() and not np.signbit(want["dx"]).all()
-    for isa in abi.available_isas(lib):
-        for threads in (1, 3):
-            select(lib, isa, threads)
-            got = hconv.run_block(lib, x, Wt, b, dPooled, *geo_args(g))
-            for t in ("dW", "db", "dx"):
-                assert got[t].tobytes() == want[t].tobytes(), (isa, threads, t)
+    backward_equals_spec(lib, want, x, Wt, b, dPooled, g)
 
 
 def test_listed_dW_falls_back_when_x_is_not_finite(lib):
