@@ -187,7 +187,9 @@ def layer_calls(lib, inp: Inputs) -> dict:
         out, gates = f32(T, 2 * H), f32(2, T, 4 * H)
         c, tc, hp = f32(2, T, H), f32(2, T, H), f32(2, T, H)
         args = (_p(inp_l), T, I, H, _p(Wih), _p(Whh), _p(bb), _p(out), _p(gates), _p(c), _p(tc), _p(hp))
-        calls[f"lstm{layer} fwd"] = (lambda a=args: lib.crnn_lstm_forward(*a))
+        # the callable holds bb: nothing else does (freed, its memory was read by every
+        # timed call: AddressSanitizer found it, and it made a timed ctc fail once in ~10 runs)
+        calls[f"lstm{layer} fwd"] = (lambda a=args, k=bb: lib.crnn_lstm_forward(*a))
         abi.check(lib.crnn_lstm_forward(*args), "crnn_lstm_forward")
         lstm_saved.append((inp_l, Wih, Whh, gates, c, tc, hp, out))
         inp_l = out
