@@ -424,6 +424,12 @@ static const float *kn_pack_a(int64_t M, int64_t K, const float *A, int64_t a_i,
     for (int64_t i0 = 0; i0 < M; i0 += KN_QMAX) {
         float *dst = ap + i0 * K;
         int mr = M - i0 < KN_QMAX ? (int)(M - i0) : KN_QMAX;
+        if (a_i == 1 && mr == KN_QMAX) {   /* the block's rows adjacent: one move a term */
+            for (int l = 0; l < 16; l++)
+                for (int64_t k = l; k < K; k += 16, dst += KN_QMAX)
+                    memcpy(dst, A + i0 + k * a_k, sizeof(float) * KN_QMAX);
+            continue;
+        }
         for (int l = 0; l < 16; l++)
             for (int64_t k = l; k < K; k += 16, dst += KN_QMAX)
                 for (int r = 0; r < KN_QMAX; r++)
