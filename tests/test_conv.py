@@ -190,6 +190,9 @@ C_CASES = [
     ("block1_W37", geometry(32, 37, 1, 16, dx=False), False),
     ("block2_W23", geometry(16, 23, 16, 32), False),
     ("block3_W9", geometry(8, 9, 32, 64, poolW=1), False),
+    # C % 16 != 0 with 5 chunks: the listed dW over im2col rows; Out % 4 != 0 as well
+    ("C8_O24_listed_im2col", geometry(9, 14, 8, 24), True),
+    ("C8_O18_listed_odd_out", geometry(10, 13, 8, 18, poolH=2, poolW=3), True),
 ]
 
 
