@@ -559,54 +559,41 @@ static void dW_row_dense(const geom_t *g, const colsrc_t *cs, const int32_t *cof
     }
 }
 
-/* Returns 1 when dW and db are done, 0 when the dense dots must run instead (some x is not
- * finite: ±0 * inf is NaN, so no term may be left out; or offsets beyond int32), -1 without
- * memory. */
-#define LISTED_MIN_CHUNKS 4
-static int dW_listed(const geom_t *g, const float *x, const float *dC, float *dW, float *db)
+/* B: the window rows (x with padH rows and padW columns of +0 around it when C % 16 == 0,
+ * else im2col) and coff, where column chunk c of a window row starts */
+static void window_rows(const geom_t *g, const float *x, const colsrc_t *cs, float *B,
+                        int32_t *coff)
 {
-    const int64_t C = g->C, Out = g->Out, P = g->P, KP = g->KP, nb = KP / 16;
-    colsrc_t cs = {NULL, g->W + 2 * g->padW, C % 16 == 0};
-    const int64_t Hx = g->H + 2 * g->padH;
-    const int64_t nB = cs.direct ? Hx * cs.Wx * C : P * KP;
-    /* listing costs a pass over dC; a chunk of 16 columns saves ~3/4 of P*Out fmas */
-    if (nb < LISTED_MIN_CHUNKS || nB + 16 > INT32_MAX || !all_finite(x, g->H * g->W * C))
-        return 0;
-    /* slot o*16 + l: channel o's terms p ≡ l (mod 16); at most one a window and one a
-     * position of that lane; +1: a slot is written one past its last term */
-    const int64_t perlane = (P + 15) / 16, windows = g->Hp * g->Wp;
-    const int64_t cap = (perlane < windows ? perlane : windows) + 1, nslot = 16 * Out;
-    size_t bytes = sizeof(float) * (size_t)nB + sizeof(crnn_term) * (size_t)(cap * nslot) +
-                   sizeof(int32_t) * (size_t)(2 * nslot + nb + Out + P) + 64;
-    if (cap * nslot > INT32_MAX) return 0;
-    char *mem = crnn_scratch(CRNN_SCRATCH_BAND, bytes);
-    if (!mem) return -1;
-    float *B = (float *)mem;
-    crnn_term *terms = (crnn_term *)(B + nB);
-    int32_t *start = (int32_t *)(terms + cap * nslot), *len = start + nslot;
-    int32_t *coff = len + nslot, *negz = coff + nb, *roff = negz + Out;
-    cs.B = B;
-    if (cs.direct) {                  /* x with padH rows and padW columns of +0 around it */
-        memset(B, 0, sizeof(float) * (size_t)nB);
-        for (int64_t iy = 0; iy < g->H; iy++)
-            memcpy(B + ((iy + g->padH) * cs.Wx + g->padW) * C, x + iy * g->W * C,
-                   sizeof(float) * (size_t)(g->W * C));
-        for (int64_t c = 0; c < nb; c++) {
-            const int64_t tap = 16 * c / C;
-            coff[c] = (int32_t)(((tap / g->kw) * cs.Wx + tap % g->kw) * C + 16 * c % C);
-        }
-    } else {
+    const int64_t C = g->C, nb = g->KP / 16;
+    if (!cs->direct) {
         im2col(g, x, B);
         for (int64_t c = 0; c < nb; c++) coff[c] = (int32_t)(16 * c);
+        return;
     }
-    /* rows p ascending: each nonzero dC[p][o] appended to its slot (written every time,
-     * the length advanced only for a nonzero: no branch to mispredict) */
-    for (int64_t p = 0; p < P; p++) roff[p] = (int32_t)col_roff(g, &cs, p);
-    for (int64_t sl = 0; sl < nslot; sl++) {
+    memset(B, 0, sizeof(float) * (size_t)((g->H + 2 * g->padH) * cs->Wx * C));
+    for (int64_t iy = 0; iy < g->H; iy++)
+        memcpy(B + ((iy + g->padH) * cs->Wx + g->padW) * C, x + iy * g->W * C,
+               sizeof(float) * (size_t)(g->W * C));
+    for (int64_t c = 0; c < nb; c++) {              /* 16 channels of one tap */
+        const int64_t tap = 16 * c / C;
+        coff[c] = (int32_t)(((tap / g->kw) * cs->Wx + tap % g->kw) * C + 16 * c % C);
+    }
+}
+
+/* Slot o*16 + l (cap terms from terms + (o*16 + l)*cap) gets channel o's nonzero dC[p][o],
+ * p ≡ l (mod 16), in ascending p: rows p in order, each value written every time and the
+ * length advanced only for a nonzero (no branch to mispredict), 8 channels a pass so the
+ * 128 slots being appended to stay in L1. */
+static void list_terms(const geom_t *g, const colsrc_t *cs, const float *dC, int64_t cap,
+                       crnn_term *terms, int32_t *start, int32_t *len, int32_t *roff)
+{
+    const int64_t P = g->P, Out = g->Out;
+    for (int64_t p = 0; p < P; p++) roff[p] = (int32_t)col_roff(g, cs, p);
+    for (int64_t sl = 0; sl < 16 * Out; sl++) {
         start[sl] = (int32_t)(sl * cap);
         len[sl] = 0;
     }
-    for (int64_t o0 = 0; o0 < Out; o0 += 8) {      /* 8 channels a pass: 128 slots in L1 */
+    for (int64_t o0 = 0; o0 < Out; o0 += 8) {
         const int64_t o1 = o0 + 8 < Out ? o0 + 8 : Out;
         for (int64_t p = 0; p < P; p++) {
             const float *row = dC + p * Out;
@@ -623,23 +610,60 @@ static int dW_listed(const geom_t *g, const float *x, const float *dC, float *dW
             }
         }
     }
+}
+
+/* db[o] from the same lists (fma(v, 1, p) = p + v), redone with every term when a lane ends
+ * at -0 */
+static float db_listed(const geom_t *g, const float *dC, const crnn_term *terms,
+                       const int32_t *start, const int32_t *len, int64_t o)
+{
+    float lane[16];
+    int neg = 0;
+    for (int l = 0; l < 16; l++) {
+        lane[l] = 0.0f;
+        const crnn_term *t = terms + start[o * 16 + l];
+        for (int32_t m = 0; m < len[o * 16 + l]; m++) lane[l] = lane[l] + t[m].v;
+        neg |= lane[l] == 0.0f && signbit(lane[l]);
+    }
+    if (neg)
+        for (int l = 0; l < 16; l++) {
+            lane[l] = 0.0f;
+            for (int64_t q = l; q < g->P; q += 16) lane[l] = lane[l] + dC[q * g->Out + o];
+        }
+    return crnn_tree16(lane);
+}
+
+/* Returns 1 when dW and db are done, 0 when the dense dots must run instead (some x is not
+ * finite: ±0 * inf is NaN, so no term may be left out; too few chunks to gain; offsets
+ * beyond int32), -1 without memory. */
+#define LISTED_MIN_CHUNKS 4   /* listing costs a pass over dC; a chunk saves ~3/4 of P*Out fmas */
+static int dW_listed(const geom_t *g, const float *x, const float *dC, float *dW, float *db)
+{
+    const int64_t C = g->C, Out = g->Out, P = g->P, KP = g->KP, nb = KP / 16;
+    const colsrc_t cs0 = {NULL, g->W + 2 * g->padW, C % 16 == 0};
+    const int64_t nB = cs0.direct ? (g->H + 2 * g->padH) * cs0.Wx * C : P * KP;
+    /* a slot holds at most one term a window and one a position of its lane; +1: it is
+     * written once past its last term */
+    const int64_t perlane = (P + 15) / 16, windows = g->Hp * g->Wp;
+    const int64_t cap = (perlane < windows ? perlane : windows) + 1, nslot = 16 * Out;
+    if (nb < LISTED_MIN_CHUNKS || nB + 16 > INT32_MAX || cap * nslot > INT32_MAX ||
+        !all_finite(x, g->H * g->W * C))
+        return 0;
+    size_t bytes = sizeof(float) * (size_t)nB + sizeof(crnn_term) * (size_t)(cap * nslot) +
+                   sizeof(int32_t) * (size_t)(2 * nslot + nb + Out + P) + 64;
+    char *mem = crnn_scratch(CRNN_SCRATCH_BAND, bytes);
+    if (!mem) return -1;
+    float *B = (float *)mem;
+    crnn_term *terms = (crnn_term *)(B + nB);
+    int32_t *start = (int32_t *)(terms + cap * nslot), *len = start + nslot;
+    int32_t *coff = len + nslot, *negz = coff + nb, *roff = negz + Out;
+    const colsrc_t cs = {B, cs0.Wx, cs0.direct};
+    window_rows(g, x, &cs, B, coff);
+    list_terms(g, &cs, dC, cap, terms, start, len, roff);
     crnn_gemm16_listed(Out, nb, terms, start, len, B, coff, dW, KP, negz);
     for (int64_t o = 0; o < Out; o++) {
         if (negz[o]) dW_row_dense(g, &cs, coff, dC, o, dW + o * KP);
-        float lane[16];                /* db[o]: fma(v, 1, p) = p + v */
-        int neg = 0;
-        for (int l = 0; l < 16; l++) {
-            lane[l] = 0.0f;
-            const crnn_term *t = terms + start[o * 16 + l];
-            for (int32_t m = 0; m < len[o * 16 + l]; m++) lane[l] = lane[l] + t[m].v;
-            neg |= lane[l] == 0.0f && signbit(lane[l]);
-        }
-        if (neg)
-            for (int l = 0; l < 16; l++) {
-                lane[l] = 0.0f;
-                for (int64_t q = l; q < P; q += 16) lane[l] = lane[l] + dC[q * Out + o];
-            }
-        db[o] = crnn_tree16(lane);
+        db[o] = db_listed(g, dC, terms, start, len, o);
     }
     return 1;
 }
