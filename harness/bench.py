@@ -29,6 +29,7 @@ import numpy as np
 
 from ctypes_kernels import abi
 from generators import model
+from harness.runner import cpu_info
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL_PATH = REPO / "fixtures" / "model" / "crnn-v0.h5"
@@ -456,7 +457,7 @@ def run(isas=None, threads=(1, 2), width=256, batch=4, reps=10, warmup=3, port=N
         "width": width, "batch": batch, "reps": reps, "warmup": warmup, "weights": inp.weights,
         "port": str(path), "build": None if port else {**B.describe(cc, opt)},
         "torch": None, "step_flops": flops, "macs_by_layer": macs,
-        "cpu": _cpu(), "nproc": os.cpu_count(),
+        "cpu": cpu_info()["model"], "nproc": os.cpu_count(),
     }
     if use_torch:
         import torch
@@ -558,19 +559,6 @@ def render_paired(rows, name_a, name_b) -> str:
                      f"{r['pairs']:6d}")
     return "\n".join(lines)
 
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-    return platform.processor() or platform.machine()
-
-
-# ------------------------------------------------------------------------------ render
 
 def render(res: BenchResult) -> str:
     m = res.meta

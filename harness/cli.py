@@ -252,7 +252,8 @@ def info(port):
         lib = abi.load(path, layers=())
     except abi.PortError as e:
         cannot_run(str(e))
-    click.echo(f"cpu:          {platform.processor() or platform.machine()} ({_cpu_model()})")
+    from harness.runner import cpu_info
+    click.echo(f"cpu:          {platform.processor() or platform.machine()} ({cpu_info()['model']})")
     click.echo(f"port:         {path}")
     click.echo(f"abi version:  {lib.crnn_abi_version()} (harness speaks {abi.ABI_VERSION})")
     click.echo(f"isa paths:    {', '.join(abi.available_isas(lib))}")
@@ -263,16 +264,6 @@ def info(port):
             click.echo(f"  {isa:<10}  {' '.join(flags) or '(baseline)'}")
         click.echo(f"cache:        {d['cache']}")
     click.echo(f"layers:       {', '.join(L.available())}")
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 @main.command()
