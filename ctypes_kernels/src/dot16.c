@@ -188,6 +188,14 @@ void crnn_gemm16_kn_packed(int64_t M, int64_t N, int64_t K,
 #endif
 }
 
+/* The row-split kernels below: whole rows per thread, or all on this thread when there is
+ * one thread or the work (multiply-adds) is small. */
+static void run_rows(int64_t M, int64_t work, crnn_range_fn fn, void *ctx)
+{
+    if (crnn_current_threads() == 1 || work < SMALL_WORK) fn(ctx, 0, M);
+    else crnn_parallel_for(M, fn, ctx);
+}
+
 static const crnn_gemm16ls_fn ls_kernels[CRNN_NISA] = {
     crnn_gemm16ls_scalar, crnn_gemm16ls_sse, crnn_gemm16ls_avx2, crnn_gemm16ls_avx512,
 };
@@ -215,9 +223,7 @@ void crnn_gemm16_listed(int64_t M, int64_t nb, const crnn_term *terms, const int
                         int64_t ldc, int32_t *negz)
 {
     ls_job j = {ls_kernels[crnn_current_isa()], nb, ldc, terms, start, len, coff, B, C, negz};
-    if (M <= 0 || nb <= 0) return;
-    if (crnn_current_threads() == 1 || M == 1) ls_range(&j, 0, M);
-    else crnn_parallel_for(M, ls_range, &j);   /* whole rows per thread */
+    if (M > 0 && nb > 0) run_rows(M, M > 1 ? SMALL_WORK : 0, ls_range, &j);
 }
 
 
@@ -246,7 +252,5 @@ void crnn_gemm16_sparse_rows(int64_t M, int64_t N, int64_t K, const float *A, in
                              const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag)
 {
     sp_job j = {crnn_current_isa(), N, K, lda, ldb, ldc, A, B, C, flag};
-    if (M <= 0 || N <= 0) return;
-    if (crnn_current_threads() == 1 || M * N * K < 65536) sp_range(&j, 0, M);
-    else crnn_parallel_for(M, sp_range, &j);   /* whole rows per thread */
+    if (M > 0 && N > 0) run_rows(M, M * N * K, sp_range, &j);
 }
