@@ -124,8 +124,9 @@ void crnn_gemm16_listed(int64_t M, int64_t nb, const crnn_term *terms, const int
  * with none is +0 in the full dot too, so the tree adds only the lanes that have terms, in
  * the tree's own pairing, and one +0 at the end when any lane was empty (the full tree's
  * result cannot be -0 then). As for crnn_gemm16_listed, the result can differ from the full
- * dot only in the sign of a zero output: flag[i] = 1 when row i has a ±0 output, and the
- * caller redoes it with every term. K <= CRNN_SPARSE_MAXK. */
+ * dot only in the sign of a zero output: flag[i] = 1 when row i has a ±0 output, for a
+ * caller whose result can show that sign to redo it with every term (the conv's dcol need
+ * not: dx is a sum from +0). K <= CRNN_SPARSE_MAXK. */
 #define CRNN_SPARSE_MAXK 256
 #define CRNN_DECLARE_GEMM16SP(isa)                                                          \
     void crnn_gemm16sp_##isa(int64_t, int64_t, int64_t, const float *, int64_t, const float *, \
