@@ -105,7 +105,3 @@ def check(rc: int, what: str) -> None:
 class PortCallError(RuntimeError):
     """A port call returned an error code: a failure of that tensor, not of the run."""
 
-
-def load_bundled(layers=tuple(LAYER_SYMBOLS), **build_kw) -> C.CDLL:
-    from .build import build
-    return load(build(**build_kw), layers)

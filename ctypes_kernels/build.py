@@ -26,7 +26,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .abi import PortError
+from .abi import LAYER_SYMBOLS, PortError, load
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE / "src"
@@ -262,7 +262,7 @@ def describe(cc: str | None = None, opt: str = DEFAULT_OPT) -> dict:
 
 
 def describe_cmd(argv=None) -> None:
-    """`python -m ctypes_kernels.build [--cc CC] [--opt -O3]`: build and print the path."""
+    """`python -m crnn_conformance.ctypes_kernels.build [--cc CC] [--opt -O3]`: build and print the path."""
     import argparse
     ap = argparse.ArgumentParser(description="build the bundled kernels")
     ap.add_argument("--cc", default=None)
@@ -303,6 +303,11 @@ def build_helper(name: str, source: str, cc: str | None = None) -> Path:
             raise BuildError(f"compiling the harness helper {name} failed: {r.stderr.strip()}")
         os.replace(tmp_so, out)
     return out
+
+
+def load_bundled(layers=tuple(LAYER_SYMBOLS), **build_kw):
+    """The bundled kernels built (or taken from the cache) and loaded with abi.load."""
+    return load(build(**build_kw), layers)
 
 
 if __name__ == "__main__":

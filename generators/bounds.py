@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from generators.float64.lstm import sigmoid as _sig
+from crnn_conformance.generators.float64.lstm import sigmoid as _sig
 
 U = 2.0 ** -24            # binary32 unit roundoff
 EPS_SIGMOID = 9.0e-8      # max abs error of the sigmoid approximation, all 2^32 inputs (8.93e-8)

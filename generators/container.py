@@ -26,7 +26,7 @@ import os
 
 import numpy as np
 
-from generators import model
+from crnn_conformance.generators import model
 
 CONTAINER_VERSION = 1
 FORMAT = "crnn-container"

@@ -37,10 +37,11 @@ from pathlib import Path
 
 import numpy as np
 
-from generators import container, lines, model
+from crnn_conformance import fixtures
+from crnn_conformance.generators import container, lines, model
 
 ROOT = Path(__file__).resolve().parent.parent
-MODEL_PATH = ROOT / "fixtures" / "model" / "crnn-v0.h5"
+MODEL_PATH = fixtures.model_path()
 DTYPES = ("fp32", "f64")
 
 

@@ -3,7 +3,7 @@
     regen-fixtures                 # all fixtures
     regen-fixtures --only linear   # one (repeatable)
     regen-fixtures --check         # regenerate into a temp dir, exit 1 naming any that differ
-    regen-fixtures --retrain       # retrain crnn-v0 (generators.train, ~10 min), then regenerate
+    regen-fixtures --retrain       # retrain crnn-v0 (crnn_conformance.generators.train, ~10 min), then regenerate
 
 Nothing in fixtures/ changes unless this command is asked to write it.
 """
@@ -20,32 +20,32 @@ import click
 import h5py
 import numpy as np
 
-from generators.h5io import FixtureError, write_fixture
+from crnn_conformance import fixtures
+from crnn_conformance.generators.h5io import FixtureError, write_fixture
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES_DIR = ROOT / "fixtures"
+FIXTURES_DIR = fixtures.directory()
 
 # fixture name -> builder module (generators/cases/<layer>.py); order is the write order
 BUILDERS = {
-    "dot16": "generators.cases.dot16",
-    "dot16_zeros": "generators.cases.dot16_zeros",   # signed-zero tails (issue 8's mutants)
-    "linear": "generators.cases.linear",
-    "lstm": "generators.cases.lstm",
-    "conv": "generators.cases.conv",
-    "ctc": "generators.cases.ctc",
-    "step": "generators.cases.step",
-    "clip": "generators.cases.clip",
-    "adamw": "generators.cases.adamw",
-    "train3": "generators.cases.train3",
+    "dot16": "crnn_conformance.generators.cases.dot16",
+    "dot16_zeros": "crnn_conformance.generators.cases.dot16_zeros",   # signed-zero tails (issue 8's mutants)
+    "linear": "crnn_conformance.generators.cases.linear",
+    "lstm": "crnn_conformance.generators.cases.lstm",
+    "conv": "crnn_conformance.generators.cases.conv",
+    "ctc": "crnn_conformance.generators.cases.ctc",
+    "step": "crnn_conformance.generators.cases.step",
+    "clip": "crnn_conformance.generators.cases.clip",
+    "adamw": "crnn_conformance.generators.cases.adamw",
+    "train3": "crnn_conformance.generators.cases.train3",
     # the pytorch tier (generators/pytorch_ref.py): the trained crnn-v0 in PyTorch fp32 with
     # float64 Floors; each file is read by its layer's harness module (FIXTURES)
-    "pytorch_conv": "generators.cases.pytorch_conv",
-    "pytorch_lstm": "generators.cases.pytorch_lstm",
-    "pytorch_linear": "generators.cases.pytorch_linear",
-    "pytorch_ctc": "generators.cases.pytorch_ctc",
-    "pytorch_step": "generators.cases.pytorch_step",
-    "pytorch_adamw": "generators.cases.pytorch_adamw",
-    "pytorch_train3": "generators.cases.pytorch_train3",
+    "pytorch_conv": "crnn_conformance.generators.cases.pytorch_conv",
+    "pytorch_lstm": "crnn_conformance.generators.cases.pytorch_lstm",
+    "pytorch_linear": "crnn_conformance.generators.cases.pytorch_linear",
+    "pytorch_ctc": "crnn_conformance.generators.cases.pytorch_ctc",
+    "pytorch_step": "crnn_conformance.generators.cases.pytorch_step",
+    "pytorch_adamw": "crnn_conformance.generators.cases.pytorch_adamw",
+    "pytorch_train3": "crnn_conformance.generators.cases.pytorch_train3",
 }
 
 
@@ -156,7 +156,7 @@ def differences(old: Path, new: Path) -> list[str]:
               help="write here instead of fixtures/")
 @click.option("-q", "--quiet", is_flag=True, help="no progress output")
 @click.option("--retrain", is_flag=True,
-              help="first retrain crnn-v0 (python -m generators.train: seeded, CPU, <= 10 min) "
+              help="first retrain crnn-v0 (python -m crnn_conformance.generators.train: seeded, CPU, <= 10 min) "
                    "into fixtures/model/crnn-v0.h5 (or OUT/model/ with --out), then regenerate")
 def main(only, check, out_dir, quiet, retrain):
     """(Re)write the checked-in fixtures deterministically."""
@@ -207,7 +207,7 @@ def main(only, check, out_dir, quiet, retrain):
 
 def _retrain(out_dir: Path | None, quiet: bool) -> None:
     """Run the trainer, then point the pytorch-tier builders at the new model."""
-    from generators import pytorch_ref, train
+    from crnn_conformance.generators import pytorch_ref, train
     path = (out_dir / "model" / "crnn-v0.h5") if out_dir else pytorch_ref.MODEL_PATH
     path.parent.mkdir(parents=True, exist_ok=True)
     if not quiet:

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from generators import model
+from crnn_conformance.generators import model
 
 _NP = {torch.float32: np.float32, torch.float64: np.float64}
 

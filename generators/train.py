@@ -1,6 +1,6 @@
 """Train crnn-v0 on synthetic lines and write the fp16 model container (a checked-in fixture).
 
-    python -m generators.train [--seed N] [--out PATH] [--minutes M] [--steps S]
+    python -m crnn_conformance.generators.train [--seed N] [--out PATH] [--minutes M] [--steps S]
 
 Seeded, CPU only, 2 torch threads by default (--threads). Batches are drawn from
 generators/lines.py on the fly (batch i comes from its own seed stream, so the data do not
@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from generators import container, lines, model
+from crnn_conformance.generators import container, lines, model
 
 HELDOUT_SEED = 900_001          # held-out lines: make_batch(HELDOUT_SEED + seed, n)
 TRAIN_SEED_BASE = 1_000_000     # training batch i: SeedSequence(TRAIN_SEED_BASE + seed, (i,))
@@ -53,7 +53,7 @@ def evaluate(config: dict, params: dict, n: int, seed: int) -> tuple[float, list
     """CER of greedy decoding with `params` (fp32 torch) on n held-out natural-width lines."""
     import torch
 
-    from generators import torch_model as tm
+    from crnn_conformance.generators import torch_model as tm
 
     m = tm.build(config, params).eval()
     imgs, tgts = lines.make_batch(HELDOUT_SEED + seed, n)
@@ -71,7 +71,7 @@ def train(seed: int = 0, minutes_budget: float = 10, out_path: str = "fixtures/m
           threads: int = 2) -> dict:
     import torch
 
-    from generators import torch_model as tm
+    from crnn_conformance.generators import torch_model as tm
 
     t0 = time.time()
     jobs = ((seed, i, batch) for i in range(steps))
@@ -146,7 +146,7 @@ def train(seed: int = 0, minutes_budget: float = 10, out_path: str = "fixtures/m
     params = tm.to_params(net, np.float32)
     attrs = {"trained": True, "seed": int(seed), "steps": int(done), "batch": int(batch),
              "train_wall_seconds": round(train_wall, 1), "torch_version": torch.__version__,
-             "generator": "generators.lines", "heldout_seed": HELDOUT_SEED + seed,
+             "generator": "crnn_conformance.generators.lines", "heldout_seed": HELDOUT_SEED + seed,
              "heldout_lines": int(heldout),
              "planned_steps": int(steps), "stopped_by": stopped_by, "lr": float(lr),
              "weight_decay": float(weight_decay), "threads": int(threads)}

@@ -1,7 +1,7 @@
 """The references as a Python API: check a tensor of any port (NumPy, JAX, PyTorch, ...) from a
 prompt or a test suite. docs/python-api.md is the guide; in short:
 
-    from harness.api import conv_block
+    from crnn_conformance.harness.api import conv_block
     r = conv_block(x, W, b, pool=(2, 2))       # forward: a result with conv, pooled, winners
     r["pooled"].covers(t)                       # bool per element: within the float64 allowance
     g = r.backward(grad)                        # the gradients, named grad_x, grad_W, grad_b
@@ -11,7 +11,7 @@ prompt or a test suite. docs/python-api.md is the guide; in short:
 Every tensor of a result carries both references, `.exact` (the executable spec's bits,
 generators/spec) and `.float64` (generators/float64), and the tolerance table's entry for its
 tensor (harness/tolerances.toml). covers(), usage() and compare() judge a candidate with the
-gate's own code (harness.compare.within and harness.compare.compare), so they agree element for
+gate's own code (crnn_conformance.harness.compare.within and crnn_conformance.harness.compare.compare), so they agree element for
 element with what the gate reports for the same tensors.
 
 Dtype rules (no silent casts): every floating input becomes float32 first, and both references
@@ -27,21 +27,21 @@ import warnings
 
 import numpy as np
 
-from generators import model as _model
-from generators.float64 import adamw as _adamw64
-from generators.float64 import conv as _conv64
-from generators.float64 import ctc as _ctc64
-from generators.float64 import linear as _linear64
-from generators.float64 import lstm as _lstm64
-from generators.spec import adamw as _adamw32
-from generators.spec import conv as _conv32
-from generators.spec import ctc as _ctc32
-from generators.spec import linear as _linear32
-from generators.spec import lstm as _lstm32
-from harness import tolerances as _tolerances
-from harness.compare import Comparison
-from harness.compare import compare as _compare
-from harness.compare import within as _within
+from crnn_conformance.generators import model as _model
+from crnn_conformance.generators.float64 import adamw as _adamw64
+from crnn_conformance.generators.float64 import conv as _conv64
+from crnn_conformance.generators.float64 import ctc as _ctc64
+from crnn_conformance.generators.float64 import linear as _linear64
+from crnn_conformance.generators.float64 import lstm as _lstm64
+from crnn_conformance.generators.spec import adamw as _adamw32
+from crnn_conformance.generators.spec import conv as _conv32
+from crnn_conformance.generators.spec import ctc as _ctc32
+from crnn_conformance.generators.spec import linear as _linear32
+from crnn_conformance.generators.spec import lstm as _lstm32
+from crnn_conformance.harness import tolerances as _tolerances
+from crnn_conformance.harness.compare import Comparison
+from crnn_conformance.harness.compare import compare as _compare
+from crnn_conformance.harness.compare import within as _within
 
 __all__ = ["linear", "conv_block", "lstm_layer", "ctc", "adamw_step", "model_step", "Result",
            "Tensors", "from_torch_conv_weight", "to_torch_conv_weight", "TIERS"]
@@ -215,7 +215,7 @@ class Result:
     r.covers(t, tier=)       (one tensor) bool array: is each element within its allowance?
     r.usage(t, tier=)        (one tensor) the gate's usage: max |t - ref| / allowance
                              (exact tier: the max ulp distance; 0 means identical bits)
-    r.compare(t, tier=)      (one tensor) the gate's whole harness.compare.Comparison
+    r.compare(t, tier=)      (one tensor) the gate's whole crnn_conformance.harness.compare.Comparison
     r.backward(grad)         (a forward result) the gradients from the output gradient
     """
 
@@ -374,7 +374,7 @@ class _Op:
     layer = ""
 
     def __repr__(self):
-        return f"<harness.api.{self.name}>"
+        return f"<crnn_conformance.harness.api.{self.name}>"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -726,7 +726,7 @@ class _ModelStep(_Op):
                                         -> grad_<name> per parameter (grad_conv0.W, also
                                            reachable as grad_conv0_W), in parameter order
 
-    params: {name: array} as generators.model.param_specs(config) names and shapes them
+    params: {name: array} as crnn_conformance.generators.model.param_specs(config) names and shapes them
     (config defaults to crnn-v0); images: one [H][W] or [H][W][C] array per line; targets:
     one label sequence per line. With grad = 1 the gradient is the spec's batch gradient bit
     for bit (each line's CTC scale 1/B); another grad scales each line by grad/B (binary64).
@@ -738,11 +738,11 @@ class _ModelStep(_Op):
         specs = _model.param_specs(config)
         missing = [s.name for s in specs if s.name not in params]
         if missing:
-            raise ValueError(f"params lacks {', '.join(missing)} (generators.model.param_specs)")
+            raise ValueError(f"params lacks {', '.join(missing)} (crnn_conformance.generators.model.param_specs)")
         P = {}
         for s in specs:
             a = _f32(s.name, params[s.name], allow_float16)
-            _shape(s.name, a, s.shape, "generators.model.param_specs")
+            _shape(s.name, a, s.shape, "crnn_conformance.generators.model.param_specs")
             P[s.name] = a
         images = [_f32(f"images[{i}]", im, allow_float16) for i, im in enumerate(images)]
         targets = [_labels(f"targets[{i}]", t) for i, t in enumerate(targets)]
@@ -752,8 +752,8 @@ class _ModelStep(_Op):
 
     def __call__(self, params, images, targets, *, config=None,
                  allow_float16: bool = False) -> Result:
-        from generators.spec import ctc as ctc32
-        from generators.spec import step as step32
+        from crnn_conformance.generators.spec import ctc as ctc32
+        from crnn_conformance.generators.spec import step as step32
         config, P, images, targets = self._inputs(params, images, targets, config, allow_float16)
         states = [step32.line_forward(config, P, im) for im in images]
         losses = np.array([ctc32.ctc(st["logits"], t, 1.0)[0] for st, t in zip(states, targets)])
@@ -772,8 +772,8 @@ class _ModelStep(_Op):
         return self._backward(config, P, images, targets, None, grad)
 
     def _backward(self, config, P, images, targets, states, grad):
-        from generators.spec import ctc as ctc32
-        from generators.spec import step as step32
+        from crnn_conformance.generators.spec import ctc as ctc32
+        from crnn_conformance.generators.spec import step as step32
         g = _scalar_grad(grad, "batch_loss")
         B = len(images)
         scale = g / B       # 1/B at grad = 1, as the spec's batch_gradient
@@ -796,7 +796,7 @@ class _ModelStep(_Op):
 
 
 def _step64_line(config, P, image, target, scale):
-    from generators.float64 import step as step64
+    from crnn_conformance.generators.float64 import step as step64
     P64 = {k: v.astype(np.float64) for k, v in P.items()}
     return step64.line_forward_backward(config, P64, image.astype(np.float64), target, scale)
 

@@ -27,12 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ctypes_kernels import abi
-from generators import model
-from harness.runner import cpu_info
+from crnn_conformance import fixtures
+from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.generators import model
+from crnn_conformance.harness.runner import cpu_info
 
-REPO = Path(__file__).resolve().parent.parent
-MODEL_PATH = REPO / "fixtures" / "model" / "crnn-v0.h5"
+MODEL_PATH = fixtures.model_path()
 CLIP_LIMIT = 5.0
 ADAMW = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "wd": 1e-4}
 
@@ -55,11 +55,11 @@ class Inputs:
 def make_inputs(width: int = 256, batch: int = 4, seed: int = 1) -> Inputs:
     """crnn-v0 with the bundled trained weights (random ones if the container is absent)
     and `batch` synthetic text lines of 32 x width."""
-    from generators import lines
+    from crnn_conformance.generators import lines
     if MODEL_PATH.exists():
-        from generators.container import load_container
+        from crnn_conformance.generators.container import load_container
         config, params = load_container(str(MODEL_PATH))
-        where = str(MODEL_PATH.relative_to(REPO))
+        where = f"the trained model ({MODEL_PATH.name})"
     else:
         config = model.default_config()
         params = model.init_params(config, np.random.default_rng(seed))
@@ -285,7 +285,7 @@ def _median_time(fn, reps: int, min_time: float = 0.0) -> float:
 class TorchStep:
     def __init__(self, inp: Inputs, threads: int):
         import torch
-        from generators import torch_model
+        from crnn_conformance.generators import torch_model
         self.torch = torch
         torch.set_num_threads(threads)
         cfg = inp.config
@@ -374,8 +374,9 @@ void crnn_h_heap_reset_peak(void) { __atomic_store_n(&peak, crnn_h_heap_current(
 
 _MEM_CHILD = r"""
 import ctypes, json, sys
-from ctypes_kernels import abi
-from harness import bench
+from crnn_conformance import fixtures
+from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.harness import bench
 counter, path, isa, threads, width, batch = sys.argv[1:7]
 h = ctypes.CDLL(counter)
 for f in ("crnn_h_heap_current", "crnn_h_heap_peak"):
@@ -397,16 +398,15 @@ def step_memory(path, isa: str, width: int, batch: int, threads: int = 1) -> dic
     caller-owned buffer (weights, gradients, images, optimizer state); then the peak of heap
     bytes in use during the step above that baseline ("peak") and what the step keeps for
     the next one ("kept": the per-thread scratch buffers). None where it cannot be measured."""
-    from ctypes_kernels.build import BuildError, build_helper
+    from crnn_conformance.ctypes_kernels.build import BuildError, build_helper
     try:
         counter = build_helper("crnnheapcount", HEAP_COUNTER_SOURCE)
     except BuildError:
         return None
-    env = dict(os.environ, LD_PRELOAD=str(counter),
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, LD_PRELOAD=str(counter))
     r = subprocess.run([sys.executable, "-c", _MEM_CHILD, str(counter), str(path), isa,
                         str(threads), str(width), str(batch)],
-                       capture_output=True, text=True, cwd=REPO, env=env, check=False)
+                       capture_output=True, text=True, env=env, check=False)
     if r.returncode != 0 or not r.stdout.strip():
         return None
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -415,10 +415,9 @@ def step_memory(path, isa: str, width: int, batch: int, threads: int = 1) -> dic
 def gate_wall_time() -> tuple[float, int]:
     """Seconds of `crnn-conformance gate -q` (defaults: every layer, ISA and thread count)
     in a subprocess, and its exit code."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "gate", "-q"], capture_output=True,
-                       text=True, cwd=REPO, env=env, check=False)
+    r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "gate", "-q"], capture_output=True,
+                       text=True, check=False)
     return time.perf_counter() - t0, r.returncode
 
 
@@ -438,7 +437,7 @@ class BenchResult:
 def run(isas=None, threads=(1, 2), width=256, batch=4, reps=10, warmup=3, port=None,
         cc=None, opt=None, with_torch=True, layers=True, memory=True, gate=True,
         progress=None) -> BenchResult:
-    from ctypes_kernels import build as B
+    from crnn_conformance.ctypes_kernels import build as B
     opt = opt or B.DEFAULT_OPT
     path = Path(port) if port else B.build(cc=cc, opt=opt)
     lib = abi.load(path, layers=("conv", "lstm", "linear", "ctc", "step", "clip", "adamw"))

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ctypes_kernels import abi
-from generators.h5io import read_fixture
+from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.generators.h5io import read_fixture
 
 
 class PortCrash(RuntimeError):
@@ -51,7 +51,7 @@ MXCSR_FTZ, MXCSR_DAZ, FPCR_FZ = 1 << 15, 1 << 6, 1 << 24
 
 def fpenv_helper():
     """The helper library (ctypes), or None when it cannot be built (no C compiler)."""
-    from ctypes_kernels.build import BuildError, build_helper
+    from crnn_conformance.ctypes_kernels.build import BuildError, build_helper
     try:
         return _load_helper(build_helper("crnnfpenv", FPENV_SOURCE))
     except (BuildError, OSError):
@@ -141,7 +141,7 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, cu
     conn.send(("ok", {"isas": abi.available_isas(lib), "abi_version": int(lib.crnn_abi_version()),
                       "fpenv": fpenv(helper)}))
     lib = _Traced(lib, current)
-    from harness import layers as L
+    from crnn_conformance.harness import layers as L
     fixtures = {}
     while True:
         msg = conn.recv()

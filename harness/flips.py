@@ -34,9 +34,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from generators import model
-from harness.compare import Comparison, compare, within
-from harness.tolerances import lookup
+from crnn_conformance.generators import model
+from crnn_conformance.harness.compare import Comparison, compare, within
+from crnn_conformance.harness.tolerances import lookup
 
 DEAD, TWIN, FLIP = "dead", "twin", "flip"
 
@@ -313,7 +313,7 @@ def port_pool_outputs(lib, case) -> dict:
     weights. The ABI's step does not return its winners; its conv forward is this same entry
     point on the same data, so these are its decisions. -> {"winners": int32, "conv_out":
     float32}, concatenated line by line, block by block (layout())."""
-    from harness.layers._ffi import call, f32, out, ptr
+    from crnn_conformance.harness.layers._ffi import call, f32, out, ptr
 
     config = case.params["config"]
     params = model.unflatten(config, f32(case.inputs["params"]))

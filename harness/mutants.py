@@ -32,9 +32,9 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ctypes_kernels import abi
-from generators.h5io import FixtureError
-from harness.runner import FIXTURES_DIR, THREADS, TIERS, GateOptions, run_gate
+from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.generators.h5io import FixtureError
+from crnn_conformance.harness.runner import FIXTURES_DIR, THREADS, TIERS, GateOptions, run_gate
 
 # The order of "most tolerant first": the tier a mistake is reported as caught by is the
 # first of these that failed it.
@@ -210,7 +210,7 @@ def check_is_mutant(path: Path, name: str) -> None:
 def run_mutant(name: str, fixtures: Path = FIXTURES_DIR, full: bool = False,
                timeout: float = 120.0) -> Kill:
     """Builds the mutant and gates it in this process."""
-    from ctypes_kernels.build import build
+    from crnn_conformance.ctypes_kernels.build import build
     m = BY_NAME[name]
     t0 = time.perf_counter()
     try:
@@ -231,7 +231,7 @@ def run_mutant(name: str, fixtures: Path = FIXTURES_DIR, full: bool = False,
 def preflight(fixtures: Path = FIXTURES_DIR) -> None:
     """Raises abi.PortError / FixtureError / ValueError when nothing can be gated: no compiler
     for the bundled kernels, or a missing, corrupt or stale fixture."""
-    from harness.runner import GateSession
+    from crnn_conformance.harness.runner import GateSession
     GateSession(GateOptions(fixtures=Path(fixtures)))   # builds the port, reads every fixture
 
 

@@ -9,8 +9,8 @@ given, so a project's own test run is unaffected. The tests are
 
     crnn-conformance::<layer>::<case>::<tensor>[<tier>]
 
-and they run exactly the gate's code (harness.runner.GateSession.run_case, the worker process,
-harness.compare): the first test of a case runs that case through the port once in this
+and they run exactly the gate's code (crnn_conformance.harness.runner.GateSession.run_case, the worker process,
+crnn_conformance.harness.compare): the first test of a case runs that case through the port once in this
 process (all tiers, every ISA x thread count) and every test of the case reads its records.
 With pytest-xdist each worker keeps its own port worker; `--dist loadgroup` keeps a case's
 tests on one worker (each test carries xdist_group = layer/case). A port that cannot be run
@@ -61,10 +61,10 @@ def _active(config) -> bool:
 
 
 def _options(config):
-    from harness import layers as L
-    from harness.cli import _split
-    from harness.runner import FIXTURES_DIR, THREADS, TIERS, GateOptions
-    from ctypes_kernels import abi
+    from crnn_conformance.harness import layers as L
+    from crnn_conformance.harness.cli.common import _split
+    from crnn_conformance.harness.runner import FIXTURES_DIR, THREADS, TIERS, GateOptions
+    from crnn_conformance.ctypes_kernels import abi
     import click
     try:
         return GateOptions(
@@ -84,7 +84,7 @@ class _State:
     """Per pytest process: the gate session (opened on first use) and records per case."""
 
     def __init__(self, config):
-        from harness.runner import GateSession
+        from crnn_conformance.harness.runner import GateSession
         self.config = config
         self.opts = _options(config)
         self.session = _cannot_run_as_usage_error(lambda: GateSession(self.opts))
@@ -106,8 +106,8 @@ class _State:
 
 
 def _cannot_run_as_usage_error(fn):
-    from ctypes_kernels.abi import PortError
-    from generators.h5io import FixtureError
+    from crnn_conformance.ctypes_kernels.abi import PortError
+    from crnn_conformance.generators.h5io import FixtureError
     try:
         return fn()
     except (PortError, FixtureError, ValueError) as e:
@@ -193,7 +193,7 @@ class CheckItem(pytest.Item):
         self.job, self.tensor, self.tier = job, tensor, tier
 
     def runtest(self):
-        from reports.console import failure_line
+        from crnn_conformance.reports.console import failure_line
         state = self.config.stash[_STATE]
         recs = [r for r in state.records_for(self.job) if r["tier"] == self.tier
                 and r["tensor"] in (self.tensor, "*")]

@@ -19,15 +19,15 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 
-from ctypes_kernels import abi
-from generators.h5io import FixtureError, read_fixture
-from harness import layers as L
-from harness.compare import Comparison, compare
-from harness.executor import Executor, PortCrash
-from harness.tolerances import lookup
+from crnn_conformance import fixtures
+from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.generators.h5io import FixtureError, read_fixture
+from crnn_conformance.harness import layers as L
+from crnn_conformance.harness.compare import Comparison, compare
+from crnn_conformance.harness.executor import Executor, PortCrash
+from crnn_conformance.harness.tolerances import lookup
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES_DIR = ROOT / "fixtures"
+FIXTURES_DIR = fixtures.directory()
 TIERS = ("exact", "float64", "pytorch", "identity")
 THREADS = (1, 2, 3, 7)
 
@@ -289,7 +289,7 @@ def _select_isas(opts, available) -> list[str]:
 
 
 def _bundled() -> Path:
-    from ctypes_kernels.build import build
+    from crnn_conformance.ctypes_kernels.build import build
     return build()
 
 
@@ -319,7 +319,7 @@ def _fixture_info(f) -> dict:
 
 
 def _build_info() -> dict | None:
-    from ctypes_kernels import build
+    from crnn_conformance.ctypes_kernels import build
     try:
         d = build.describe()
     except build.BuildError:

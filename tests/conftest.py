@@ -23,12 +23,12 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def lib():
     """The bundled port, built on demand (all layers it implements)."""
-    from ctypes_kernels.abi import load
-    from ctypes_kernels.build import build
+    from crnn_conformance.ctypes_kernels.abi import load
+    from crnn_conformance.ctypes_kernels.build import build
     return load(build(), layers=())
 
 
 @pytest.fixture(scope="session")
 def isas(lib):
-    from ctypes_kernels.abi import available_isas
+    from crnn_conformance.ctypes_kernels.abi import available_isas
     return available_isas(lib)

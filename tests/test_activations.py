@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctypes_kernels import abi
-from ctypes_kernels.build import SRC, _flags_for, find_compiler
-from generators.spec import activations as spec
+from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.ctypes_kernels.build import SRC, _flags_for, find_compiler
+from crnn_conformance.generators.spec import activations as spec
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "tests" / "c" / "exhaustive_act.c"

@@ -1,4 +1,4 @@
-"""harness.api (issue 10): covers()/usage() agree element for element with what the gate
+"""crnn_conformance.harness.api (issue 10): covers()/usage() agree element for element with what the gate
 reports for the bundled port's outputs; named gradients; the output-gradient and dtype rules;
 the runnable examples of docs/python-api.md."""
 from __future__ import annotations
@@ -14,12 +14,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from generators import model
-from generators.h5io import read_fixture
-from harness import api
-from harness import layers as L
-from harness.compare import POISON_F32, POISON_F64, compare
-from harness.runner import GateOptions, _tier_records
+from crnn_conformance.generators import model
+from crnn_conformance.generators.h5io import read_fixture
+from crnn_conformance.harness import api
+from crnn_conformance.harness import layers as L
+from crnn_conformance.harness.compare import POISON_F32, POISON_F64, compare
+from crnn_conformance.harness.runner import GateOptions, _tier_records
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "python-api.md"
@@ -205,7 +205,7 @@ def test_adamw_step_agrees_with_gate(lib):
                     or not (ROOT / "generators" / "spec" / "step.py").exists(),
                     reason="the step layer has not landed")
 def test_model_step_agrees_with_gate(lib):
-    from generators.spec import step as spec_step
+    from crnn_conformance.generators.spec import step as spec_step
     config = {"name": "t", "input_height": 8, "input_channels": 1,
               "blocks": [{"out": 3, "kh": 3, "kw": 3, "padH": 1, "padW": 1, "poolH": 2, "poolW": 2},
                          {"out": 4, "kh": 3, "kw": 2, "padH": 1, "padW": 0, "poolH": 2,

@@ -12,10 +12,10 @@ import sys
 import numpy as np
 import pytest
 
-from ctypes_kernels import abi
-from ctypes_kernels.build import build
-from generators import model
-from harness import bench
+from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.ctypes_kernels.build import build
+from crnn_conformance.generators import model
+from crnn_conformance.harness import bench
 
 
 def test_macs_count_every_dot():
@@ -81,7 +81,7 @@ def test_memory_sees_the_scratch():
 def test_cli_json_and_table(tmp_path):
     out = tmp_path / "b.json"
     isa = abi.available_isas(abi.load(build(), layers=()))[-1]
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "bench", "--isa", isa, "--threads", "1,2",
+    r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "bench", "--isa", isa, "--threads", "1,2",
                         "--width", "32", "--batch", "2", "--reps", "2", "--warmup", "1",
                         "--no-gate", "--no-memory", "--json", str(out)],
                        capture_output=True, text=True, check=False)
@@ -98,7 +98,7 @@ def test_cli_json_and_table(tmp_path):
 
 
 def test_cli_without_torch(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "bench", "--isa", "scalar", "--threads", "1",
+    r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "bench", "--isa", "scalar", "--threads", "1",
                         "--width", "32", "--batch", "1", "--reps", "1", "--warmup", "0", "--no-torch",
                         "--no-layers", "--no-gate", "--no-memory", "--json", str(tmp_path / "b.json")],
                        capture_output=True, text=True, check=False)
@@ -110,7 +110,7 @@ def test_cli_without_torch(tmp_path):
 
 @pytest.mark.parametrize("args", [["--isa", "avx9"], ["--threads", "0"], ["--width", "2"]])
 def test_cli_bad_options_exit_2(args):
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "bench", *args, "--no-gate"],
+    r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "bench", *args, "--no-gate"],
                        capture_output=True, text=True, check=False)
     assert r.returncode == 2
     assert "cannot run" in r.stderr
@@ -128,7 +128,7 @@ def test_cli_against_another_port(tmp_path):
     """--against: the paired comparison; the bundled port against itself differs by noise
     only, and the JSON holds B - A with its quartiles around it."""
     so = str(build())
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "bench", "--against", so, "--isa",
+    r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "bench", "--against", so, "--isa",
                         "scalar", "--threads", "1", "--width", "32", "--batch", "1",
                         "--seconds", "0.2", "--json", str(tmp_path / "p.json")],
                        capture_output=True, text=True, check=False)
@@ -141,6 +141,6 @@ def test_cli_against_another_port(tmp_path):
 
 
 def test_cli_against_missing_file_exit_2(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "bench", "--against",
+    r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "bench", "--against",
                         str(tmp_path / "nope.so")], capture_output=True, text=True, check=False)
     assert r.returncode == 2 and "not found" in r.stderr

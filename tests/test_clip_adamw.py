@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from generators.spec import adamw, clip
+from crnn_conformance.generators.spec import adamw, clip
 
 F = np.float32
 

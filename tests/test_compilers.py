@@ -22,12 +22,12 @@ import pytest
 if __name__ == "__main__":               # the docs table: python tests/test_compilers.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ctypes_kernels import abi
-from ctypes_kernels import build as B
-from generators.h5io import read_fixture
-from harness import bench
-from harness.layers import conv, ctc, lstm
-from harness.runner import FIXTURES_DIR
+from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.ctypes_kernels import build as B
+from crnn_conformance.generators.h5io import read_fixture
+from crnn_conformance.harness import bench
+from crnn_conformance.harness.layers import conv, ctc, lstm
+from crnn_conformance.harness.runner import FIXTURES_DIR
 
 COMPILERS = ("gcc", "clang")
 OPTS = ("-O0", "-O2", "-O3")

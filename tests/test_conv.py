@@ -9,15 +9,15 @@ import sys
 import numpy as np
 import pytest
 
-from ctypes_kernels import abi
-from generators.cases import conv as cases
-from generators.float64 import conv as ref
-from generators.h5io import read_fixture
-from generators.regen import FIXTURES_DIR
-from generators.spec import conv as spec
-from generators.spec.fma import fma
-from harness.layers import conv as hconv
-from harness.tolerances import lookup
+from crnn_conformance.ctypes_kernels import abi, build
+from crnn_conformance.generators.cases import conv as cases
+from crnn_conformance.generators.float64 import conv as ref
+from crnn_conformance.generators.h5io import read_fixture
+from crnn_conformance.generators.regen import FIXTURES_DIR
+from crnn_conformance.generators.spec import conv as spec
+from crnn_conformance.generators.spec.fma import fma
+from crnn_conformance.harness.layers import conv as hconv
+from crnn_conformance.harness.tolerances import lookup
 
 TENSORS = ("conv", "pooled", "winners", "dW", "db", "dx")
 THREADS = (1, 2, 3, 7)
@@ -53,7 +53,7 @@ def spec_block(x, Wt, b, g, dPooled=None, rng=None):
 
 @pytest.fixture(scope="module")
 def lib():
-    lib = abi.load_bundled(layers=["conv"])
+    lib = build.load_bundled(layers=["conv"])
     isa, threads = lib.crnn_get_isa(), lib.crnn_get_threads()
     yield lib
     lib.crnn_set_isa(isa)          # the library is process-global: leave it as found
@@ -495,6 +495,6 @@ def test_compare_tier_reports_a_flip(fixture):
 
 
 def test_gate_conv_passes():
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "gate", "--layers", "conv", "-q"],
+    r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "gate", "--layers", "conv", "-q"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ctypes_kernels.abi import ERRORS
-from generators.cases import ctc as cases
-from generators.float64 import ctc as ref
-from generators.spec import ctc as spec
-from harness.compare import compare
-from harness.tolerances import lookup
+from crnn_conformance.ctypes_kernels.abi import ERRORS
+from crnn_conformance.generators.cases import ctc as cases
+from crnn_conformance.generators.float64 import ctc as ref
+from crnn_conformance.generators.spec import ctc as spec
+from crnn_conformance.harness.compare import compare
+from crnn_conformance.harness.tolerances import lookup
 
 
 def c_ctc(lib, logits, target, scale):

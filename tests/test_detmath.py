@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from generators.spec import detmath  # noqa: E402
+from crnn_conformance.generators.spec import detmath  # noqa: E402
 
 CRNN_OK = 0
 CRNN_E_ARG = -1
@@ -65,13 +65,13 @@ def _compile_alone(tmpdir: Path, cc: str | None = None, opt: str = "-O2"):
 def _bundled():
     """The project's bundled library, or None when it cannot be had right now."""
     try:
-        from ctypes_kernels.build import load_bundled
+        from crnn_conformance.ctypes_kernels.build import load_bundled
 
         return load_bundled()
     except Exception:
         pass
     try:
-        from ctypes_kernels.build import build
+        from crnn_conformance.ctypes_kernels.build import build
 
         return ctypes.CDLL(str(build()))
     except Exception:  # e.g. another layer's source does not compile yet

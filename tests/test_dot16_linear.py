@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from generators.float64 import linear as ref64
-from generators.spec import linear as spec
-from generators.spec.dot16 import dot16, gemm16
-from harness.compare import compare
-from harness.layers import linear as linear_layer
-from harness.tolerances import lookup
+from crnn_conformance.generators.float64 import linear as ref64
+from crnn_conformance.generators.spec import linear as spec
+from crnn_conformance.generators.spec.dot16 import dot16, gemm16
+from crnn_conformance.harness.compare import compare
+from crnn_conformance.harness.layers import linear as linear_layer
+from crnn_conformance.harness.tolerances import lookup
 
-from harness.runner import THREADS
+from crnn_conformance.harness.runner import THREADS
 
 
 def bits(a):

@@ -15,8 +15,8 @@ import itertools
 import numpy as np
 import pytest
 
-from generators import model
-from generators.float64 import adamw, clip, conv, ctc, linear, lstm, step
+from crnn_conformance.generators import model
+from crnn_conformance.generators.float64 import adamw, clip, conv, ctc, linear, lstm, step
 
 H_FD = 1e-6  # central-difference step; truncation O(h^2) ~ 1e-12, rounding ~ 1e-10
 

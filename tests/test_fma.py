@@ -7,7 +7,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from generators.spec.fma import fma
+from crnn_conformance.generators.spec.fma import fma
 
 HELPER = r"""
 #include <math.h>

@@ -29,7 +29,7 @@ BAD_CASE = "linear/T16_I37_O37"
 def gate(*args, env=None, timeout=120):
     e = dict(os.environ)
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "harness.cli", "gate", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "gate", *args], cwd=ROOT,
                           capture_output=True, text=True, env=e, timeout=timeout)
 
 
@@ -98,7 +98,7 @@ def test_wrong_abi_version(ports):
 def _fixture_copy(tmp_path) -> Path:
     d = tmp_path / "fixtures"
     d.mkdir()
-    from harness.layers import dot16, linear
+    from crnn_conformance.harness.layers import dot16, linear
     for name in (*dot16.FIXTURES, *linear.FIXTURES):
         shutil.copy(ROOT / "fixtures" / f"{name}.h5", d / f"{name}.h5")
     return d
@@ -133,10 +133,10 @@ def test_ftz_left_set_by_a_port_call(ports):
 
 def test_ftz_set_in_the_harness_process():
     code = ("import sys\n"
-            "from harness.executor import fpenv_helper\n"
+            "from crnn_conformance.harness.executor import fpenv_helper\n"
             "h = fpenv_helper(); h.crnn_h_set_fpcsr(h.crnn_h_fpcsr() | 0x8040)\n"
             "sys.argv = ['crnn-conformance', 'gate', '--layers', 'dot16,linear']\n"
-            "from harness.cli import main; main()\n")
+            "from crnn_conformance.harness.cli import main; main()\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        timeout=120)
     cannot_run(r, "flush-to-zero (FTZ)", "in the harness process before loading the port")
@@ -189,12 +189,12 @@ def test_misbehaving_port_fails_and_the_gate_goes_on(mode, ports, tmp_path):
     # every other case still ran and passed: dot16's three and linear's others (seven of the
     # linear fixture, and the pytorch tier's)
     ran = {(t["layer"], t["case"]) for t in data["tensors"] if t["passed"]}
-    from generators.h5io import read_fixture
-    from harness.layers import linear
-    from harness.runner import FIXTURES_DIR
+    from crnn_conformance.generators.h5io import read_fixture
+    from crnn_conformance.harness.layers import linear
+    from crnn_conformance.harness.runner import FIXTURES_DIR
     n_linear = sum(len(read_fixture(FIXTURES_DIR / f"{n}.h5").cases) for n in linear.FIXTURES)
     assert len({c for l, c in ran if l == "linear"} - {"T16_I37_O37"}) == n_linear - 1
-    from harness.layers import dot16
+    from crnn_conformance.harness.layers import dot16
     n_dot16 = sum(len(read_fixture(FIXTURES_DIR / f"{n}.h5").cases) for n in dot16.FIXTURES)
     assert len({c for l, c in ran if l == "dot16"}) == n_dot16
     if mode == "hang":

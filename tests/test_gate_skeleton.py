@@ -5,11 +5,11 @@ import json
 import subprocess
 import sys
 
-from ctypes_kernels.build import build
+from crnn_conformance.ctypes_kernels.build import build
 
 
 def gate(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "harness.cli", "gate", *args],
+    return subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "gate", *args],
                           capture_output=True, text=True, **kw)
 
 

@@ -12,8 +12,8 @@ import ctypes
 import numpy as np
 import pytest
 
-from ctypes_kernels.abi import ISA_NAMES
-from generators.spec.dot16 import gemm16
+from crnn_conformance.ctypes_kernels.abi import ISA_NAMES
+from crnn_conformance.generators.spec.dot16 import gemm16
 
 THREADS = (1, 2, 3, 7)
 i64 = ctypes.c_int64

@@ -6,7 +6,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from generators import container, lines, model
+from crnn_conformance.generators import container, lines, model
 
 CFG = model.default_config()
 
@@ -157,7 +157,7 @@ TINY = {
 
 def test_torch_params_round_trip():
     torch = pytest.importorskip("torch")
-    from generators import torch_model as tm
+    from crnn_conformance.generators import torch_model as tm
     p = _params(2)
     for dtype, npd in ((torch.float32, np.float32), (torch.float64, np.float64)):
         m = tm.build(CFG, p, dtype=dtype)
@@ -178,7 +178,7 @@ def test_torch_params_round_trip():
 
 def test_torch_conv_layout_and_sequence_map():
     torch = pytest.importorskip("torch")
-    from generators import torch_model as tm
+    from crnn_conformance.generators import torch_model as tm
     rng = np.random.default_rng(3)
     p = model.init_params(TINY, rng)
     m = tm.build(TINY, p, dtype=torch.float64)
@@ -211,7 +211,7 @@ def test_torch_conv_layout_and_sequence_map():
 
 def test_torch_lstm_gate_order_and_bias():
     torch = pytest.importorskip("torch")
-    from generators import torch_model as tm
+    from crnn_conformance.generators import torch_model as tm
     rng = np.random.default_rng(4)
     p = model.init_params(TINY, rng)
     for k in p:
@@ -242,7 +242,7 @@ def test_torch_lstm_gate_order_and_bias():
 
 def test_greedy_decode_and_cer():
     pytest.importorskip("torch")
-    from generators import torch_model as tm
+    from crnn_conformance.generators import torch_model as tm
     best = [0, 3, 3, 0, 3, 1, 1, 0, 2]
     lp = np.full((len(best), 4), -5.0)
     lp[np.arange(len(best)), best] = 0.0
@@ -256,7 +256,7 @@ def test_checked_in_model_fixture():
     import os
     path = os.path.join(os.path.dirname(__file__), "..", "fixtures", "model", "crnn-v0.h5")
     if not os.path.exists(path):
-        pytest.skip("fixtures/model/crnn-v0.h5 not built (python -m generators.train)")
+        pytest.skip("fixtures/model/crnn-v0.h5 not built (python -m crnn_conformance.generators.train)")
     cfg, p = container.load_container(path)
     assert cfg == CFG
     for name, K in container.conv_padding_columns(cfg).items():

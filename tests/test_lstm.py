@@ -14,16 +14,16 @@ import sys
 import numpy as np
 import pytest
 
-from ctypes_kernels import abi
-from generators import bounds
-from generators.cases import lstm as cases
-from generators.float64 import lstm as ref64
-from generators.h5io import Case, read_fixture
-from generators.spec import lstm as spec
-from harness.compare import compare
-from harness.layers import lstm as lstm_layer
-from harness.runner import FIXTURES_DIR, THREADS
-from harness.tolerances import lookup
+from crnn_conformance.ctypes_kernels import abi, build
+from crnn_conformance.generators import bounds
+from crnn_conformance.generators.cases import lstm as cases
+from crnn_conformance.generators.float64 import lstm as ref64
+from crnn_conformance.generators.h5io import Case, read_fixture
+from crnn_conformance.generators.spec import lstm as spec
+from crnn_conformance.harness.compare import compare
+from crnn_conformance.harness.layers import lstm as lstm_layer
+from crnn_conformance.harness.runner import FIXTURES_DIR, THREADS
+from crnn_conformance.harness.tolerances import lookup
 
 TENSORS = cases.TENSORS
 
@@ -67,7 +67,7 @@ def same_bits(a, b):
 
 @pytest.fixture(scope="module")
 def lstm_lib():
-    return abi.load_bundled(layers=["lstm"])
+    return build.load_bundled(layers=["lstm"])
 
 
 @pytest.fixture(scope="module")
@@ -187,6 +187,6 @@ def test_float64_reference_matches_fixture(fixture):
 # ---------------------------------------------------------------- the gate
 
 def test_gate_lstm_passes():
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "gate", "--layers", "lstm", "--quiet"],
+    r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "gate", "--layers", "lstm", "--quiet"],
                        capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ctypes_kernels.build import BuildError, build
-from harness import mutants as M
+from crnn_conformance.ctypes_kernels.build import BuildError, build
+from crnn_conformance.harness import mutants as M
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["dot8", "lstm_no_dc_carry", "vec_tail_zero_pad"]
@@ -93,7 +93,7 @@ def test_dot_mistake_reaches_every_layer_with_dots():
 
 def test_clean_port_margin():
     """The bundled port uses at most half of every float64/pytorch allowance, or says why."""
-    from harness.runner import GateOptions, run_gate
+    from crnn_conformance.harness.runner import GateOptions, run_gate
     r = run_gate(GateOptions(tiers=("float64", "pytorch"), threads=(1,)))
     assert r.passed
     assert all(e["reason"] for e in M.margin_exceptions(r.records)), M.margin_exceptions(r.records)
@@ -102,7 +102,7 @@ def test_clean_port_margin():
 # ---- the command ------------------------------------------------------------------------------
 
 def mutants_cli(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "harness.cli", "mutants", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "mutants", *args], cwd=ROOT,
                           capture_output=True, text=True, **kw)
 
 
@@ -141,7 +141,7 @@ def test_command_exits_1_when_the_tiers_differ(monkeypatch, capsys):
     """A kill by other tiers than the catalogue names is not a pass (in-process, one job)."""
     from click.testing import CliRunner
 
-    from harness.cli import main
+    from crnn_conformance.harness.cli import main
     wrong = M.Mutant("dot8", "dot16 with 8 lanes", ("exact", "float64"))
     monkeypatch.setitem(M.BY_NAME, "dot8", wrong)
     r = CliRunner().invoke(main, ["mutants", "--only", "dot8", "--skip-clean", "--jobs", "1"])

@@ -17,14 +17,14 @@ from testports import build_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ["--crnn-layers", "dot16,linear"]
-REGISTERED = any(e.value == "harness.pytest_plugin"
+REGISTERED = any(e.value == "crnn_conformance.harness.pytest_plugin"
                  for e in metadata.entry_points(group="pytest11"))
 
 
 def run_pytest(cwd, *args, timeout=180):
     """pytest in a fresh directory of its own (an empty pytest.ini makes it the rootdir)."""
     (Path(cwd) / "pytest.ini").write_text("[pytest]\n")
-    plugin = [] if REGISTERED else ["-p", "harness.pytest_plugin"]
+    plugin = [] if REGISTERED else ["-p", "crnn_conformance.harness.pytest_plugin"]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("PYTEST_ADDOPTS", None)
     env.pop("PYTEST_XDIST_WORKER", None)
@@ -44,7 +44,7 @@ def nan_port(tmp_path_factory):
 def gate_keys(nan_port, tmp_path_factory):
     """The (layer, case, tensor, tier) checks of the gate itself on the same port."""
     d = tmp_path_factory.mktemp("gate")
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "gate", f"--port={nan_port}",
+    r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "gate", f"--port={nan_port}",
                         "--layers", "dot16,linear", "-q", "--report-dir", str(d)], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1, r.stdout + r.stderr

@@ -12,9 +12,9 @@ import h5py
 import numpy as np
 import pytest
 
-from generators import pytorch_ref as R
-from generators.spec import conv as spec_conv
-from harness import flips as FL
+from crnn_conformance.generators import pytorch_ref as R
+from crnn_conformance.generators.spec import conv as spec_conv
+from crnn_conformance.harness import flips as FL
 
 PT_FIXTURES = ["pytorch_conv", "pytorch_lstm", "pytorch_linear", "pytorch_ctc", "pytorch_step",
                "pytorch_adamw", "pytorch_train3"]
@@ -194,19 +194,19 @@ def test_a_window_only_one_side_finds_live_is_a_flip_with_none(random_block):
 
 @pytest.fixture(scope="module")
 def step_case():
-    from generators.h5io import read_fixture
+    from crnn_conformance.generators.h5io import read_fixture
     return read_fixture(R.ROOT / "fixtures" / "pytorch_step.h5").cases[0]
 
 
 @pytest.fixture(scope="module")
 def step_ours(lib, step_case):
-    from harness.layers import step
+    from crnn_conformance.harness.layers import step
     return step.run(lib, step_case)
 
 
 def _records(case, ours, ref):
-    from harness.layers import step
-    from harness.tolerances import lookup
+    from crnn_conformance.harness.layers import step
+    from crnn_conformance.harness.tolerances import lookup
     return {t: step.compare_tier(case, "pytorch", t, ours, ref, lookup("step", t),
                                  case.floor.get(t, 0.0)) for t in ref}
 
@@ -254,8 +254,8 @@ def test_step_flip_used_end_to_end(step_case, step_ours):
 
 def test_gate_meta_carries_flips(tmp_path, step_case):
     """A fixture with a flip beyond rounding: the gate fails and meta["flips"] lists it."""
-    from generators.h5io import read_fixture, write_fixture
-    from harness.runner import GateOptions, run_gate
+    from crnn_conformance.generators.h5io import read_fixture, write_fixture
+    from crnn_conformance.harness.runner import GateOptions, run_gate
     src = R.ROOT / "fixtures"
     shutil.copy(src / "step.h5", tmp_path / "step.h5")
     fx = read_fixture(src / "pytorch_step.h5")
@@ -275,7 +275,7 @@ def test_gate_meta_carries_flips(tmp_path, step_case):
     assert not r.meta["flips"][0]["used"]
     # the results document (flips in meta, the failing winners record) follows the schema,
     # and the HTML report shows the flip
-    from reports import html, json_report
+    from crnn_conformance.reports import html, json_report
     json_report.write(r, tmp_path / "rep")
     doc = json.loads((tmp_path / "rep" / "results.json").read_text())
     jsonschema = pytest.importorskip("jsonschema")
@@ -290,7 +290,7 @@ def test_gate_meta_carries_flips(tmp_path, step_case):
 
 @pytest.fixture(scope="module")
 def pytorch_gate():
-    from harness.runner import GateOptions, run_gate
+    from crnn_conformance.harness.runner import GateOptions, run_gate
     return run_gate(GateOptions(tiers=("pytorch",), threads=(1,)))
 
 
@@ -326,7 +326,7 @@ def test_train3_mask_is_the_generators():
 
 
 def _fixture(name):
-    from generators.h5io import read_fixture
+    from crnn_conformance.generators.h5io import read_fixture
     return read_fixture(R.ROOT / "fixtures" / f"{name}.h5")
 
 
@@ -349,7 +349,7 @@ def test_fixture_provenance_and_size():
 def test_functional_model_is_torch_models_crnn():
     import torch
 
-    from generators import torch_model as tm
+    from crnn_conformance.generators import torch_model as tm
     d = R.batch_data()
     crnn = tm.build(d["config"], d["params"])
     with R.deterministic():   # with autograd on, as the fixtures run (inference may pick
@@ -376,7 +376,7 @@ def test_pytorch_winners_layout_matches_the_spec():
 
 def _regen(*args, env=None):
     import os
-    return subprocess.run([sys.executable, "-m", "generators.regen", "-q", *args],
+    return subprocess.run([sys.executable, "-m", "crnn_conformance.generators.regen", "-q", *args],
                           capture_output=True, text=True, cwd=R.ROOT,
                           env={**os.environ, **(env or {})})
 
@@ -404,7 +404,7 @@ def _edit(path, fn):
 
 
 def test_check_compares_within_floors_when_torch_or_cpu_differ(tmp_path):
-    from generators import regen
+    from crnn_conformance.generators import regen
     src = R.ROOT / "fixtures" / "pytorch_linear.h5"
     old, new = tmp_path / "old.h5", tmp_path / "new.h5"
     shutil.copy(src, old)
@@ -449,7 +449,7 @@ def test_retrain_then_regenerates_from_the_new_model(tmp_path, monkeypatch):
     writes the model under OUT/model/ and builds the pytorch fixtures from it."""
     from click.testing import CliRunner
 
-    from generators import regen, train
+    from crnn_conformance.generators import regen, train
     calls = []
 
     def fake_train(argv):

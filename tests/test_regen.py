@@ -6,13 +6,13 @@ import sys
 
 import pytest
 
-from generators.regen import BUILDERS
+from crnn_conformance.generators.regen import BUILDERS
 
 FAST = ["dot16", "linear"]
 
 
 def regen(*args):
-    return subprocess.run([sys.executable, "-m", "generators.regen", "-q", *args],
+    return subprocess.run([sys.executable, "-m", "crnn_conformance.generators.regen", "-q", *args],
                           capture_output=True, text=True)
 
 
@@ -36,13 +36,13 @@ def test_check_passes_on_every_checked_in_fixture():
 
 
 def test_check_names_a_fixture_that_differs(tmp_path, monkeypatch):
-    import generators.regen as R
+    import crnn_conformance.generators.regen as R
     src = R.fixture_path(R.FIXTURES_DIR, "dot16").read_bytes()
     fake = tmp_path / "fixtures"
     fake.mkdir()
     (fake / "dot16.h5").write_bytes(src[:-64] + bytes(64))   # damaged tail
     r = subprocess.run([sys.executable, "-c",
-                        "import sys, generators.regen as R, pathlib;"
+                        "import sys, crnn_conformance.generators.regen as R, pathlib;"
                         f"R.FIXTURES_DIR = pathlib.Path({str(fake)!r});"
                         "R.main(['--check', '--only', 'dot16', '-q'])"],
                        capture_output=True, text=True)

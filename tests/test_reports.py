@@ -25,7 +25,7 @@ SCHEMA = ROOT / "reports" / "results.schema.json"
 
 
 def cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -68,7 +68,7 @@ def test_schema_rejects_a_record_without_usage(runs):
 
 
 def test_schema_version_is_documented():
-    from reports.json_report import REPORT_SCHEMA_VERSION
+    from crnn_conformance.reports.json_report import REPORT_SCHEMA_VERSION
     doc = (ROOT / "docs" / "report-schema.md").read_text()
     assert f"schema_version` is {REPORT_SCHEMA_VERSION}" in doc
     assert json.loads(SCHEMA.read_text())["properties"]["schema_version"]["const"] == \
@@ -172,7 +172,7 @@ def test_html_shows_provenance_and_every_repro(runs):
 
 
 def test_html_flip_section_only_when_the_results_carry_flips(runs, tmp_path):
-    from reports import html
+    from crnn_conformance.reports import html
     doc = load(runs["good"])
     doc["meta"]["flips"] = [{"layer": "step", "case": "b4", "window": [3, 7, 12],
                              "ours": 0.25, "ref": 0.2500001, "margin": 1.2e-7}]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from ctypes_kernels import build as B
+from crnn_conformance.ctypes_kernels import build as B
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ def run(env, *args, timeout=900):
 
 def test_gate_under_asan(asan):
     so, env = asan
-    r = run(env, "-m", "harness.cli", "gate", "-q", "--port", str(so))
+    r = run(env, "-m", "crnn_conformance.harness.cli", "gate", "-q", "--port", str(so))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
 
 
@@ -59,8 +59,8 @@ def test_bench_layer_callables_hold_their_buffers(asan):
     so, env = asan
     code = f"""
 import gc
-from ctypes_kernels import abi
-from harness import bench
+from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.harness import bench
 lib = abi.load({str(so)!r}, layers=("conv", "lstm", "linear", "ctc", "step", "clip", "adamw"))
 inp = bench.make_inputs(64, 2)
 for isa in abi.available_isas(lib):
@@ -84,7 +84,7 @@ def test_conv_escape_hatches_under_asan(asan):
     code = f"""
 import numpy as np
 import tests.test_conv as tc
-from ctypes_kernels import abi
+from crnn_conformance.ctypes_kernels import abi
 lib = abi.load({str(so)!r}, layers=["conv"])
 tc.test_listed_dW_recomputes_rows_with_a_negative_zero_lane(lib)
 tc.test_sparse_dcol_zero_signs_never_reach_dx(lib)

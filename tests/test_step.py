@@ -11,12 +11,12 @@ import sys
 import numpy as np
 import pytest
 
-from generators import model
-from generators.cases import step as cases
-from generators.h5io import read_fixture
-from generators.spec import step as spec
-from harness.runner import FIXTURES_DIR, THREADS
-from harness.tolerances import lookup
+from crnn_conformance.generators import model
+from crnn_conformance.generators.cases import step as cases
+from crnn_conformance.generators.h5io import read_fixture
+from crnn_conformance.generators.spec import step as spec
+from crnn_conformance.harness.runner import FIXTURES_DIR, THREADS
+from crnn_conformance.harness.tolerances import lookup
 
 ISA_IDS = {"scalar": 0, "sse": 1, "avx2": 2, "avx512": 3}
 
@@ -181,7 +181,7 @@ def test_tolerances_are_the_derived_bound():
 
 
 def test_gate_passes():
-    r = subprocess.run([sys.executable, "-m", "harness.cli", "gate", "--layers",
+    r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "gate", "--layers",
                         "ctc,step,clip,adamw,train3", "-q"], capture_output=True, text=True,
                        cwd=FIXTURES_DIR.parent, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from generators import model
-from generators.float64 import adamw as ref
-from generators.h5io import Case
-from generators.spec import adamw as spec
+from crnn_conformance.generators import model
+from crnn_conformance.generators.float64 import adamw as ref
+from crnn_conformance.generators.h5io import Case
+from crnn_conformance.generators.spec import adamw as spec
 
 NAME = "adamw"
 LAYER = "adamw"

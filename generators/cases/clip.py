@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from generators import model
-from generators.float64 import clip as ref
-from generators.h5io import Case
-from generators.spec import clip as spec
+from crnn_conformance.generators import model
+from crnn_conformance.generators.float64 import clip as ref
+from crnn_conformance.generators.h5io import Case
+from crnn_conformance.generators.spec import clip as spec
 
 NAME = "clip"
 LAYER = "clip"

@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from generators.float64 import conv as ref
-from generators.h5io import Case
-from generators.spec import conv as spec
+from crnn_conformance.generators.float64 import conv as ref
+from crnn_conformance.generators.h5io import Case
+from crnn_conformance.generators.spec import conv as spec
 
 NAME = "conv"
 LAYER = "conv"

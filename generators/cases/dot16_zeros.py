@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from generators.h5io import Case
-from generators.spec.dot16 import dot16
+from crnn_conformance.generators.h5io import Case
+from crnn_conformance.generators.spec.dot16 import dot16
 
 NAME = "dot16_zeros"
 LAYER = "dot16"

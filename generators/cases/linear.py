@@ -5,9 +5,9 @@ import itertools
 
 import numpy as np
 
-from generators.float64 import linear as ref
-from generators.h5io import Case
-from generators.spec import linear as spec
+from crnn_conformance.generators.float64 import linear as ref
+from crnn_conformance.generators.h5io import Case
+from crnn_conformance.generators.spec import linear as spec
 
 NAME = "linear"
 LAYER = "linear"

@@ -2,7 +2,7 @@
 gradients, one crnn-v0 tensor per case.
 
 p0 is the trained weight (fp16 widened); the three gradients are the fp32 batch gradients of
-the three real training steps (generators.pytorch_ref.train_data, before clipping). The
+the three real training steps (crnn_conformance.generators.pytorch_ref.train_data, before clipping). The
 hyper-parameters are the train3 ones (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay
 0.01 on weight matrices only; a bias case with decay switched on covers the setting).
 PyTorch runs in fp32 and in float64 on the same fp32 values. Its AdamW is not the spec's
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from generators import model
-from generators import pytorch_ref as R
-from generators.h5io import Case
+from crnn_conformance.generators import model
+from crnn_conformance.generators import pytorch_ref as R
+from crnn_conformance.generators.h5io import Case
 
 NAME = "pytorch_adamw"
 LAYER = "adamw"

@@ -1,7 +1,7 @@
 """PyTorch-tier conv block cases: each of crnn-v0's three blocks on its real input.
 
 The trained model (fixtures/model/crnn-v0.h5, fp16 widened) runs two real lines
-(generators.pytorch_ref.LAYER_LINES: widths 78 and 257) in fp32; each block's real input x
+(crnn_conformance.generators.pytorch_ref.LAYER_LINES: widths 78 and 257) in fp32; each block's real input x
 (the image, then the previous block's pooled output) and the real gradient of its pooled
 output dPooled are this fixture's inputs. The block is then rerun alone in PyTorch, fp32 and
 float64, on those same fp32 inputs (weights widened exactly): conv2d -> relu ->
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from generators import pytorch_ref as R
-from generators.h5io import Case
+from crnn_conformance.generators import pytorch_ref as R
+from crnn_conformance.generators.h5io import Case
 
 NAME = "pytorch_conv"
 LAYER = "conv"

@@ -1,6 +1,6 @@
 """PyTorch-tier CTC cases: the loss and logit gradient of each line of a real batch.
 
-The four lines of the batch (generators.pytorch_ref.BATCH_*) with the trained model's fp32
+The four lines of the batch (crnn_conformance.generators.pytorch_ref.BATCH_*) with the trained model's fp32
 logits (real logits: a confident, mostly correct recogniser) and their targets. PyTorch
 computes log_softmax -> ctc_loss(reduction='none', blank 0) per line; the batch loss is the
 plain mean over the B = 4 lines (sum / B, not PyTorch's reduction='mean', which also divides
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from generators import pytorch_ref as R
-from generators.h5io import Case
+from crnn_conformance.generators import pytorch_ref as R
+from crnn_conformance.generators.h5io import Case
 
 NAME = "pytorch_ctc"
 LAYER = "ctc"

@@ -1,6 +1,6 @@
 """PyTorch-tier classifier cases: crnn-v0's Linear 128 -> 37 on real inputs.
 
-For two real lines (generators.pytorch_ref.LAYER_LINES): x is the top LSTM output of the
+For two real lines (crnn_conformance.generators.pytorch_ref.LAYER_LINES): x is the top LSTM output of the
 whole-model fp32 run, dY the real gradient of the logits (CTC, scale 1/B with B = 4). The
 layer is rerun alone (F.linear) in fp32 and float64 on the same fp32 inputs.
 Expected (pytorch tier): y, dx, dW, db; Floor = max |fp32 - float64| per tensor.
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from generators import pytorch_ref as R
-from generators.h5io import Case
+from crnn_conformance.generators import pytorch_ref as R
+from crnn_conformance.generators.h5io import Case
 
 NAME = "pytorch_linear"
 LAYER = "linear"

@@ -1,6 +1,6 @@
 """PyTorch-tier LSTM cases: both bidirectional layers of the trained crnn-v0 on real inputs.
 
-For each of two real lines (generators.pytorch_ref.LAYER_LINES: T = 19 and 64) and each LSTM
+For each of two real lines (crnn_conformance.generators.pytorch_ref.LAYER_LINES: T = 19 and 64) and each LSTM
 layer: x is the layer's real input in the whole-model fp32 run (the conv features for layer 1,
 layer 1's output for layer 2), dOut the real gradient of the layer's output. The layer is
 rerun alone as a single-layer bidirectional torch.nn.LSTM (bias_hh fixed at 0, so b =
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from generators import pytorch_ref as R
-from generators.h5io import Case
+from crnn_conformance.generators import pytorch_ref as R
+from crnn_conformance.generators.h5io import Case
 
 NAME = "pytorch_lstm"
 LAYER = "lstm"

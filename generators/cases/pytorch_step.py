@@ -1,6 +1,6 @@
 """PyTorch-tier whole-model batch gradient: the trained crnn-v0 on a batch of four real lines.
 
-The lines (generators.pytorch_ref.BATCH_*: widths 78, 99, 33, 257, all with an alignment) and
+The lines (crnn_conformance.generators.pytorch_ref.BATCH_*: widths 78, 99, 33, 257, all with an alignment) and
 the trained weights (fp16 widened) are the inputs of crnn_step_gradients, as in the step
 fixture. PyTorch runs each line (conv -> ReLU -> max_pool2d blocks, sequence map, nn.LSTM
 layers with bias_hh = 0, Linear, log_softmax, ctc_loss reduction='none') and backpropagates
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from generators import model
-from generators import pytorch_ref as R
-from generators.h5io import Case
+from crnn_conformance.generators import model
+from crnn_conformance.generators import pytorch_ref as R
+from crnn_conformance.generators.h5io import Case
 
 NAME = "pytorch_step"
 LAYER = "step"

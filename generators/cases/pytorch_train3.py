@@ -1,6 +1,6 @@
 """PyTorch-tier weights after three real training steps from the trained crnn-v0.
 
-Three batches of four real lines (generators.pytorch_ref.TRAIN_SEEDS), each step: the batch
+Three batches of four real lines (crnn_conformance.generators.pytorch_ref.TRAIN_SEEDS), each step: the batch
 gradient (plain-mean CTC), torch.nn.utils.clip_grad_norm_ at 5, torch.optim.AdamW
 (foreach=False; lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0.01 on weight matrices
 only), in fp32 and in float64 (two trajectories from the same fp16-widened weights). The
@@ -10,7 +10,7 @@ each step's fp32 batch gradient, kept as "grad<t>.<name>" with its Floor (floor 
 
 Expected (pytorch tier): the weights after the third step, by parameter name. The harness
 compares them only where |grad<t>| >= 50 * Floor(grad<t>) in every step t
-(generators.pytorch_ref.train_mask); each weight's Floor is max |fp32 - float64| over those
+(crnn_conformance.generators.pytorch_ref.train_mask); each weight's Floor is max |fp32 - float64| over those
 compared elements (elsewhere the sign of Adam's first steps is decided by rounding, and the
 two trajectories legitimately differ by up to about 2*lr per step).
 """
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from generators import model
-from generators import pytorch_ref as R
-from generators.h5io import Case
+from crnn_conformance.generators import model
+from crnn_conformance.generators import pytorch_ref as R
+from crnn_conformance.generators.h5io import Case
 
 NAME = "pytorch_train3"
 LAYER = "train3"

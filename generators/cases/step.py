@@ -18,12 +18,12 @@ import tempfile
 
 import numpy as np
 
-from generators import model
-from generators.float64 import conv as conv64
-from generators.float64 import step as ref
-from generators.h5io import Case
-from generators.bounds import U, col2im, lstm_backward, lstm_forward, m_of, round_up
-from generators.spec import step as spec
+from crnn_conformance.generators import model
+from crnn_conformance.generators.float64 import conv as conv64
+from crnn_conformance.generators.float64 import step as ref
+from crnn_conformance.generators.h5io import Case
+from crnn_conformance.generators.bounds import U, col2im, lstm_backward, lstm_forward, m_of, round_up
+from crnn_conformance.generators.spec import step as spec
 
 NAME = "step"
 LAYER = "step"
@@ -33,7 +33,7 @@ SEED = 9009
 def fp16_params(config, params):
     """The weights as the fp16 container stores them, widened back to fp32 master copies."""
     try:
-        from generators import container
+        from crnn_conformance.generators import container
     except ImportError:
         container = None
     if container is None:
@@ -96,7 +96,7 @@ def make_case(name, config, params, images, targets, note) -> Case:
 
 
 def crnn_v0_batch(rng, config):
-    from generators import lines
+    from crnn_conformance.generators import lines
     texts = ["hello", lines.random_text(rng, 6, 6), "aabbxy7700zz", lines.random_text(rng, 13, 13)]
     images, targets = [], []
     for text, width in zip(texts, (64, 100, 257, 48)):
@@ -144,7 +144,7 @@ def _line(config, P, image, target, scale, s, winners=None):
     """One line in float64 with every local error at its bound of sign s (s = 0: the plain
     float64 model). winners: the reference's pool decisions (None: decide here).
     -> (loss, grads, winners)."""
-    from generators.float64 import ctc as ctc64
+    from crnn_conformance.generators.float64 import ctc as ctc64
     r = lambda v: v + s * U * np.abs(v)
     x = np.asarray(image, np.float64)
     x = x[:, :, None] if x.ndim == 2 else x

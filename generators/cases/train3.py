@@ -11,21 +11,21 @@ Float64 tier: the weights of the float64 trajectory (float64 batch gradient, cli
 AdamW), compared only where the float64 gradient is at least 50 times its error bound in every
 one of the three steps (input "mask_<name>"): below that, the direction of Adam's first steps
 is decided by rounding (DESIGN, "Weights after three real AdamW steps"). The error bound is
-generators.cases.step.propagated_error on that step's batch and weights, per tensor (its max).
+crnn_conformance.generators.cases.step.propagated_error on that step's batch and weights, per tensor (its max).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from generators import model
-from generators.cases import step as step_cases
-from generators.float64 import adamw as adamw64
-from generators.float64 import clip as clip64
-from generators.float64 import step as step64
-from generators.h5io import Case
-from generators.spec import adamw as adamw_spec
-from generators.spec import clip as clip_spec
-from generators.spec import step as step_spec
+from crnn_conformance.generators import model
+from crnn_conformance.generators.cases import step as step_cases
+from crnn_conformance.generators.float64 import adamw as adamw64
+from crnn_conformance.generators.float64 import clip as clip64
+from crnn_conformance.generators.float64 import step as step64
+from crnn_conformance.generators.h5io import Case
+from crnn_conformance.generators.spec import adamw as adamw_spec
+from crnn_conformance.generators.spec import clip as clip_spec
+from crnn_conformance.generators.spec import step as step_spec
 
 NAME = "train3"
 LAYER = "train3"
@@ -38,7 +38,7 @@ MASK_FACTOR = 50.0
 
 
 def make_batches(rng):
-    from generators import lines
+    from crnn_conformance.generators import lines
     batches = []
     for widths in WIDTHS:
         images, targets = [], []

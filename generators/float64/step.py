@@ -1,14 +1,14 @@
 """Float64 reference: the whole model's per-line loss and gradients and the batch gradient.
 
 conv blocks (ReLU + max pool) -> sequence x[t = w][h*C + c] -> bidirectional LSTM layers
--> classifier -> CTC. Parameters are named as in generators.model.param_specs.
+-> classifier -> CTC. Parameters are named as in crnn_conformance.generators.model.param_specs.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from generators import model
-from generators.float64 import conv, ctc, linear, lstm
+from crnn_conformance.generators import model
+from crnn_conformance.generators.float64 import conv, ctc, linear, lstm
 
 
 def _lstm_weights(params, layer):

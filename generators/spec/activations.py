@@ -2,7 +2,7 @@
 
 Bit for bit the same as ctypes_kernels/src/activations.c (the scalar definition) and every
 vector path (src/isa/act_impl.h). Only these operations are used, each one IEEE binary32
-rounded to nearest even, in the order written: + - * /, fma (generators.spec.fma, one
+rounded to nearest even, in the order written: + - * /, fma (crnn_conformance.generators.spec.fma, one
 rounding), comparisons and selects (np.where), negation, and building a power of two from
 its exponent bits. Branches are selects: every element computes every branch.
 

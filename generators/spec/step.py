@@ -9,14 +9,14 @@ gradient and its backward pass is skipped. Then the batch sum g = g_0, g = g + g
 order (binary32 additions; no +0 start), and the batch loss: the binary64 sum of the finite
 line losses in line order, divided by B (a line without alignment counts 0 and stays in B).
 
-Parameters are named as in generators.model.param_specs; the spec layers are the same
+Parameters are named as in crnn_conformance.generators.model.param_specs; the spec layers are the same
 functions the per-layer fixtures check, composed in this order.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from generators import model
+from crnn_conformance.generators import model
 from . import conv, ctc, linear, lstm
 
 F32 = np.float32

@@ -14,9 +14,9 @@ def available() -> list[str]:
     out = []
     for name in LAYERS:
         try:
-            importlib.import_module(f"harness.layers.{name}")
+            importlib.import_module(f"crnn_conformance.harness.layers.{name}")
         except ModuleNotFoundError as e:
-            if e.name != f"harness.layers.{name}":
+            if e.name != f"crnn_conformance.harness.layers.{name}":
                 raise
             continue
         out.append(name)
@@ -24,4 +24,4 @@ def available() -> list[str]:
 
 
 def module(name: str):
-    return importlib.import_module(f"harness.layers.{name}")
+    return importlib.import_module(f"crnn_conformance.harness.layers.{name}")

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ctypes_kernels.abi import check
-from harness.compare import poisoned
+from crnn_conformance.ctypes_kernels.abi import check
+from crnn_conformance.harness.compare import poisoned
 
 
 def f32(a) -> np.ndarray:

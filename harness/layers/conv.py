@@ -15,7 +15,7 @@ import inspect
 
 import numpy as np
 
-from harness.compare import Comparison, compare
+from crnn_conformance.harness.compare import Comparison, compare
 
 from ._ffi import call, f32, i32, out, ptr
 
@@ -97,7 +97,7 @@ def _heatmap_kw(case, tensor, shape) -> dict:
 
 def compare_tier(case, tier, tensor, ours, ref, tol, floor) -> Comparison:
     if tensor == "winners" and tier == "pytorch":   # dead windows and twin ties: harness/flips.py
-        from harness.flips import compare_layer_winners
+        from crnn_conformance.harness.flips import compare_layer_winners
         return compare_layer_winners(case, ours, ref)
     if tensor != "winners" or tier in ("exact", "identity"):
         return compare(ours[tensor], ref[tensor], tier, tol.atol if tol else 0.0,

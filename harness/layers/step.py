@@ -8,7 +8,7 @@ import ctypes
 
 import numpy as np
 
-from ctypes_kernels.abi import PortCallError
+from crnn_conformance.ctypes_kernels.abi import PortCallError
 
 from ._ffi import call, f32, i32, out, ptr
 
@@ -61,7 +61,7 @@ def run(lib, case) -> dict:
     result["losses"] = losses
     result["batch_loss"] = batch_loss
     if "pytorch" in getattr(case, "expected", {}):   # the flip rule: the port's pool decisions
-        from harness.flips import port_pool_outputs
+        from crnn_conformance.harness.flips import port_pool_outputs
         result.update(port_pool_outputs(lib, case))
     return result
 
@@ -69,8 +69,8 @@ def run(lib, case) -> dict:
 def compare_tier(case, tier, tensor, ours, ref, tol, floor):
     """The pytorch tier judges pool flips (harness/flips.py); every other tier compares as usual."""
     if tier == "pytorch" and "winners" in ref:
-        from harness.flips import compare_step
+        from crnn_conformance.harness.flips import compare_step
         return compare_step(case, tensor, ours, ref, tol, floor)
-    from harness.compare import compare
+    from crnn_conformance.harness.compare import compare
     return compare(ours[tensor], ref[tensor], tier, tol.atol if tol else 0.0,
                    tol.rtol if tol else 0.0, floor or 0.0)

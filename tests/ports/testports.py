@@ -16,7 +16,7 @@ FLAGS = ["-O2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-std
 
 
 def build_port(out_dir, *defines: str) -> Path:
-    from ctypes_kernels.build import find_compiler
+    from crnn_conformance.ctypes_kernels.build import find_compiler
     name = "libtp" + "".join("_" + re.sub(r"[^A-Za-z0-9]+", "", d.replace("-DTP_", ""))
                              for d in defines) + ".so"
     out = Path(out_dir) / name

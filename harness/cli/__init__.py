@@ -1,0 +1,22 @@
+"""crnn-conformance: the command line. One module per command (harness/cli/<command>.py);
+the exit codes and shared option parsing are in common.py."""
+from __future__ import annotations
+
+import click
+
+from . import bench, gate, info, mutants, regen, reports
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="crnn-conformance")
+def main():
+    """Conformance gate for ports of the deterministic crnn-v0 training numerics."""
+
+
+for _cmd in (gate.gate, reports.report, reports.diff, mutants.mutants, bench.bench, info.info,
+             regen.regen_fixtures):
+    main.add_command(_cmd)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""`crnn-conformance gate`: run a port against the fixtures."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.generators.h5io import FixtureError
+from crnn_conformance.harness import layers as L
+from crnn_conformance.harness.runner import FIXTURES_DIR, THREADS, TIERS, GateOptions, run_gate
+
+from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run, write_reports
+
+
+@click.command()
+@click.option("--port", type=click.Path(dir_okay=False), default=None,
+              help="shared library implementing crnn_port.h (default: the bundled kernels)")
+@click.option("--fixtures", type=click.Path(file_okay=False), default=str(FIXTURES_DIR),
+              show_default="fixtures/", help="fixture directory")
+@click.option("--isa", "isa", default=None, help="comma list of ISA paths (default: all available)")
+@click.option("--threads", default=",".join(map(str, THREADS)), show_default=True,
+              help="comma list of thread counts for the identity tier")
+@click.option("--tiers", default=",".join(TIERS), show_default=True, help="comma list of tiers")
+@click.option("--layers", default=None, help="comma list of layers (default: all)")
+@click.option("--case", default=None, help="only cases whose name matches this glob")
+@click.option("--report-dir", type=click.Path(file_okay=False), default=None,
+              help="write results.json, index.html and junit.xml here")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None,
+              help="also write JUnit XML to this file")
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="seconds one layer call on one case may take before it counts as a hang")
+@click.option("-q", "--quiet", is_flag=True, help="print only failures and the verdict")
+def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, junit_path, timeout, quiet):
+    """Run a port against the fixtures; exit 0 pass, 1 fail, 2 cannot run."""
+    try:
+        opts = GateOptions(
+            port=port, fixtures=Path(fixtures),
+            isas=_split(isa, abi.ISA_NAMES, "ISA"),
+            threads=tuple(_split(threads, None, "thread count", int)),
+            tiers=tuple(_split(tiers, TIERS, "tier")),
+            layers=_split(layers, L.LAYERS, "layer"),
+            case=case, timeout=timeout)
+    except click.BadParameter as e:
+        cannot_run(e.message)
+    if any(t < 1 or t > 256 for t in opts.threads):
+        cannot_run("thread counts must be between 1 and 256")
+    if not opts.threads:
+        cannot_run("--threads needs at least one thread count")
+    if not timeout > 0:
+        cannot_run("--timeout must be a positive number of seconds")
+    progress = None if quiet or not sys.stderr.isatty() else _progress
+    try:
+        result = run_gate(opts, progress)
+    except (abi.PortError, FixtureError, ValueError) as e:
+        cannot_run(str(e))
+    from crnn_conformance.reports import console, json_report
+    click.echo(console.render(result, quiet))
+    if report_dir or junit_path:
+        doc = json_report.to_json(result)
+        try:
+            for path in write_reports(doc, report_dir, junit_path, results=True):
+                if not quiet:
+                    click.echo(f"wrote {path}")
+        except OSError as e:
+            cannot_run(f"cannot write the reports: {e}")
+    sys.exit(EXIT_PASS if result.passed else EXIT_FAIL)
+
+def _progress(done, total, label):
+    width = 30
+    fill = int(width * done / max(total, 1))
+    sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {done}/{total} {label:<40.40}")
+    if done >= total:
+        sys.stderr.write("\r" + " " * (width + 60) + "\r")
+    sys.stderr.flush()

@@ -1,0 +1,41 @@
+"""`crnn-conformance info`: this CPU, the compiler and the port."""
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import click
+
+from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.harness import layers as L
+
+from .common import cannot_run
+
+
+@click.command()
+@click.option("--port", type=click.Path(dir_okay=False), default=None,
+              help="describe this port instead of the bundled kernels")
+def info(port):
+    """ISA paths of this CPU, the compiler and flags, the ABI version and the cache path."""
+    from crnn_conformance.ctypes_kernels import build
+    try:
+        if port is None:
+            d = build.describe()
+            path = build.build()
+        else:
+            d, path = None, Path(port)
+        lib = abi.load(path, layers=())
+    except abi.PortError as e:
+        cannot_run(str(e))
+    from crnn_conformance.harness.runner import cpu_info
+    click.echo(f"cpu:          {platform.processor() or platform.machine()} ({cpu_info()['model']})")
+    click.echo(f"port:         {path}")
+    click.echo(f"abi version:  {lib.crnn_abi_version()} (harness speaks {abi.ABI_VERSION})")
+    click.echo(f"isa paths:    {', '.join(abi.available_isas(lib))}")
+    if d:
+        click.echo(f"compiler:     {d['cc']} ({d['cc_version']})")
+        click.echo(f"flags:        {d['opt']} {' '.join(d['base_flags'])}")
+        for isa, flags in d["isa_flags"].items():
+            click.echo(f"  {isa:<10}  {' '.join(flags) or '(baseline)'}")
+        click.echo(f"cache:        {d['cache']}")
+    click.echo(f"layers:       {', '.join(L.available())}")

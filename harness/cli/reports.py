@@ -1,0 +1,66 @@
+"""`crnn-conformance report` and `diff`: re-render and compare saved results."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from crnn_conformance.harness.runner import TIERS
+
+from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run, write_reports
+
+
+@click.command()
+@click.argument("results", type=click.Path(dir_okay=False))
+@click.option("--html", "html_dir", type=click.Path(file_okay=False), default=None,
+              help="write index.html into this directory")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None,
+              help="write JUnit XML to this file")
+@click.option("-q", "--quiet", is_flag=True, help="print nothing but errors")
+def report(results, html_dir, junit_path, quiet):
+    """Re-render the reports from a saved results.json; exit 0 whatever the verdict."""
+    from crnn_conformance.reports import json_report
+    if not html_dir and not junit_path:
+        cannot_run("nothing to write: give --html DIR and/or --junit FILE")
+    try:
+        doc = json_report.load(results)
+    except json_report.ReportError as e:
+        cannot_run(str(e))
+    try:
+        for path in write_reports(doc, html_dir, junit_path, results=False):
+            if not quiet:
+                click.echo(f"wrote {path}")
+    except OSError as e:
+        cannot_run(f"cannot write the reports: {e}")
+
+
+@click.command()
+@click.argument("old", type=click.Path(dir_okay=False))
+@click.argument("new", type=click.Path(dir_okay=False))
+@click.option("--fail-on-increase", type=float, default=None, metavar="X",
+              help="exit 1 when any record's usage grew by more than X")
+@click.option("--tiers", default=None, help="only these tiers (comma list; default all)")
+@click.option("--all", "show_all", is_flag=True, help="list unchanged records too")
+@click.option("--limit", type=int, default=None, help="list at most this many records")
+def diff(old, new, fail_on_increase, tiers, show_all, limit):
+    """Per-tensor usage changes from OLD to NEW results.json, largest increase first.
+
+    Usage is |diff| / allowance for the float64 and pytorch tiers and the max ulp distance for
+    exact and identity. Exit 0, or 1 with --fail-on-increase X when any usage grew by more
+    than X; 2 when a file cannot be read."""
+    from crnn_conformance.reports import diff as D
+    from crnn_conformance.reports import json_report
+    try:
+        wanted = _split(tiers, TIERS, "tier")
+    except click.BadParameter as e:
+        cannot_run(e.message)
+    try:
+        a, b = json_report.load(old), json_report.load(new)
+    except json_report.ReportError as e:
+        cannot_run(str(e))
+    d = D.diff(a, b, wanted)
+    click.echo(D.render(d, show_all, limit))
+    if fail_on_increase is not None and d.max_increase > fail_on_increase:
+        click.echo(f"usage increased by more than {fail_on_increase:g}", err=True)
+        sys.exit(EXIT_FAIL)
+    sys.exit(EXIT_PASS)
