@@ -5,7 +5,10 @@
     pytorch         : allowance = 2*Atol + 2*Floor + 2*Rtol*|ref|
 
 usage = max over elements of |ours - ref| / allowance; a tensor passes at usage <= 1 (and, for
-the bit tiers, zero mismatches). NaN or Inf from the port where the reference is finite is a
+the bit tiers, zero mismatches). The tolerance tiers also give the check's resolution: the
+smallest uniform relative error of the port's output that the check would detect,
+min over elements with a finite, nonzero reference of (allowance - |ours - ref|) / |ref|
+(0 when the check already fails; None for the bit tiers, or when no element qualifies). NaN or Inf from the port where the reference is finite is a
 failure of that element, and so is the poison value a port never overwrote.
 
 A tensor that fails or uses more than DETAIL_USAGE of its allowance also gets a compact picture
@@ -95,6 +98,7 @@ class Comparison:
     note: str = ""
     hist: dict | None = None       # per-element histogram (failing or > DETAIL_USAGE only)
     heatmap: dict | None = None    # per row x column group max (failing or > DETAIL_USAGE only)
+    resolution: float | None = None   # tolerance tiers: resolution() of the check
 
 
 def histogram(v: np.ndarray, unit: str) -> dict:
@@ -173,6 +177,23 @@ def _usage(o, r, tier, atol, rtol, floor):
         diff = np.where(np.isnan(diff), np.inf, diff)            # NaN/Inf against finite ref
         ratio = np.where(diff == 0, 0.0, diff / allow)
     return allow, diff, ratio
+
+
+def resolution(allow, diff, ref, mask=None) -> float | None:
+    """The smallest uniform relative error eps that the check would detect: scaling the port's
+    output by (1 + eps) moves element i by eps*|ref_i| more in the worst direction, so it fails
+    once eps > (allow_i - |diff_i|) / |ref_i|. The minimum over elements whose reference is
+    finite and nonzero (and inside `mask`), clamped at 0 (a failing check detects any eps)."""
+    r = np.abs(np.asarray(ref, np.float64))
+    ok = np.isfinite(r) & (r != 0)
+    if mask is not None:
+        ok &= mask
+    if not ok.any():
+        return None
+    allow, diff = np.broadcast_to(allow, r.shape), np.broadcast_to(diff, r.shape)
+    with np.errstate(all="ignore"):
+        slack = (allow[ok] - diff[ok]) / r[ok]
+    return max(0.0, float(np.min(np.where(np.isnan(slack), -np.inf, slack))))
 
 
 def _over(ratio) -> np.ndarray:
@@ -269,7 +290,8 @@ def _compare_tolerance(ours, ref, tier, atol, rtol, floor, mask, cols=None) -> C
              "ref": _scalar(ref.flat[w]) if ref.size else None,
              "allowance": float(allow.flat[w]) if allow.size else 0.0}
     mad = float(np.max(diff)) if diff.size else 0.0
-    c = Comparison(usage, mad, n, int(ours.size), n == 0, None, worst, "; ".join(notes))
+    c = Comparison(usage, mad, n, int(ours.size), n == 0, None, worst, "; ".join(notes),
+                   resolution=resolution(allow, diff, r, mask))
     return _detail(c, ratio, "usage", ours.shape, cols)
 
 
