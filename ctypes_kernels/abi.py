@@ -13,6 +13,7 @@ ABI_VERSION = 1
 ISA_NAMES = ("scalar", "sse", "avx2", "avx512")
 ERRORS = {0: "CRNN_OK", -1: "CRNN_E_ARG", -2: "CRNN_E_ISA", -3: "CRNN_E_NOMEM",
           -4: "CRNN_E_UNSUPPORTED"}
+E_UNSUPPORTED = -4
 
 P = C.c_void_p
 i32, i64, u32, f64 = C.c_int32, C.c_int64, C.c_uint32, C.c_double
@@ -70,6 +71,24 @@ def required_symbols(layers) -> list[str]:
     return need
 
 
+def exported(lib) -> list[str]:
+    """The ABI's symbols that `lib` exports (SIGNATURES order)."""
+    return [s for s in SIGNATURES if hasattr(lib, s)]
+
+
+def missing_message(path, present, layers, hint: bool = True) -> str:
+    """One line: the symbols the requested layers need that the port lacks, grouped by layer,
+    and, when the core is complete, the hint to gate only the layers it implements."""
+    present = set(present)
+    missing = [s for s in required_symbols(layers) if s not in present]
+    groups = [("core", [s for s in CORE if s not in present])]
+    groups += [(layer, [s for s in LAYER_SYMBOLS[layer] if s not in present]) for layer in layers]
+    by_layer = "; ".join(f"{name}: {', '.join(syms)}" for name, syms in groups if syms)
+    tail = (" (to gate only the layers it implements: --layers available)"
+            if hint and not groups[0][1] else "")
+    return f"port {path} is missing {len(missing)} symbol(s), by layer: {by_layer}{tail}"
+
+
 def load(path, layers=tuple(LAYER_SYMBOLS)) -> C.CDLL:
     path = Path(path)
     if not path.exists():
@@ -78,9 +97,8 @@ def load(path, layers=tuple(LAYER_SYMBOLS)) -> C.CDLL:
         lib = C.CDLL(str(path.resolve()))
     except OSError as e:
         raise PortError(f"port library {path} cannot be loaded: {e}") from None
-    missing = [s for s in required_symbols(layers) if not hasattr(lib, s)]
-    if missing:
-        raise PortError(f"port {path} is missing {len(missing)} symbol(s): {', '.join(missing)}")
+    if any(not hasattr(lib, s) for s in required_symbols(layers)):
+        raise PortError(missing_message(path, exported(lib), layers))
     for name, (res, args) in SIGNATURES.items():
         if hasattr(lib, name):
             fn = getattr(lib, name)
@@ -99,9 +117,14 @@ def available_isas(lib) -> list[str]:
 
 def check(rc: int, what: str) -> None:
     if rc != 0:
-        raise PortCallError(f"{what} returned {rc} ({ERRORS.get(rc, 'unknown error code')})")
+        raise PortCallError(f"{what} returned {rc} ({ERRORS.get(rc, 'unknown error code')})", rc)
 
 
 class PortCallError(RuntimeError):
-    """A port call returned an error code: a failure of that tensor, not of the run."""
+    """A port call returned an error code: a failure of that tensor, not of the run (under
+    `--layers available`, CRNN_E_UNSUPPORTED makes the layer "not implemented" instead)."""
+
+    def __init__(self, message: str, code: int | None = None):
+        super().__init__(message)
+        self.code = code
 

@@ -139,7 +139,7 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, cu
                                 "linked with -ffast-math / -Ofast?)"))
         return
     conn.send(("ok", {"isas": abi.available_isas(lib), "abi_version": int(lib.crnn_abi_version()),
-                      "fpenv": fpenv(helper)}))
+                      "fpenv": fpenv(helper), "symbols": abi.exported(lib)}))
     lib = _Traced(lib, current)
     from crnn_conformance.harness import layers as L
     fixtures = {}
@@ -160,7 +160,7 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, cu
             abi.check(lib.crnn_set_threads(threads), f"crnn_set_threads({threads})")
             conn.send(("ok", L.module(layer).run(lib, case)))
         except abi.PortCallError as e:
-            conn.send(("callerror", str(e)))
+            conn.send(("callerror", (str(e), e.code)))
         except Exception:  # a harness bug: report it whole
             conn.send(("exception", traceback.format_exc()))
 
@@ -220,7 +220,7 @@ class Executor:
         if kind == "ok":
             return payload
         if kind == "callerror":
-            raise abi.PortCallError(payload)
+            raise abi.PortCallError(*payload)
         if kind == "fpenv":
             raise abi.PortError(payload)
         raise RuntimeError(f"harness error in the worker:\n{payload}")

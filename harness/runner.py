@@ -54,6 +54,9 @@ class Record:
     repro: str = ""
     hist: dict | None = None      # compare.histogram(): failing or > 0.5 usage only
     heatmap: dict | None = None   # compare.heatmap(): failing or > 0.5 usage, 2-D tensors only
+    fixture: str = ""             # the fixture file's stem (adamw, pytorch_adamw, ...)
+    resolution: float | None = None   # tolerance tiers: compare.resolution(); None for bit tiers
+    seconds: float = 0.0          # this check's share of the port run it compares, plus its compare
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -73,6 +76,7 @@ class GateOptions:
     layers: list[str] | None = None  # None: every layer with a harness module
     case: str | None = None          # glob over case names
     timeout: float = 120.0
+    available: bool = False          # `--layers available`: gate only the layers the port implements
 
 
 @dataclass
@@ -125,7 +129,7 @@ def _record(opts, layer, case, tensor, tier, isa, threads, c: Comparison, tol=No
                   c.elements, c.passed, c.max_ulp, c.worst, c.note,
                   tol.atol if tol else None, tol.rtol if tol else None, floor,
                   "" if c.passed else repro_command(opts, layer, case, tier, isa, threads),
-                  c.hist, c.heatmap)
+                  c.hist, c.heatmap, resolution=c.resolution)
 
 
 def _failure(opts, layer, case, tier, isa, threads, note) -> Record:
@@ -177,14 +181,37 @@ class GateSession:
                      if opts.case is None or fnmatch.fnmatch(case.name, opts.case)]
         self.executor = None
         self.isas: list[str] = []
+        # `--layers available`: layer -> why it is not implemented (missing symbols, or an
+        # entry point that returned CRNN_E_UNSUPPORTED); meta["not_implemented"] holds it.
+        self.not_implemented: dict[str, str] = {}
         # Pool flips used (the whole-model pytorch tier): None until a layer reports one;
         # then meta["flips"] lists them and the HTML report shows its flip section.
         self.flips: list[dict] | None = None
 
     def open(self) -> "GateSession":
-        self.executor = Executor(self.port_path, self.layer_names, self.opts.timeout)
-        self.isas = _select_isas(self.opts, self.executor.isas)
+        # --layers available: the worker checks only the core symbols; the layers whose
+        # symbols are missing are then "not implemented" and their cases are not run
+        self.executor = Executor(self.port_path, [] if self.opts.available else self.layer_names,
+                                 self.opts.timeout)
+        try:
+            self.isas = _select_isas(self.opts, self.executor.isas)
+            if self.opts.available:
+                self._drop_missing(self.executor.info.get("symbols", []))
+        except abi.PortError:
+            self.close()
+            raise
         return self
+
+    def _drop_missing(self, symbols) -> None:
+        for layer in self.layer_names:
+            lacks = [s for s in abi.LAYER_SYMBOLS[layer] if s not in symbols]
+            if lacks:
+                self.not_implemented[layer] = f"missing symbol(s) {', '.join(lacks)}"
+        if len(self.not_implemented) == len(self.layer_names):
+            raise abi.PortError(abi.missing_message(self.port_path, symbols, self.layer_names,
+                                                    hint=False) + "; it implements none of the "
+                                "layers asked for")
+        self.jobs = [j for j in self.jobs if j.layer not in self.not_implemented]
 
     def close(self) -> None:
         if self.executor is not None:
@@ -197,8 +224,14 @@ class GateSession:
         self.close()
 
     def run_case(self, job: Job) -> list[Record]:
-        records = _run_case(self.opts, self.executor, job.module, job.fixture, job.case, self.isas,
-                            self.isas[0])
+        try:
+            records = _run_case(self.opts, self.executor, job.module, job.fixture, job.case,
+                                self.isas, self.isas[0])
+        except NotImplementedByPort as e:
+            self.not_implemented.setdefault(job.layer, str(e))
+            return []
+        for r in records:
+            r.fixture = Path(job.fixture).stem
         for r in records:   # a record that judged pool flips reports them (possibly none)
             if getattr(r, "flips", None) is not None:
                 self.flips = (self.flips or []) + list(r.flips)
@@ -220,6 +253,7 @@ class GateSession:
             "cpu": cpu_info(), "host": host_info(), "tool": tool_info(),
             "fixtures": {f.path.name: _fixture_info(f) for fs in self.fixtures.values() for f in fs},
             **({"flips": list(self.flips)} if self.flips is not None else {}),
+            "available": self.opts.available, "not_implemented": dict(self.not_implemented),
         }
 
 
@@ -238,11 +272,25 @@ def run_gate(opts: GateOptions, progress=None) -> GateResult:
     return GateResult(records, session.meta())
 
 
+class NotImplementedByPort(Exception):
+    """Under --layers available: the base run of a case returned CRNN_E_UNSUPPORTED."""
+
+
+def _share(records, seconds: float) -> list[Record]:
+    """Splits the wall time of one port run and its comparisons over the checks it made."""
+    for r in records:
+        r.seconds += seconds / len(records)   # (no records: nothing to share)
+    return records
+
+
 def _run_case(opts, ex, m, fixture_path, case, isas, base_isa) -> list[Record]:
     records = []
+    t0 = time.perf_counter()
     try:
         base = ex.run(m.LAYER, fixture_path, case.name, base_isa, 1)
     except (PortCrash, abi.PortCallError) as e:   # no base run: every tier of the case fails
+        if opts.available and getattr(e, "code", None) == abi.E_UNSUPPORTED:
+            raise NotImplementedByPort(str(e)) from None
         tiers = [t for t in case.expected if t in opts.tiers]
         out = [_failure(opts, m.LAYER, case.name, t, base_isa, 1, str(e)) for t in tiers]
         if "identity" in opts.tiers and len(isas) * len(opts.threads) > 1:
@@ -250,20 +298,23 @@ def _run_case(opts, ex, m, fixture_path, case, isas, base_isa) -> list[Record]:
             rec.repro = repro_command(opts, m.LAYER, case.name, "identity", ",".join(isas),
                                       ",".join(map(str, opts.threads)))
             out.append(rec)
-        return out
+        return _share(out, time.perf_counter() - t0)
     for tier in case.expected:
         if tier in opts.tiers:
             records += _tier_records(opts, m, case, tier, base, base_isa)
+    _share(records, time.perf_counter() - t0)
     if "identity" not in opts.tiers:
         return records
     for isa in isas:
         for threads in opts.threads:
             if (isa, threads) == (base_isa, 1):
                 continue
+            t0, n = time.perf_counter(), len(records)
             try:
                 other = ex.run(m.LAYER, fixture_path, case.name, isa, threads)
             except (PortCrash, abi.PortCallError) as e:
                 records.append(_failure(opts, m.LAYER, case.name, "identity", isa, threads, str(e)))
+                _share(records[n:], time.perf_counter() - t0)
                 continue
             for tensor, a in base.items():
                 c = compare(other[tensor], a, "identity",
@@ -275,6 +326,7 @@ def _run_case(opts, ex, m, fixture_path, case, isas, base_isa) -> list[Record]:
                     rec.repro = repro_command(opts, m.LAYER, case.name, "identity",
                                               f"{base_isa},{isa}", threads)
                 records.append(rec)
+            _share(records[n:], time.perf_counter() - t0)
     return records
 
 

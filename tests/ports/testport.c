@@ -6,6 +6,7 @@
  *
  *   -DTP_ABI=2            crnn_abi_version() returns 2
  *   -DTP_OMIT             leaves out crnn_dot16, crnn_linear_backward and crnn_get_threads
+ *   -DTP_DOT16_ONLY       a partial port: the core and crnn_dot16, no other symbol
  *   -DTP_FTZ_ON_LOAD      sets FTZ and DAZ in MXCSR when the library is loaded
  *   -DTP_FTZ_IN_CALL      linear_forward sets FTZ and DAZ and leaves them set
  * and, only on the linear case with T = 16, I = 37, O = 37 (so the other cases show that the
@@ -74,6 +75,7 @@ int32_t crnn_dot16(const float *a, const float *b, int64_t n, float *out)
 }
 #endif
 
+#ifndef TP_DOT16_ONLY
 int32_t crnn_linear_forward(const float *x, const float *W, const float *b,
                             int32_t T, int32_t I, int32_t O, float *y)
 {
@@ -162,3 +164,4 @@ UNSUPPORTED(crnn_clip_gradients, float *grads, const int64_t *sizes, int32_t nTe
 UNSUPPORTED(crnn_adamw, float *p, float *m, float *v, const float *g, int64_t n, double lr,
             double beta1, double beta2, double eps, double wd, int32_t decay, double b1t,
             double b2t)
+#endif /* TP_DOT16_ONLY */
