@@ -105,8 +105,9 @@ def check_flags(flags: list[str]) -> None:
 
 
 def build(cc: str | None = None, opt: str = DEFAULT_OPT, mutant: str | None = None,
-          extra_defines: list[str] | None = None, verbose: bool = False) -> Path:
-    """Returns the path of the built shared library, compiling it if it is not cached."""
+          extra_defines: list[str] | None = None, verbose: bool = False, notify=None) -> Path:
+    """Returns the path of the built shared library, compiling it if it is not cached
+    (`notify()`, when given, is called first when it must be compiled: a cold cache)."""
     cc = find_compiler(cc)
     if opt not in OPT_LEVELS:
         raise BuildError(f"unsupported optimization level {opt!r} (choose from {', '.join(OPT_LEVELS)})")
@@ -119,6 +120,8 @@ def build(cc: str | None = None, opt: str = DEFAULT_OPT, mutant: str | None = No
     out = cache_dir() / key / "libcrnn.so"
     if out.exists():
         return out
+    if notify is not None:
+        notify()
     probe = probe_fp(cc, opt)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:

@@ -1,6 +1,8 @@
 """Per-tensor usage changes between two results.json files (drift review for port authors).
 
-Records are matched on (layer, case, tensor, tier, isa, threads). A change is new usage minus
+Checks (records) are matched on (layer, fixture:case, tensor, tier, isa, threads), the case
+named with its fixture where the fixture is not the layer's own (pytorch_adamw:conv0.W and
+adamw's conv0.W are different cases). A change is new usage minus
 old usage (unbounded usage, a crash or NaN, counts as infinite); the table is sorted by the
 largest increase first. Records present in only one run are counted and listed after it.
 """
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 
 @dataclass
 class Change:
-    key: tuple            # (layer, case, tensor, tier, isa, threads)
+    key: tuple            # (layer, [fixture:]case, tensor, tier, isa, threads)
     old: float
     new: float
     old_passed: bool
@@ -41,7 +43,9 @@ class Diff:
 
 
 def _key(r: dict) -> tuple:
-    return (r["layer"], r["case"], r["tensor"], r["tier"], r["isa"], int(r["threads"]))
+    fixture = r.get("fixture") or r["layer"]
+    case = r["case"] if fixture == r["layer"] else f"{fixture}:{r['case']}"
+    return (r["layer"], case, r["tensor"], r["tier"], r["isa"], int(r["threads"]))
 
 
 def _u(r: dict) -> float:
@@ -101,7 +105,7 @@ def render(d: Diff, show_all: bool = False, limit: int | None = None) -> str:
             lines.append(f"{label}: ... {len(keys) - 20} more")
     up = sum(c.delta > 0 for c in d.changes)
     down = sum(c.delta < 0 for c in d.changes)
-    lines.append(f"{len(d.changes)} records compared: {up} increased, {down} decreased, "
+    lines.append(f"{len(d.changes)} checks compared: {up} increased, {down} decreased, "
                  f"{len(d.changes) - up - down} unchanged; {len(d.added)} only in NEW, "
                  f"{len(d.removed)} only in OLD; largest increase {_delta(d.max_increase)}")
     return "\n".join(lines)

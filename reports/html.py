@@ -2,9 +2,12 @@
 
 Everything is inline (CSS in <style>, plots as inline SVG); there is no script and nothing is
 fetched, so the file can be archived as a CI artifact and opened offline. Sections:
-verdict, per-layer tensor x tier tables (usage number + bar), per-element histograms and heat
-maps for every failing or > 0.5-usage tensor, the ISA x threads identity matrix, pool flips
-(only when the results carry any), failures with the command that reproduces each, provenance.
+verdict, an overview plot per layer (reports/overview.py: usage and resolution of every
+tensor), the per-layer status table, per-layer tensor x tier tables (usage number + bar,
+resolution), per-element histograms and heat maps for every failing or > 0.5-usage tensor,
+the ISA x threads identity matrix, pool flips (only when the results carry any), failures with
+the command that reproduces each, provenance. Counts are in checks and tensors, as in every
+report (reports/json_report.py).
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
 
 from .console import failure_message
+from .json_report import layer_status, summary, tensor_key
+from .overview import layer_svg
 
 TEMPLATES = Path(__file__).with_name("templates")
 TIER_COLS = ("exact", "float64", "pytorch", "identity")
@@ -83,16 +88,20 @@ def context(doc: dict) -> dict:
     recs = doc.get("tensors", [])
     meta = doc.get("meta", {})
     details, detail_of, details_omitted = _details(recs)
-    layers = _layers(recs, meta, detail_of)
+    status = doc.get("layers") or layer_status(recs, meta)
+    layers = _layers(recs, meta, detail_of, status)
     failures = [{"title": f"{r['layer']}/{r['case']}/{r['tensor']} [{r['tier']}] "
                           f"{r['isa']} × {r['threads']}",
                  "message": failure_message(r), "repro": r.get("repro", ""),
                  "anchor": detail_of.get(id(r))}
                 for r in recs if not r["passed"]]
     n_rows = sum(len(l["rows"]) for l in layers)
+    overview = [{"name": l["name"], "svg": Markup(svg)} for l in layers
+                if (svg := layer_svg(recs, l["name"])) is not None]
     return {
         "passed": doc.get("passed", all(r["passed"] for r in recs)),
-        "summary": doc.get("summary", {}),
+        "summary": doc.get("summary") or summary(recs), "overview": overview,
+        "not_implemented": [l["name"] for l in layers if l["status"] == "not implemented"],
         "n_records": len(recs), "n_failed": len(failures), "n_rows": n_rows,
         "meta": meta, "layers": layers, "details": details, "failures": failures,
         "details_omitted": details_omitted,
@@ -125,6 +134,8 @@ def _cell(tier: str, rs: list[dict]) -> dict:
             title = (f"usage {fmt_usage(worst['usage'])} of the allowance "
                      f"(Atol {worst.get('atol')}, Rtol {worst.get('rtol')}"
                      + (f", Floor {worst.get('floor')}" if tier == "pytorch" else "") + ")")
+            if worst.get("resolution") is not None:
+                title += f"; resolution {worst['resolution']:.3g}"
             if not passed:
                 title = failure_message(worst)
     return {"text": text, "band": band(worst["usage"], tier, passed), "passed": passed,
@@ -163,24 +174,30 @@ def _short(x) -> str:
     return f"{x:.3g}" if isinstance(x, (int, float)) else str(x)
 
 
-def _layers(recs, meta, detail_of) -> list[dict]:
-    order = list(meta.get("layers") or [])
-    rows = defaultdict(lambda: defaultdict(list))   # (layer, case, tensor) -> tier -> records
+def _resolution(by_tier) -> str:
+    """The resolution of a row's tolerance checks, e.g. `f64 2.1e-06 · pt 3.4e-05`."""
+    short = {"float64": "f64", "pytorch": "pt"}
+    parts = [f"{short[t]} {r['resolution']:.1e}" for t in short for r in by_tier.get(t, [])[:1]
+             if r.get("resolution") is not None]
+    return " · ".join(parts) or "—"
+
+
+def _layers(recs, meta, detail_of, status) -> list[dict]:
+    rows = defaultdict(lambda: defaultdict(list))   # (layer, fixture, case, tensor) -> tier -> records
     for r in recs:
-        if r["layer"] not in order:
-            order.append(r["layer"])
-        rows[(r["layer"], r["case"], r["tensor"])][r["tier"]].append(r)
+        rows[tensor_key(r)][r["tier"]].append(r)
     out = []
-    for layer in order:
+    for layer, st in status.items():
         lrows = []
-        for (l, case, tensor), by_tier in rows.items():
+        for (l, fixture, case, tensor), by_tier in rows.items():
             if l != layer:
                 continue
             head = _headline(by_tier)
             anchors = [detail_of[id(r)] for t in TIER_COLS for r in by_tier.get(t, [])
                        if id(r) in detail_of]
             lrows.append({
-                "case": case, "tensor": tensor, "elements": head["elements"],
+                "fixture": fixture, "case": case, "tensor": tensor, "elements": head["elements"],
+                "resolution": _resolution(by_tier),
                 "cells": {t: _cell(t, by_tier[t]) for t in TIER_COLS if t in by_tier},
                 "passed": all(r["passed"] for rs in by_tier.values() for r in rs),
                 "head_tier": head["tier"], "mismatches": head["mismatches"],
@@ -189,12 +206,13 @@ def _layers(recs, meta, detail_of) -> list[dict]:
                 "max_usage": max((_inf(r["usage"]) for t in ("float64", "pytorch")
                                   for r in by_tier.get(t, [])), default=None),
             })
-        if not lrows:
-            continue
         failed = sum(not row["passed"] for row in lrows)
         mu = [row["max_usage"] for row in lrows if row["max_usage"] is not None]
-        out.append({"name": layer, "rows": lrows, "failed": failed, "passed": failed == 0,
-                    "cases": len({row["case"] for row in lrows}),
+        out.append({"name": layer, "rows": lrows, "failed": failed,
+                    "passed": st["status"] != "failed", "status": st["status"],
+                    "reason": st.get("reason", ""), "checks": st["checks"],
+                    "failed_checks": st["failed"],
+                    "cases": len({(row["fixture"], row["case"]) for row in lrows}),
                     "max_usage": max(mu) if mu else None})
     return out
 

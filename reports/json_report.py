@@ -1,15 +1,20 @@
 """results.json: the gate's records in the documented schema (docs/report-schema.md,
-reports/results.schema.json). The other reports (HTML, JUnit, diff) read this document, so
-`crnn-conformance report` re-renders exactly what the gate rendered."""
+reports/results.schema.json). The other reports (console, HTML, JUnit, diff) read this
+document, so `crnn-conformance report` re-renders exactly what the gate rendered.
+
+A check is one tensor of one case compared in one tier on one ISA x threads run: one record
+of `tensors`, one row of the JUnit XML. Every report counts checks in that unit, and tensors
+as distinct (layer, fixture, case, tensor)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION = 2
 SCHEMA_FILE = Path(__file__).with_name("results.schema.json")
-REQUIRED_RECORD_KEYS = ("case", "layer", "tensor", "tier", "isa", "threads", "usage",
+REQUIRED_RECORD_KEYS = ("fixture", "case", "layer", "tensor", "tier", "isa", "threads", "usage",
                         "max_abs_diff", "mismatches", "elements", "passed")
+STATUSES = ("passed", "failed", "not implemented")
 
 
 class ReportError(ValueError):
@@ -17,25 +22,57 @@ class ReportError(ValueError):
 
 
 def to_json(result) -> dict:
+    tensors = [r.to_dict() for r in result.records]
     return {
         "schema_version": REPORT_SCHEMA_VERSION,
         "passed": result.passed,
-        "summary": summary(result.records),
+        "summary": summary(tensors),
+        "layers": layer_status(tensors, result.meta),
         "meta": result.meta,
-        "tensors": [r.to_dict() for r in result.records],
+        "tensors": tensors,
     }
 
 
-def summary(records) -> dict:
+def tensor_key(r: dict) -> tuple:
+    """A tensor (a row of the console and HTML tables): (layer, fixture, case, tensor)."""
+    return (r["layer"], r.get("fixture", ""), r["case"], r["tensor"])
+
+
+def summary(records: list[dict]) -> dict:
+    """Counts in checks (records): all, failed, per tier; and the distinct tensors."""
     by_tier = {}
     for r in records:
-        tier, ok = (r["tier"], r["passed"]) if isinstance(r, dict) else (r.tier, r.passed)
-        t = by_tier.setdefault(tier, {"records": 0, "failed": 0})
-        t["records"] += 1
-        t["failed"] += not ok
-    failed = sum(t["failed"] for t in by_tier.values())
-    return {"records": sum(t["records"] for t in by_tier.values()), "failed": failed,
-            "tiers": by_tier}
+        t = by_tier.setdefault(r["tier"], {"checks": 0, "failed": 0})
+        t["checks"] += 1
+        t["failed"] += not r["passed"]
+    return {"checks": len(records), "failed": sum(t["failed"] for t in by_tier.values()),
+            "tensors": len({tensor_key(r) for r in records}), "tiers": by_tier}
+
+
+def layer_status(records: list[dict], meta: dict) -> dict:
+    """{layer: {status, checks, failed, tensors[, reason]}} in the run's layer order. A layer
+    is `failed` when any of its checks failed, else `not implemented` when the port lacks its
+    symbols or returned CRNN_E_UNSUPPORTED under `--layers available` (meta["not_implemented"]
+    says which), else `passed`; a layer with no check and no such reason is left out."""
+    missing = meta.get("not_implemented") or {}
+    order = list(meta.get("layers") or [])
+    per: dict[str, list] = {}
+    for r in records:
+        per.setdefault(r["layer"], []).append(r)
+        if r["layer"] not in order:
+            order.append(r["layer"])
+    out = {}
+    for layer in order:
+        recs = per.get(layer, [])
+        if not recs and layer not in missing:
+            continue
+        failed = sum(not r["passed"] for r in recs)
+        status = "failed" if failed else "not implemented" if layer in missing else "passed"
+        out[layer] = {"status": status, "checks": len(recs), "failed": failed,
+                      "tensors": len({tensor_key(r) for r in recs})}
+        if layer in missing:
+            out[layer]["reason"] = missing[layer]
+    return out
 
 
 def dumps(doc: dict) -> str:
@@ -54,9 +91,12 @@ def _clean(o):
 
 
 def write(result_or_doc, directory) -> Path:
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / "results.json"
+    return write_file(result_or_doc, Path(directory) / "results.json")
+
+
+def write_file(result_or_doc, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     doc = result_or_doc if isinstance(result_or_doc, dict) else to_json(result_or_doc)
     path.write_text(dumps(doc))
     return path
@@ -86,6 +126,7 @@ def load(path) -> dict:
     doc.setdefault("meta", {})
     doc.setdefault("passed", all(r["passed"] for r in tensors))
     doc.setdefault("summary", summary(tensors))
+    doc.setdefault("layers", layer_status(tensors, doc["meta"]))
     return doc
 
 

@@ -1,15 +1,19 @@
-"""JUnit XML: one <testcase> per (case, tensor, tier), one <testsuite> per layer.
+"""JUnit XML: one <testcase> per check (one results.json record), one <testsuite> per layer.
 
     <testsuites name="crnn-conformance" tests= failures= time=>
-      <testsuite name="crnn.linear" tests= failures= errors="0" skipped="0" time=>
-        <properties> port, port_sha256, abi_version, isas, threads, tool_version </properties>
-        <testcase classname="crnn.linear.T16_I37_O37" name="dW[float64]" time="0">
-          <failure type="float64" message="<worst element, one line>">every failing record
-            (identity: each ISA x threads run that differs) with its repro command</failure>
+      <testsuite name="crnn.linear" tests= failures= errors="0" skipped= time=>
+        <properties> port, port_sha256, abi_version, isas, threads, tool_version, status </properties>
+        <testcase classname="crnn.linear.linear.T16_I37_O37" name="dW[float64 scalar t1]" time=>
+          <failure type="float64" message="<worst element, one line>">the check with the
+            command that reproduces it</failure>
 
-The identity tier's records (one per ISA x thread count) are one testcase whose failure lists
-every run that differs. A crash or hang is the testcase `*[tier]` of its case. GitHub (via a
-JUnit action), GitLab and Jenkins show the failure message and text as they are.
+The classname is crnn.<layer>.<fixture>.<case>, the name <tensor>[<tier> <isa> t<threads>]: unique
+per check. `time` is the check's share of the port run it compares plus its comparison
+(records' `seconds`), so a suite's time is the wall time its cases took. A crash or hang is the
+testcase `*[<tier> ...]` of its case. `tests` counts checks, as every report does: a layer
+that is not implemented (`--layers available`) is a suite with no testcase whose properties
+`status` and `reason` say so. GitHub (via a JUnit action), GitLab and Jenkins show the failure
+message and text as they are.
 """
 from __future__ import annotations
 
@@ -18,62 +22,55 @@ from collections import OrderedDict
 from pathlib import Path
 
 from .console import failure_message
+from .json_report import layer_status
 
 TIER_ORDER = ("exact", "float64", "pytorch", "identity")
 
 
-def testcases(doc: dict) -> "OrderedDict[tuple, list[dict]]":
-    """(layer, case, tensor, tier) -> its records, in the order the gate ran them."""
-    out: OrderedDict[tuple, list[dict]] = OrderedDict()
-    for r in doc.get("tensors", []):
-        out.setdefault((r["layer"], r["case"], r["tensor"], r["tier"]), []).append(r)
-    return out
+def classname(r: dict) -> str:
+    return f"crnn.{r['layer']}.{r.get('fixture') or r['layer']}.{r['case']}"
 
 
-def testcase_name(tensor: str, tier: str) -> str:
-    return f"{tensor}[{tier}]"
+def testcase_name(r: dict) -> str:
+    return f"{r['tensor']}[{r['tier']} {r['isa']} t{r['threads']}]"
 
 
 def to_xml(doc: dict) -> ET.Element:
     meta = doc.get("meta", {})
-    cases = testcases(doc)
+    recs = doc.get("tensors", [])
+    status = doc.get("layers") or layer_status(recs, meta)
     layers: OrderedDict[str, list] = OrderedDict((l, []) for l in meta.get("layers") or [])
-    for key, recs in cases.items():
-        layers.setdefault(key[0], []).append((key, recs))
-    wall = float(meta.get("wall_s") or 0.0)
+    for r in recs:
+        layers.setdefault(r["layer"], []).append(r)
     root = ET.Element("testsuites", name="crnn-conformance")
     total = failed = 0
+    seconds = 0.0
     for layer, items in layers.items():
-        if not items:
+        st = status.get(layer)
+        if st is None:
             continue
-        n_fail = sum(any(not r["passed"] for r in recs) for _, recs in items)
-        suite = ET.SubElement(root, "testsuite", name=f"crnn.{layer}", tests=str(len(items)),
-                              failures=str(n_fail), errors="0", skipped="0",
-                              time=f"{wall * len(items) / max(len(cases), 1):.3f}")
+        n_fail = sum(not r["passed"] for r in items)
+        t = sum(float(r.get("seconds") or 0.0) for r in items)
+        suite = ET.SubElement(root, "testsuite", name=f"crnn.{layer}",
+                              tests=str(len(items)), failures=str(n_fail), errors="0",
+                              skipped="0", time=f"{t:.6f}")
         props = ET.SubElement(suite, "properties")
-        for k, v in _properties(meta).items():
+        extra = {"status": st["status"], **({"reason": st["reason"]} if "reason" in st else {})}
+        for k, v in {**_properties(meta), **extra}.items():
             ET.SubElement(props, "property", name=k, value=v)
-        for (l, case, tensor, tier), recs in items:
-            tc = ET.SubElement(suite, "testcase", classname=f"crnn.{layer}.{case}",
-                               name=testcase_name(tensor, tier), time="0")
-            bad = [r for r in recs if not r["passed"]]
-            if bad:
-                worst = max(bad, key=lambda r: float("inf") if r["usage"] is None else r["usage"])
-                msg = failure_message(worst)
-                if len(bad) > 1:
-                    msg += f" (+{len(bad) - 1} more run(s))"
-                f = ET.SubElement(tc, "failure", type=tier, message=msg)
-                f.text = "\n".join(f"{failure_message(r)}\n  reproduce: {r.get('repro', '')}"
-                                   for r in bad)
-            elif tier == "identity":
-                ET.SubElement(tc, "system-out").text = (
-                    f"{len(recs)} ISA x threads run(s) bit-identical to the base run")
+        for r in items:
+            tc = ET.SubElement(suite, "testcase", classname=classname(r), name=testcase_name(r),
+                               time=f"{float(r.get('seconds') or 0.0):.6f}")
+            if not r["passed"]:
+                f = ET.SubElement(tc, "failure", type=r["tier"], message=failure_message(r))
+                f.text = f"{failure_message(r)}\n  reproduce: {r.get('repro', '')}"
         total += len(items)
         failed += n_fail
+        seconds += t
     root.set("tests", str(total))
     root.set("failures", str(failed))
     root.set("errors", "0")
-    root.set("time", f"{wall:.3f}")
+    root.set("time", f"{seconds:.6f}")
     return root
 
 

@@ -4,6 +4,7 @@ and the page in headless Chromium when it is installed."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import struct
@@ -114,7 +115,7 @@ class _Page(HTMLParser):
         if "id" in a:
             self.ids.add(a["id"])
         if tag == "tr" and "data-tensor" in a:
-            self.rows.append((a["data-layer"], a["data-case"], a["data-tensor"]))
+            self.rows.append((a["data-layer"], a["data-fixture"], a["data-case"], a["data-tensor"]))
         for k in ("src", "href"):
             if a.get(k):
                 self.urls.append(a[k])
@@ -130,8 +131,8 @@ def parse(path) -> _Page:
 def test_html_has_a_row_for_every_tensor(runs, name):
     doc = load(runs[name])
     page = parse(runs[name] / "index.html")
-    want = {(t["layer"], t["case"], t["tensor"]) for t in doc["tensors"]}
-    assert len(page.rows) == len(set(page.rows)) == len(want)
+    want = {(t["layer"], t["fixture"], t["case"], t["tensor"]) for t in doc["tensors"]}
+    assert len(page.rows) == len(set(page.rows)) == len(want) == doc["summary"]["tensors"]
     assert set(page.rows) == want
 
 
@@ -183,29 +184,48 @@ def test_html_flip_section_only_when_the_results_carry_flips(runs, tmp_path):
 
 # ---- JUnit -------------------------------------------------------------------------------
 
-def test_junit_parses_back(runs):
+def _check_key(t) -> tuple:
+    return (t["layer"], t["fixture"], t["case"], t["tensor"], t["tier"], t["isa"], t["threads"])
+
+
+def test_junit_has_one_testcase_per_check(runs):
     doc = load(runs["bad"])
-    keys = {(t["layer"], t["case"], t["tensor"], t["tier"]) for t in doc["tensors"]}
-    failing = {(t["layer"], t["case"], t["tensor"], t["tier"]) for t in doc["tensors"]
-               if not t["passed"]}
+    keys = [_check_key(t) for t in doc["tensors"]]
+    failing = {_check_key(t) for t in doc["tensors"] if not t["passed"]}
     for path in (runs["junit"], runs["bad"] / "junit.xml"):
         root = ET.parse(path).getroot()
         assert root.tag == "testsuites"
         cases = root.findall("./testsuite/testcase")
-        assert len(cases) == len(keys) == int(root.get("tests"))
-        assert int(root.get("failures")) == len(failing)
+        assert len(cases) == len(set(keys)) == len(keys) == int(root.get("tests"))
+        assert int(root.get("failures")) == len(failing) == doc["summary"]["failed"]
+        names = [(tc.get("classname"), tc.get("name")) for tc in cases]
+        assert len(set(names)) == len(names)                     # unique names
         got = set()
         for tc in cases:
-            _, layer, case = tc.get("classname").split(".", 2)
-            tensor, tier = tc.get("name")[:-1].split("[")
-            got.add((layer, case, tensor, tier))
+            _, layer, fixture, case = tc.get("classname").split(".", 3)
+            tensor, run = tc.get("name")[:-1].split("[")
+            tier, isa, threads = run.split()
+            key = (layer, fixture, case, tensor, tier, isa, int(threads[1:]))
+            got.add(key)
             f = tc.find("failure")
-            assert (f is not None) == ((layer, case, tensor, tier) in failing)
+            assert (f is not None) == (key in failing)
             if f is not None:
                 assert f.get("message").startswith(f"{layer}/{case}/{tensor} tier={tier}")
                 assert "worst [" in f.get("message") and "reproduce: crnn-conformance gate" in f.text
-        assert got == keys
+        assert got == set(keys)
         assert {s.get("name") for s in root.findall("testsuite")} == {"crnn.dot16", "crnn.linear"}
+
+
+def test_junit_times_are_the_checks_own(runs):
+    """Each testcase's time is its record's seconds (its share of a port run and its compare):
+    not all zero, and together about the gate's wall time (never more)."""
+    doc = load(runs["good"])
+    root = ET.parse(runs["good"] / "junit.xml").getroot()
+    times = [float(tc.get("time")) for tc in root.iter("testcase")]
+    assert times == [pytest.approx(t["seconds"], abs=1e-6) for t in doc["tensors"]]
+    assert min(times) > 0
+    assert 0.3 * doc["meta"]["wall_s"] < sum(times) <= doc["meta"]["wall_s"]
+    assert float(root.get("time")) == pytest.approx(sum(times), abs=1e-3)
 
 
 # ---- report and diff ---------------------------------------------------------------------
@@ -237,7 +257,7 @@ def test_diff_sorts_by_largest_increase(runs):
     deltas = [float(l.split()[6]) for l in rows[1:]]
     assert deltas == sorted(deltas, reverse=True) and deltas[0] > 1
     assert "NOW FAILS" in rows[0]
-    assert lines[-1].startswith("33 records compared:")
+    assert lines[-1].startswith("33 checks compared:")
 
 
 def test_diff_fail_on_increase(runs):
@@ -318,14 +338,14 @@ def test_report_in_headless_chromium(runs, name, banner, tmp_path):
 
 def test_report_from_a_minimal_document(tmp_path):
     """Only the keys the readers require: the reports still render (meta is optional)."""
-    rec = {"case": "c", "layer": "linear", "tensor": "y", "tier": "float64", "isa": "scalar",
-           "threads": 1, "usage": None, "max_abs_diff": None, "mismatches": 1, "elements": 4,
-           "passed": False}
-    (tmp_path / "r.json").write_text(json.dumps({"schema_version": 1, "tensors": [rec]}))
+    rec = {"fixture": "linear", "case": "c", "layer": "linear", "tensor": "y", "tier": "float64",
+           "isa": "scalar", "threads": 1, "usage": None, "max_abs_diff": None, "mismatches": 1,
+           "elements": 4, "passed": False}
+    (tmp_path / "r.json").write_text(json.dumps({"schema_version": 2, "tensors": [rec]}))
     r = cli("report", str(tmp_path / "r.json"), "--html", str(tmp_path / "h"),
             "--junit", str(tmp_path / "j.xml"))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert parse(tmp_path / "h" / "index.html").rows == [("linear", "c", "y")]
+    assert parse(tmp_path / "h" / "index.html").rows == [("linear", "linear", "c", "y")]
     assert ET.parse(tmp_path / "j.xml").getroot().get("failures") == "1"
 
 
@@ -342,3 +362,45 @@ def test_passing_tensors_above_half_their_allowance_get_plots(runs, tmp_path):
     page = parse(tmp_path / "index.html")
     assert "details" in page.ids and page.classes["card"] == len(amber)
     assert page.classes["a"] >= len(amber)      # amber usage cells and chips
+
+
+# ---- one unit everywhere; the overview -----------------------------------------------------
+
+def test_every_report_states_the_same_counts(runs, tmp_path):
+    """Console, results.json, HTML and JUnit: the same checks, failures and tensors."""
+    doc = load(runs["bad"])
+    s = doc["summary"]
+    checks, failed, tensors = len(doc["tensors"]), sum(not t["passed"] for t in doc["tensors"]), \
+        len({(t["layer"], t["fixture"], t["case"], t["tensor"]) for t in doc["tensors"]})
+    assert (s["checks"], s["failed"], s["tensors"]) == (checks, failed, tensors)
+    assert sum(st["checks"] for st in doc["layers"].values()) == checks
+    assert sum(t["checks"] for t in s["tiers"].values()) == checks
+    r = cli("report", str(runs["bad"] / "results.json"), "-q")
+    assert f"{checks - failed} of {checks} checks passed ({tensors} tensors in 2 layers;" in r.stdout
+    html = (runs["bad"] / "index.html").read_text()
+    assert re.search(rf"{checks - failed} of {checks} checks passed\s+· {tensors} tensors in 2 layers", html)
+    root = ET.parse(runs["bad"] / "junit.xml").getroot()
+    assert (int(root.get("tests")), int(root.get("failures"))) == (checks, failed)
+
+
+@pytest.mark.parametrize("name", ["good", "bad"])
+def test_every_report_opens_with_an_overview_per_layer(runs, name):
+    text = (runs[name] / "index.html").read_text(encoding="utf-8")
+    main = text[text.index("<main>"):]
+    assert main.index('id="overview"') < main.index('id="summary"')
+    doc = load(runs[name])
+    for layer in doc["layers"]:
+        i = text.index(f'id="overview-{layer}"')
+        svg = text[i:text.index("</svg>", i)]
+        assert 'class="limit"' in svg                          # usage 1 marked
+        tol = [t for t in doc["tensors"] if t["layer"] == layer and t["tier"] in ("float64", "pytorch")]
+        # one dot per check in the usage panel and one per resolution
+        assert svg.count("<title>") >= 2 * len(tol) and "resolution" in svg
+    assert parse(runs[name] / "index.html").tags["svg"] >= len(doc["layers"])
+
+
+def test_html_shows_resolution(runs):
+    doc = load(runs["good"])
+    text = (runs["good"] / "index.html").read_text(encoding="utf-8")
+    t = next(t for t in doc["tensors"] if t["tier"] == "float64")
+    assert f"f64 {t['resolution']:.1e}" in text

@@ -33,9 +33,9 @@ def cannot_run(message: str):
     sys.exit(EXIT_CANNOT_RUN)
 
 
-def write_reports(doc, html_dir, junit_path, results: bool) -> list[Path]:
+def write_reports(doc, html_dir, junit_path, results: bool, json_path=None) -> list[Path]:
     from crnn_conformance.reports import html, json_report, junit
-    written = []
+    written = [json_report.write_file(doc, json_path)] if json_path else []
     if html_dir:
         if results:
             written.append(json_report.write(doc, html_dir))

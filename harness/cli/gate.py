@@ -23,25 +23,33 @@ from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run, write_reports
 @click.option("--threads", default=",".join(map(str, THREADS)), show_default=True,
               help="comma list of thread counts for the identity tier")
 @click.option("--tiers", default=",".join(TIERS), show_default=True, help="comma list of tiers")
-@click.option("--layers", default=None, help="comma list of layers (default: all)")
+@click.option("--layers", default=None,
+              help="comma list of layers (default: all), or `available`: the layers whose "
+                   "symbols the port exports (the others are reported as not implemented)")
 @click.option("--case", default=None, help="only cases whose name matches this glob")
 @click.option("--report-dir", type=click.Path(file_okay=False), default=None,
               help="write results.json, index.html and junit.xml here")
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None,
               help="also write JUnit XML to this file")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="also write results.json to this file")
 @click.option("--timeout", type=float, default=120.0, show_default=True,
               help="seconds one layer call on one case may take before it counts as a hang")
 @click.option("-q", "--quiet", is_flag=True, help="print only failures and the verdict")
-def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, junit_path, timeout, quiet):
+@click.option("-v", "--verbose", is_flag=True,
+              help="also print each float64 / pytorch check's resolution")
+def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, junit_path, json_path,
+         timeout, quiet, verbose):
     """Run a port against the fixtures; exit 0 pass, 1 fail, 2 cannot run."""
+    available = layers is not None and layers.strip() == "available"
     try:
         opts = GateOptions(
             port=port, fixtures=Path(fixtures),
             isas=_split(isa, abi.ISA_NAMES, "ISA"),
             threads=tuple(_split(threads, None, "thread count", int)),
             tiers=tuple(_split(tiers, TIERS, "tier")),
-            layers=_split(layers, L.LAYERS, "layer"),
-            case=case, timeout=timeout)
+            layers=None if available else _split(layers, L.LAYERS, "layer"),
+            case=case, timeout=timeout, available=available)
     except click.BadParameter as e:
         cannot_run(e.message)
     if any(t < 1 or t > 256 for t in opts.threads):
@@ -52,20 +60,32 @@ def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, junit_pa
         cannot_run("--timeout must be a positive number of seconds")
     progress = None if quiet or not sys.stderr.isatty() else _progress
     try:
+        if opts.port is None:
+            _build_bundled()
         result = run_gate(opts, progress)
     except (abi.PortError, FixtureError, ValueError) as e:
         cannot_run(str(e))
     from crnn_conformance.reports import console, json_report
-    click.echo(console.render(result, quiet))
-    if report_dir or junit_path:
-        doc = json_report.to_json(result)
-        try:
-            for path in write_reports(doc, report_dir, junit_path, results=True):
-                if not quiet:
-                    click.echo(f"wrote {path}")
-        except OSError as e:
-            cannot_run(f"cannot write the reports: {e}")
+    doc = json_report.to_json(result)
+    if not doc["tensors"] and doc["meta"].get("not_implemented"):
+        cannot_run(f"no check ran: port {result.meta['port']} implements none of the layers "
+                   "of the cases selected (" + "; ".join(
+                       f"{k}: {v}" for k, v in doc["meta"]["not_implemented"].items()) + ")")
+    click.echo(console.render(doc, quiet, verbose))
+    try:
+        for path in write_reports(doc, report_dir, junit_path, results=True, json_path=json_path):
+            if not quiet:
+                click.echo(f"wrote {path}")
+    except OSError as e:
+        cannot_run(f"cannot write the reports: {e}")
     sys.exit(EXIT_PASS if result.passed else EXIT_FAIL)
+
+
+def _build_bundled() -> None:
+    """Builds the bundled kernels first, saying so on stderr when the cache is cold."""
+    from crnn_conformance.ctypes_kernels import build
+    build.build(notify=lambda: click.echo("building the bundled kernels (first run)...", err=True))
+
 
 def _progress(done, total, label):
     width = 30

@@ -17,15 +17,18 @@ from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run, write_reports
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None,
               help="write JUnit XML to this file")
 @click.option("-q", "--quiet", is_flag=True, help="print nothing but errors")
-def report(results, html_dir, junit_path, quiet):
-    """Re-render the reports from a saved results.json; exit 0 whatever the verdict."""
-    from crnn_conformance.reports import json_report
-    if not html_dir and not junit_path:
-        cannot_run("nothing to write: give --html DIR and/or --junit FILE")
+@click.option("-v", "--verbose", is_flag=True, help="table: also each check's resolution")
+def report(results, html_dir, junit_path, quiet, verbose):
+    """Re-render the reports from a saved results.json: the console table when no output is
+    asked for, else index.html and/or JUnit XML; exit 0 whatever the verdict."""
+    from crnn_conformance.reports import console, json_report
     try:
         doc = json_report.load(results)
     except json_report.ReportError as e:
         cannot_run(str(e))
+    if not html_dir and not junit_path:
+        click.echo(console.render(doc, quiet, verbose))
+        return
     try:
         for path in write_reports(doc, html_dir, junit_path, results=False):
             if not quiet:
