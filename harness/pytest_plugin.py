@@ -1,21 +1,31 @@
-"""pytest plugin: the conformance suite as pytest tests, one per (case, tensor, tier).
+"""pytest plugin: the conformance suite as pytest tests, one per (fixture, case, tensor, tier).
 
     pytest --port path/to/libport.so            # a port (alias: --crnn-port)
     pytest --crnn-conformance                   # the bundled port
     pytest --port libport.so -k "linear and dW" -n 2 --junitxml=conformance.xml
+    pytest --port libport.so --crnn-layers available   # a partial port
 
 Registered through the `pytest11` entry point, it does nothing unless one of those options is
-given, so a project's own test run is unaffected. The tests are
+given, so a project's own test run is unaffected. When one is given, pytest collects the
+conformance suite only (a project's own tests too only when their paths are named on the
+command line), from any directory: the fixtures ship inside the package. The tests are
 
-    crnn-conformance::<layer>::<case>::<tensor>[<tier>]
+    crnn-conformance::<fixture>::<case>::<tensor>[<tier>]
 
-and they run exactly the gate's code (crnn_conformance.harness.runner.GateSession.run_case, the worker process,
-crnn_conformance.harness.compare): the first test of a case runs that case through the port once in this
-process (all tiers, every ISA x thread count) and every test of the case reads its records.
-With pytest-xdist each worker keeps its own port worker; `--dist loadgroup` keeps a case's
-tests on one worker (each test carries xdist_group = layer/case). A port that cannot be run
-at all (not found, not loadable, missing symbols, wrong ABI version, bad fixture, FTZ/DAZ)
-is a usage error with the gate's one-line message.
+(fixture = the fixture file's stem, e.g. adamw or pytorch_adamw; the layer is a keyword, so
+`-k conv` selects conv's and pytorch_conv's tests) and they run exactly the gate's code
+(crnn_conformance.harness.runner.GateSession.run_case, the worker process,
+crnn_conformance.harness.compare): the first test of a case runs that case through the port
+once in this process (all tiers, every ISA x thread count) and every test of the case reads
+its records. A test is one (fixture, case, tensor, tier); it covers the gate's checks of that
+tier for the tensor: one for exact, float64 and pytorch, one per ISA x threads run other than
+the base for identity. With pytest-xdist each worker keeps its own port worker; `--dist
+loadgroup` keeps a case's tests on one worker, so each case runs once (each test carries
+xdist_group = fixture/case). A port that cannot be run at all (not found, not loadable,
+missing symbols, wrong ABI version, bad fixture, FTZ/DAZ) is a usage error with the gate's
+one-line message. Under `--crnn-layers available` the tests of a layer the port does not
+implement (missing symbols, or CRNN_E_UNSUPPORTED from its base run) are skipped with the
+reason "not implemented".
 
 Options (each also has a --crnn- form): --crnn-layers, --crnn-tiers, --crnn-isa,
 --crnn-threads, --crnn-case, --crnn-fixtures, --crnn-timeout.
@@ -39,7 +49,8 @@ def pytest_addoption(parser):
         names.insert(0, "--port")
     g.addoption(*names, dest="crnn_port", default=None, metavar="PATH",
                 help="collect the conformance suite for this shared library (crnn_port.h)")
-    g.addoption("--crnn-layers", default=None, metavar="LIST", help="comma list of layers")
+    g.addoption("--crnn-layers", default=None, metavar="LIST",
+                help="comma list of layers, or `available`: those the port implements")
     g.addoption("--crnn-tiers", default=None, metavar="LIST", help="comma list of tiers")
     g.addoption("--crnn-isa", default=None, metavar="LIST", help="comma list of ISA paths")
     g.addoption("--crnn-threads", default=None, metavar="LIST",
@@ -61,11 +72,18 @@ def _active(config) -> bool:
 
 
 def _options(config):
+    import click
+    from crnn_conformance.ctypes_kernels import abi
     from crnn_conformance.harness import layers as L
     from crnn_conformance.harness.cli.common import _split
-    from crnn_conformance.harness.runner import FIXTURES_DIR, THREADS, TIERS, GateOptions
-    from crnn_conformance.ctypes_kernels import abi
-    import click
+    from crnn_conformance.harness.runner import (
+        FIXTURES_DIR,
+        THREADS,
+        TIERS,
+        GateOptions,
+    )
+    layers = config.getoption("crnn_layers")
+    available = layers is not None and layers.strip() == "available"
     try:
         return GateOptions(
             port=config.getoption("crnn_port"),
@@ -74,8 +92,9 @@ def _options(config):
             threads=tuple(_split(config.getoption("crnn_threads"), None, "thread count", int)
                           or THREADS),
             tiers=tuple(_split(config.getoption("crnn_tiers"), TIERS, "tier") or TIERS),
-            layers=_split(config.getoption("crnn_layers"), L.LAYERS, "layer"),
-            case=config.getoption("crnn_case"), timeout=config.getoption("crnn_timeout"))
+            layers=None if available else _split(layers, L.LAYERS, "layer"),
+            case=config.getoption("crnn_case"), timeout=config.getoption("crnn_timeout"),
+            available=available)
     except click.BadParameter as e:
         raise pytest.UsageError(f"crnn-conformance: {e.message}") from None
 
@@ -91,13 +110,19 @@ class _State:
         self.opened = False
         self.records: dict[tuple, list] = {}
 
+    def open(self):
+        if not self.opened:
+            self.session.open()
+            self.opened = True
+
     def records_for(self, job) -> list:
-        key = (job.layer, job.case.name)
+        key = (str(job.fixture), job.case.name)
         if key not in self.records:
-            if not self.opened:
-                self.session.open()
-                self.opened = True
-            self.records[key] = [r.to_dict() for r in self.session.run_case(job)]
+            self.open()
+            if job.layer in self.session.not_implemented:   # missing symbols (available)
+                self.records[key] = []
+            else:
+                self.records[key] = [r.to_dict() for r in self.session.run_case(job)]
         return self.records[key]
 
     def close(self):
@@ -119,6 +144,14 @@ def pytest_configure(config):
         config.addinivalue_line("markers", "crnn_conformance: a crnn-conformance check")
 
 
+def pytest_ignore_collect(collection_path, config):
+    """Active, the plugin collects the conformance suite only: a project's own test files are
+    collected too only when the command line names them."""
+    if _active(config) and config.args_source != pytest.Config.ArgsSource.ARGS:
+        return True
+    return None
+
+
 def pytest_sessionstart(session):
     """Fail early, once, with the gate's message when the port or fixtures cannot be used
     (in the xdist controller, or the only process without xdist)."""
@@ -126,18 +159,19 @@ def pytest_sessionstart(session):
     if not _active(config) or hasattr(config, "workerinput"):
         return
     state = _State(config)
-    _cannot_run_as_usage_error(state.session.open)   # loads the port in a worker and checks it
-    state.session.close()
+    _cannot_run_as_usage_error(state.open)   # loads the port in a worker and checks it
+    state.close()
 
 
-@pytest.hookimpl(tryfirst=True)   # before -k / -m deselection, so both apply to these tests
-def pytest_collection_modifyitems(session, config, items):
-    if not _active(config):
-        return
-    state = _State(config)
-    config.stash[_STATE] = state
-    suite = Suite.from_parent(session, name=SUITE, nodeid=SUITE)
-    items.extend(suite.build(state))
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """The suite is one more child of the session, collected like any other node (so the
+    collection counts, --co and -k see it)."""
+    outcome = yield
+    if isinstance(collector, pytest.Session) and _active(collector.config):
+        rep = outcome.get_result()
+        if rep.passed:
+            rep.result.append(Suite.from_parent(collector, name=SUITE, nodeid=SUITE))
 
 
 def pytest_sessionfinish(session):
@@ -147,40 +181,48 @@ def pytest_sessionfinish(session):
 
 
 class Suite(pytest.Collector):
-    def collect(self):   # the tree is built eagerly by build(); nothing is collected lazily
-        return []
-
-    def build(self, state) -> list:
-        layers, items = {}, []
-        for job in state.session.jobs:
-            if job.layer not in layers:
-                layers[job.layer] = LayerNode.from_parent(self, name=job.layer)
-            case = CaseNode.from_parent(layers[job.layer], name=job.case.name)
-            tensors = []
-            for tier in state.opts.tiers:
-                if tier == "identity":
-                    names = [t for tr in job.case.expected.values() for t in tr]
-                else:
-                    names = list(job.case.expected.get(tier, {}))
-                for tensor in dict.fromkeys(names):
-                    tensors.append((tensor, tier))
-            for tensor, tier in tensors:
-                item = CheckItem.from_parent(case, name=f"{tensor}[{tier}]", job=job,
-                                             tensor=tensor, tier=tier)
-                item.add_marker(pytest.mark.crnn_conformance)
-                item.add_marker(pytest.mark.xdist_group(name=f"{job.layer}/{job.case.name}"))
-                items.append(item)
-        return items
-
-
-class LayerNode(pytest.Collector):
     def collect(self):
-        return []
+        state = _State(self.config)
+        self.config.stash[_STATE] = state
+        fixtures = {}
+        for job in state.session.jobs:
+            fixtures.setdefault(job.fixture, []).append(job)
+        for path, jobs in fixtures.items():
+            node = FixtureNode.from_parent(self, name=Path(path).stem, jobs=jobs,
+                                           tiers=state.opts.tiers)
+            node.extra_keyword_matches.add(jobs[0].layer)
+            yield node
+
+
+class FixtureNode(pytest.Collector):
+    def __init__(self, *, jobs, tiers, **kw):
+        super().__init__(**kw)
+        self.jobs, self.tiers = jobs, tiers
+
+    def collect(self):
+        for job in self.jobs:
+            yield CaseNode.from_parent(self, name=job.case.name, job=job, tiers=self.tiers)
 
 
 class CaseNode(pytest.Collector):
+    def __init__(self, *, job, tiers, **kw):
+        super().__init__(**kw)
+        self.job, self.tiers = job, tiers
+
     def collect(self):
-        return []
+        job = self.job
+        group = f"{Path(job.fixture).stem}/{job.case.name}"
+        for tier in self.tiers:
+            if tier == "identity":
+                names = [t for tr in job.case.expected.values() for t in tr]
+            else:
+                names = list(job.case.expected.get(tier, {}))
+            for tensor in dict.fromkeys(names):
+                item = CheckItem.from_parent(self, name=f"{tensor}[{tier}]", job=job,
+                                             tensor=tensor, tier=tier)
+                item.add_marker(pytest.mark.crnn_conformance)
+                item.add_marker(pytest.mark.xdist_group(name=group))
+                yield item
 
 
 class ConformanceFailure(AssertionError):
@@ -195,8 +237,11 @@ class CheckItem(pytest.Item):
     def runtest(self):
         from crnn_conformance.reports.console import failure_line
         state = self.config.stash[_STATE]
-        recs = [r for r in state.records_for(self.job) if r["tier"] == self.tier
-                and r["tensor"] in (self.tensor, "*")]
+        all_recs = state.records_for(self.job)
+        reason = state.session.not_implemented.get(self.job.layer)
+        if reason and not all_recs:
+            pytest.skip(f"not implemented: {reason}")
+        recs = [r for r in all_recs if r["tier"] == self.tier and r["tensor"] in (self.tensor, "*")]
         if not recs:
             if self.tier == "identity":
                 pytest.skip("identity: only one ISA x thread count to compare")
@@ -207,6 +252,8 @@ class CheckItem(pytest.Item):
             raise ConformanceFailure("\n".join(failure_line(r) for r in bad))
         worst = max(recs, key=lambda r: r["usage"] if r["usage"] is not None else float("inf"))
         self.user_properties.append(("usage", worst["usage"]))
+        if worst.get("resolution") is not None:
+            self.user_properties.append(("resolution", worst["resolution"]))
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, ConformanceFailure):
@@ -214,4 +261,4 @@ class CheckItem(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
-        return self.job.fixture, None, f"{self.job.layer}/{self.job.case.name}/{self.name}"
+        return self.job.fixture, None, f"{Path(self.job.fixture).stem}/{self.job.case.name}/{self.name}"

@@ -1,5 +1,7 @@
-"""The pytest plugin: `pytest --port PATH` collects one test per (case, tensor, tier) through the
-gate's own code path; -k, --junitxml and -n 2 work; without its options it does nothing."""
+"""The pytest plugin: `pytest --port PATH` collects one test per (fixture, case, tensor, tier)
+through the gate's own code path, with the gate's verdicts serially and under -n 2, from any
+directory; -k, --co, --junitxml work; active, it collects only the conformance suite; without
+its options it does nothing."""
 from __future__ import annotations
 
 import json
@@ -40,30 +42,44 @@ def nan_port(tmp_path_factory):
     return build_port(tmp_path_factory.mktemp("ports"), "-DTP_NAN")
 
 
+def gate_verdicts(tmp_path, *args):
+    """{(fixture, case, tensor, tier): passed} from the gate itself: the verdict a plugin test
+    must give (all of the tier's checks of that tensor passed)."""
+    r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "gate", *args, "-q",
+                        "--json", str(tmp_path / "gate.json")], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    out = {}
+    for t in json.loads((tmp_path / "gate.json").read_text())["tensors"]:
+        k = (t["fixture"], t["case"], t["tensor"], t["tier"])
+        out[k] = out.get(k, True) and t["passed"]
+    return out
+
+
 @pytest.fixture(scope="module")
 def gate_keys(nan_port, tmp_path_factory):
-    """The (layer, case, tensor, tier) checks of the gate itself on the same port."""
-    d = tmp_path_factory.mktemp("gate")
-    r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "gate", f"--port={nan_port}",
-                        "--layers", "dot16,linear", "-q", "--report-dir", str(d)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 1, r.stdout + r.stderr
-    recs = json.loads((d / "results.json").read_text())["tensors"]
-    return ({(t["layer"], t["case"], t["tensor"], t["tier"]) for t in recs},
-            {(t["layer"], t["case"], t["tensor"], t["tier"]) for t in recs if not t["passed"]})
+    """The (fixture, case, tensor, tier) checks of the gate itself on the same port."""
+    v = gate_verdicts(tmp_path_factory.mktemp("gate"), f"--port={nan_port}", "--layers",
+                      "dot16,linear")
+    return set(v), {k for k, ok in v.items() if not ok}
+
+
+def _junit(path) -> dict:
+    """{(fixture, case, tensor, tier): passed} from pytest's JUnit XML; every id unique."""
+    out = {}
+    for tc in ET.parse(path).getroot().iter("testcase"):
+        suite, fixture, case = tc.get("classname").split(".", 2)
+        assert suite == "crnn-conformance"
+        tensor, tier = tc.get("name")[:-1].split("[")
+        key = (fixture, case, tensor, tier)
+        assert key not in out, key
+        out[key] = tc.find("failure") is None and tc.find("error") is None
+    return out
 
 
 def _junit_keys(path):
-    root = ET.parse(path).getroot()
-    keys, failed = set(), set()
-    for tc in root.iter("testcase"):
-        suite, layer, case = tc.get("classname").split(".")
-        assert suite == "crnn-conformance"
-        tensor, tier = tc.get("name")[:-1].split("[")
-        keys.add((layer, case, tensor, tier))
-        if tc.find("failure") is not None:
-            failed.add((layer, case, tensor, tier))
-    return keys, failed
+    v = _junit(path)
+    return set(v), {k for k, ok in v.items() if not ok}
 
 
 def test_one_test_per_check_and_the_same_verdict_as_the_gate(nan_port, gate_keys, tmp_path):
@@ -101,6 +117,79 @@ def test_bundled_port_with_the_flag(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     # 5 cases (dot16.h5's 3, dot16_zeros.h5's 2) x (exact, identity) + uniform_n0_100 float64
     assert "11 passed" in r.stdout
+
+
+ADAMW = ["--crnn-conformance", "--crnn-layers", "adamw", "--crnn-threads", "1,2"]
+
+
+@pytest.mark.parametrize("xdist", [False, True], ids=["serial", "n2"])
+def test_shared_case_names_get_unique_ids_and_the_gates_verdicts(tmp_path, xdist):
+    """adamw.h5 and pytorch_adamw.h5 share case names (conv0.W, fc.b, ...): each test is its
+    own fixture's, serially and under -n 2 (where a worker may run either fixture's case
+    first), and every verdict is the gate's."""
+    if xdist:
+        pytest.importorskip("xdist")
+    want = gate_verdicts(tmp_path, "--layers", "adamw", "--threads", "1,2")
+    fixtures = {k[0] for k in want}
+    shared = {k[1] for k in want if k[0] == "adamw"} & {k[1] for k in want if k[0] != "adamw"}
+    assert fixtures == {"adamw", "pytorch_adamw"} and shared      # the collision is exercised
+    args = [*ADAMW, "-q", f"--junitxml={tmp_path / 'j.xml'}"] + (["-n", "2"] if xdist else [])
+    r = run_pytest(tmp_path, *args)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    assert _junit(tmp_path / "j.xml") == want
+    assert f"{len(want)} passed" in r.stdout
+
+
+def test_collect_only_counts_what_it_lists(tmp_path):
+    r = run_pytest(tmp_path, *ADAMW, "--co", "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+    ids = [l for l in r.stdout.splitlines() if l.startswith("crnn-conformance::")]
+    assert len(ids) == len(set(ids)) > 0
+    assert f"{len(ids)} tests collected" in r.stdout and "no tests collected" not in r.stdout
+    assert any(i.startswith("crnn-conformance::pytorch_adamw::conv0.W::") for i in ids)
+    assert any(i.startswith("crnn-conformance::adamw::conv0.W::") for i in ids)
+
+
+def test_the_layer_is_a_keyword(tmp_path):
+    r = run_pytest(tmp_path, "--crnn-conformance", "--crnn-layers", "dot16,linear", "--co", "-q",
+                   "-k", "linear and not identity")
+    ids = [l for l in r.stdout.splitlines() if l.startswith("crnn-conformance::")]
+    assert ids and all(i.split("::")[1] in ("linear", "pytorch_linear") for i in ids)
+    assert {i.split("::")[1] for i in ids} == {"linear", "pytorch_linear"}
+
+
+def test_only_the_conformance_suite_inside_a_project(tmp_path):
+    """In a project with its own tests (here: a tests/ folder and testpaths, as in this
+    repository), `pytest --crnn-conformance` runs the conformance suite alone; naming a test
+    file on the command line adds it."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_own.py").write_text("def test_own():\n    assert False\n")
+    (tmp_path / "tests" / "conftest.py").write_text("")
+    r = run_pytest(tmp_path, "--crnn-conformance", "--crnn-layers", "dot16", "-q")
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntestpaths = tests\n")
+    r2 = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                         "--crnn-conformance", "--crnn-layers", "dot16", "-q"], cwd=tmp_path,
+                        capture_output=True, text=True, timeout=180)
+    for res in (r, r2):
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "11 passed" in res.stdout and "test_own" not in res.stdout
+    r3 = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                         "--crnn-conformance", "--crnn-layers", "dot16", "-q",
+                         "tests/test_own.py"], cwd=tmp_path, capture_output=True, text=True,
+                        timeout=180)
+    assert r3.returncode == 1 and "1 failed, 11 passed" in r3.stdout, r3.stdout
+
+
+@pytest.mark.slow
+def test_the_whole_suite_from_an_empty_directory_under_xdist(tmp_path):
+    """Issue 18's check as a user runs it: every check of every fixture, -n 2, 0 failures,
+    unique ids, and the gate's verdict for each."""
+    pytest.importorskip("xdist")
+    r = run_pytest(tmp_path, "--crnn-conformance", "-n", "2", "-q",
+                   f"--junitxml={tmp_path / 'j.xml'}", timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    got = _junit(tmp_path / "j.xml")
+    assert got == gate_verdicts(tmp_path) and all(got.values())
 
 
 def test_inactive_without_its_options(tmp_path):
