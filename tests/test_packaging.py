@@ -1,0 +1,118 @@
+"""The wheel: `pip wheel .` from the tracked files installs one top-level package,
+crnn_conformance, with the fixtures, C sources, templates and tolerance table inside; a fresh
+virtual environment with only that wheel (and its dependencies) runs the gate and the pytest
+plugin from an empty directory (slow)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GENERIC = ("harness", "generators", "reports", "ctypes_kernels", "fixtures")
+
+
+def _tracked_copy(dest: Path) -> Path:
+    """The repository's tracked files (what a clean clone has), copied to dest."""
+    r = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True)
+    if r.returncode != 0:      # not a git checkout: everything but build products
+        shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(
+            "build", "*.egg-info", "__pycache__", ".pytest_cache", ".git"))
+        return dest
+    for name in filter(None, r.stdout.split("\0")):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
+def _no_isolation() -> list[str]:
+    """Build with this environment's setuptools when it is recent enough (no index needed)."""
+    try:
+        import setuptools
+        return ["--no-build-isolation"] if int(setuptools.__version__.split(".")[0]) >= 64 else []
+    except ImportError:
+        return []
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("wheel")
+    src = _tracked_copy(d / "src")
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", *_no_isolation(), "-q",
+                        "-w", str(d / "dist"), str(src)], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (whl,) = (d / "dist").glob("crnn_conformance-*.whl")
+    return whl
+
+
+def test_the_wheel_holds_one_top_level_package(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names}
+    dist_info = [t for t in top if t.endswith(".dist-info")]
+    assert top == {"crnn_conformance", *dist_info} and len(dist_info) == 1, top
+    info = dist_info[0]
+    assert zipfile.ZipFile(wheel).read(f"{info}/top_level.txt").split() == [b"crnn_conformance"]
+    entry = zipfile.ZipFile(wheel).read(f"{info}/entry_points.txt").decode()
+    assert "crnn-conformance = crnn_conformance.harness.cli:main" in entry
+    assert "crnn_conformance = crnn_conformance.harness.pytest_plugin" in entry
+    # everything the gate reads at run time is package data
+    tracked_fixtures = {p.name for p in (ROOT / "fixtures").glob("*.h5")}
+    assert {Path(n).name for n in names if n.startswith("crnn_conformance/fixtures/")
+            and n.endswith(".h5") and "/model/" not in n} == tracked_fixtures
+    for need in ("crnn_conformance/fixtures/model/crnn-v0.h5",
+                 "crnn_conformance/ctypes_kernels/crnn_port.h",
+                 "crnn_conformance/ctypes_kernels/src/dot16.c",
+                 "crnn_conformance/ctypes_kernels/src/isa/gemm16_avx512.c",
+                 "crnn_conformance/harness/tolerances.toml",
+                 "crnn_conformance/reports/results.schema.json",
+                 "crnn_conformance/reports/templates/report.html.j2"):
+        assert need in names, need
+
+
+@pytest.mark.slow
+def test_a_fresh_venv_with_only_the_wheel_gates_from_an_empty_directory(wheel, tmp_path):
+    """As a port author's CI would: a new virtual environment (no access to this one's
+    site-packages), `pip install` of the wheel (its dependencies from the configured index),
+    then `crnn-conformance gate` and `pytest --crnn-conformance` in an empty directory, with a
+    cold build cache."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py = venv / "bin" / "python"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["CRNN_CACHE_DIR"] = str(tmp_path / "cache")
+    r = subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel), "pytest"], env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+
+    def run(*cmd):
+        return subprocess.run(list(cmd), cwd=empty, env=env, capture_output=True, text=True,
+                              timeout=900)
+
+    probe = run(str(py), "-c", "import sys, crnn_conformance.harness as h; print(h.__file__); "
+                "print(*[p for p in sys.path if 'site-packages' in p or 'dist-packages' in p])")
+    assert probe.returncode == 0, probe.stderr
+    where, *site_dirs = probe.stdout.split()
+    assert where.startswith(str(venv)), where
+    assert site_dirs and all(d.startswith(str(venv)) for d in site_dirs), site_dirs  # ours unseen
+    site = Path(where).parents[2]
+    assert not [g for g in GENERIC if (site / g).exists()]          # no generic top-level names
+    r = run(str(venv / "bin" / "crnn-conformance"), "gate", "-q")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    assert r.stdout.strip().splitlines()[-1].startswith("PASS")
+    assert "building the bundled kernels (first run)..." in r.stderr
+    r = run(str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--crnn-conformance",
+            "--crnn-layers", "dot16,adamw")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    assert " passed" in r.stdout and "failed" not in r.stdout
+    assert not list(empty.iterdir())                                 # nothing written here
