@@ -5,6 +5,7 @@ its options it does nothing."""
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -204,3 +205,46 @@ def test_a_port_that_cannot_run_is_a_usage_error(tmp_path):
     assert r.returncode == 4, r.stdout + r.stderr      # pytest's usage-error exit code
     assert "cannot run: port library not found" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+CONFTEST = '''\
+"""A port's repository: `pytest` runs its own tests; `pytest --crnn-conformance` builds the
+port and gates it (docs/port-abi.md)."""
+import shutil
+from pathlib import Path
+
+HERE = Path(__file__).parent
+PORT = HERE / "build" / "libmyport.so"
+
+
+def build_port():
+    PORT.parent.mkdir(exist_ok=True)
+    shutil.copy(HERE / "prebuilt.so", PORT)        # stands in for `make`, `cargo build`, ...
+
+
+def pytest_configure(config):
+    if config.getoption("crnn_conformance") and not config.getoption("crnn_port"):
+        if not hasattr(config, "workerinput"):     # once, in the controller, not per xdist worker
+            build_port()
+        config.option.crnn_port = str(PORT)
+'''
+
+
+def test_a_projects_conftest_points_the_plugin_at_its_port(tmp_path):
+    """The conftest.py of docs/port-abi.md: the plugin gates the project's own build (here
+    the test port, which implements dot16 and linear only), its own tests stay its own."""
+    pytest.importorskip("xdist")
+    shutil.copy(build_port(tmp_path), tmp_path / "prebuilt.so")
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_own.py").write_text("def test_own():\n    pass\n")
+    r = run_pytest(tmp_path, "-q")
+    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout + r.stderr
+    r = run_pytest(tmp_path, "--crnn-conformance", "--crnn-layers", "available", "-n", "2",
+                   "-q", "-rs", "--crnn-case", "[Tb]1*")     # linear's T16_* and conv's b1_*
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    assert (tmp_path / "build" / "libmyport.so").is_file()
+    assert "test_own" not in r.stdout
+    # the bundled port implements conv; this one does not: the plugin gated the project's port
+    assert "not implemented: crnn_conv_forward returned -4" in r.stdout
+    tail = r.stdout.strip().splitlines()[-1]
+    assert " passed, " in tail and " skipped" in tail and "failed" not in tail, tail
