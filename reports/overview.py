@@ -19,7 +19,7 @@ TIER_COLOR = {"float64": "#2f6fd0", "pytorch": "#e07b00"}
 FAIL_COLOR = "#d1342f"
 USAGE_DECADES = (-6, 1)        # 1e-6 .. 10
 RES_DECADES = (-9, -1)         # 1e-9 .. 0.1
-ROW, LABEL, BITS, GAP = 16, 150, 86, 26
+ROW, LABEL, BITS, GAP = 16, 150, 86, 44
 U_W, R_W, TOP, BOTTOM = 340, 260, 30, 40
 
 
