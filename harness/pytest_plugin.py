@@ -213,16 +213,24 @@ class CaseNode(pytest.Collector):
         job = self.job
         group = f"{Path(job.fixture).stem}/{job.case.name}"
         for tier in self.tiers:
-            if tier == "identity":
-                names = [t for tr in job.case.expected.values() for t in tr]
-            else:
-                names = list(job.case.expected.get(tier, {}))
+            names = identity_tensors(job) if tier == "identity" else list(
+                job.case.expected.get(tier, {}))
             for tensor in dict.fromkeys(names):
                 item = CheckItem.from_parent(self, name=f"{tensor}[{tier}]", job=job,
                                              tensor=tensor, tier=tier)
                 item.add_marker(pytest.mark.crnn_conformance)
                 item.add_marker(pytest.mark.xdist_group(name=group))
                 yield item
+
+
+def identity_tensors(job) -> list[str]:
+    """The tensors the gate checks in the identity tier: every output of the layer's run()
+    (a layer module's outputs(case), where it returns tensors the fixture has no reference
+    for), else those with a reference in some tier of the case."""
+    fn = getattr(job.module, "outputs", None)
+    if fn is not None:
+        return list(fn(job.case))
+    return list(dict.fromkeys(t for tr in job.case.expected.values() for t in tr))
 
 
 class ConformanceFailure(AssertionError):

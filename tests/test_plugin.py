@@ -248,3 +248,17 @@ def test_a_projects_conftest_points_the_plugin_at_its_port(tmp_path):
     assert "not implemented: crnn_conv_forward returned -4" in r.stdout
     tail = r.stdout.strip().splitlines()[-1]
     assert " passed, " in tail and " skipped" in tail and "failed" not in tail, tail
+
+
+def test_identity_tests_are_the_gates_identity_checks():
+    """Every tensor the gate checks for identity (every output of a layer's run, references
+    or not: the trained model's LSTM states, train3's moments, step's pool decisions) has its
+    plugin test, and no plugin test waits for a tensor the gate never checks."""
+    from crnn_conformance.harness.pytest_plugin import identity_tensors
+    from crnn_conformance.harness.runner import GateOptions, GateSession
+    s = GateSession(GateOptions(threads=(1, 2), tiers=("identity",)))
+    with s:
+        s.isas = s.isas[:1]
+        for job in s.jobs:
+            gate = {r.tensor for r in s.run_case(job)}
+            assert gate == set(identity_tensors(job)), (job.fixture.name, job.case.name)

@@ -2,6 +2,9 @@
 
 A module defines LAYER (the name used by the CLI and results), FIXTURE (fixtures/<name>.h5)
 and run(lib, case) -> {tensor: array}, the port's outputs named like the fixture's tensors.
+A module whose run() returns tensors the fixture has no reference for (the identity tier still
+checks them) also defines outputs(case) -> their names, so the pytest plugin can collect one
+identity test for each (tests/test_plugin.py checks it against the gate).
 """
 import importlib
 

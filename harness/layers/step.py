@@ -66,6 +66,13 @@ def run(lib, case) -> dict:
     return result
 
 
+def outputs(case) -> list[str]:
+    """The tensors run() returns: the gradients, the losses and, with a pytorch tier, the
+    port's pool decisions (winners, conv_out)."""
+    pool = ["winners", "conv_out"] if "pytorch" in getattr(case, "expected", {}) else []
+    return [*case.params["names"], "losses", "batch_loss", *pool]
+
+
 def compare_tier(case, tier, tensor, ours, ref, tol, floor):
     """The pytorch tier judges pool flips (harness/flips.py); every other tier compares as usual."""
     if tier == "pytorch" and "winners" in ref:

@@ -58,6 +58,12 @@ def run(lib, case) -> dict:
     return result
 
 
+def outputs(case) -> list[str]:
+    """The tensors run() returns: each weight with its moments, the losses and the norms."""
+    return [n for name in case.params["names"] for n in (name, f"{name}.m", f"{name}.v")] + \
+        ["losses", "norms"]
+
+
 def compare_tier(case, tier, tensor, ours, ref, tol, floor):
     """The float64 tier compares weights only where the gradient was large in all 3 steps."""
     mask = None
