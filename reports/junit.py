@@ -24,9 +24,6 @@ from pathlib import Path
 from .console import failure_message
 from .json_report import layer_status
 
-TIER_ORDER = ("exact", "float64", "pytorch", "identity")
-
-
 def classname(r: dict) -> str:
     return f"crnn.{r['layer']}.{r.get('fixture') or r['layer']}.{r['case']}"
 
