@@ -1,12 +1,19 @@
-"""Float64 reference: global gradient norm and clipping."""
+"""Float64 reference: global gradient norm and clipping.
+
+The sum of squares is one compensated dot over every element of every tensor (exactsum), so
+its bits do not depend on the machine.
+"""
 from __future__ import annotations
 
 import numpy as np
 
+from crnn_conformance.generators.float64 import exactsum as xs
+
 
 def global_norm(grads):
-    """sqrt of the sum over tensors (parameter order) of each tensor's squared entries."""
-    return float(np.sqrt(sum(float(np.sum(np.asarray(g, np.float64) ** 2)) for g in grads)))
+    """sqrt of the sum over all tensors' entries (parameter order) of their squares."""
+    flat = np.concatenate([np.asarray(g, np.float64).ravel() for g in grads] + [np.zeros(0)])
+    return float(np.sqrt(xs.dot(flat, flat)))
 
 
 def clip(grads, limit, enabled=True):

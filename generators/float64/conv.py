@@ -3,10 +3,16 @@
 Layouts (docs/architecture.md): x[H][W][C]; W[Out][KPadded] with tap index
 k = (ky*kw + kx)*C + c and zero padding columns K..KPadded-1; conv[P][Out] with
 p = y*Wc + x; pooled and winners [Hp][Wp][Out]; winners = p*Out + o or -1.
+
+Every sum is a compensated dot (exactsum), so the bits do not depend on the machine: the conv
+value is one dot over the KPadded taps and the bias (rounded once), db, dW and dcol are dots
+over P and Out; dx adds each element's taps in (ky, kx) order.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from crnn_conformance.generators.float64 import exactsum as xs
 
 
 def _as_hwc(x):
@@ -60,7 +66,7 @@ def forward(x, W, b, kh, kw, padH, padW, poolH, poolW):
     H, Wd, _ = x.shape
     Hc, Wc = conv_size(H, Wd, kh, kw, padH, padW)
     col = im2col(x, kh, kw, padH, padW, W.shape[1])
-    conv = col @ W.T + b
+    conv = xs.affine(col, W, b)
     pooled, winners = relu_maxpool(conv, Hc, Wc, poolH, poolW)
     return conv, pooled, winners
 
@@ -83,11 +89,11 @@ def backward(x, W, kh, kw, padH, padW, poolH, poolW, dPooled, winners, want_dx=T
     dC = dC.reshape(Hc * Wc, Out)
 
     col = im2col(x, kh, kw, padH, padW, KPadded)
-    db = dC.sum(axis=0)
-    dW = dC.T @ col
+    db = xs.total(dC, axis=0)
+    dW = xs.matmul(dC.T, col)
     if not want_dx:
         return dW, db, None
-    dcol = dC @ W
+    dcol = xs.matmul(dC, W)
     dxp = np.zeros((H + 2 * padH, Wd + 2 * padW, C))
     for ky in range(kh):
         for kx in range(kw):

@@ -1,12 +1,17 @@
 """Float64 reference: CTC loss of one line (Graves et al. 2006), blank = 0.
 
-Log domain with exact logaddexp; alpha and beta both include their own step's
+Log domain with an exact logaddexp (no cut); alpha and beta both include their own step's
 emission. loss = -logP; no alignment -> +inf and a zero gradient.
 dlogits = scale * (softmax - occupancy), occupancy[t][k] = exp(acc[t][k] - lp[t][k] - logP).
+exp, log and logaddexp are elementary.py's (DetMath-based, a few ulp) and the softmax
+denominator a compensated sum (exactsum), so the bits do not depend on the machine.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from crnn_conformance.generators.float64 import exactsum as xs
+from crnn_conformance.generators.float64.elementary import exp, log, logaddexp
 
 NEG_INF = -np.inf
 
@@ -14,7 +19,7 @@ NEG_INF = -np.inf
 def log_softmax(logits):
     z = np.asarray(logits, np.float64)
     m = z.max(axis=-1, keepdims=True)
-    return (z - m) - np.log(np.exp(z - m).sum(axis=-1, keepdims=True))
+    return (z - m) - log(xs.total(exp(z - m), axis=-1))[..., None]
 
 
 def _extend(target):
@@ -50,14 +55,14 @@ def alpha_beta(lp, ext):
     for t in range(1, T):
         a = alpha[t - 1]
         two = np.where(skip, _shift(a, 2), NEG_INF)
-        alpha[t] = np.logaddexp(np.logaddexp(a, _shift(a, 1)), two) + e[t]
+        alpha[t] = logaddexp(logaddexp(a, _shift(a, 1)), two) + e[t]
     beta[T - 1, max(0, S - 2):] = e[T - 1, max(0, S - 2):]
     skip_from = np.zeros(S, bool)  # s -> s+2 allowed iff skip[s+2]
     skip_from[:-2] = skip[2:]
     for t in range(T - 2, -1, -1):
         bn = beta[t + 1]
         two = np.where(skip_from, _shift(bn, -2), NEG_INF)
-        beta[t] = np.logaddexp(np.logaddexp(bn, _shift(bn, -1)), two) + e[t]
+        beta[t] = logaddexp(logaddexp(bn, _shift(bn, -1)), two) + e[t]
     return alpha, beta
 
 
@@ -73,12 +78,13 @@ def ctc(logits, target, scale=1.0):
     if T == 0:
         return np.inf, np.zeros((T, K))
     alpha, beta = alpha_beta(lp, ext)
-    logP = np.logaddexp.reduce(alpha[T - 1, max(0, S - 2):])
+    last = alpha[T - 1]
+    logP = float(last[0] if S == 1 else logaddexp(last[S - 2], last[S - 1]))
     if logP == NEG_INF:
         return np.inf, np.zeros((T, K))
     acc = np.full((T, K), NEG_INF)
     ab = alpha + beta
     for s in range(S):
-        acc[:, ext[s]] = np.logaddexp(acc[:, ext[s]], ab[:, s])
-    dlogits = scale * (np.exp(lp) - np.exp(acc - lp - logP))
+        acc[:, ext[s]] = logaddexp(acc[:, ext[s]], ab[:, s])
+    dlogits = scale * (exp(lp) - exp(acc - lp - logP))
     return float(-logP), dlogits

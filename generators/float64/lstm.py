@@ -4,17 +4,20 @@ Layouts (docs/architecture.md): x[T][I], W_ih[2][4H][I], W_hh[2][4H][H], b[2][4H
 (direction 0 forward); out[T][2H]; saved gates[2][T][4H] (activated), c, tc, hPrev
 [2][T][H], all indexed by time t. For the reverse direction hPrev[t] is the state
 after step t+1 (zeros at t = T-1).
+
+Every sum is a compensated dot (exactsum) and sigmoid / tanh are the few-ulp ones of
+elementary.py, so the bits do not depend on the machine. The gate pre-activation is one dot
+over [x_t | h_prev | 1] and [W_ih | W_hh | b], rounded once; dx is one dot over the 8H
+gate gradients of both directions.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from crnn_conformance.generators.float64 import exactsum as xs
+from crnn_conformance.generators.float64.elementary import sigmoid, tanh
 
-def sigmoid(z):
-    """Exact logistic function, 1/(1+exp(-z)), evaluated without overflow."""
-    z = np.asarray(z, np.float64)
-    e = np.exp(-np.abs(z))
-    return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+__all__ = ["sigmoid", "tanh", "forward", "backward"]
 
 
 def _order(d, T):
@@ -30,14 +33,15 @@ def forward(x, W_ih, W_hh, b):
     gates = np.zeros((2, T, 4 * H))
     c_all, tc_all, hPrev = (np.zeros((2, T, H)) for _ in range(3))
     for d in (0, 1):
+        Wd = np.concatenate([W_ih[d], W_hh[d], b[d][:, None]], axis=1)   # [4H][I + H + 1]
         h, c = np.zeros(H), np.zeros(H)
         for t in _order(d, T):
             hPrev[d, t] = h
-            z = W_ih[d] @ x[t] + W_hh[d] @ h + b[d]
+            z = xs.dot(Wd, np.concatenate([x[t], h, [1.0]]))
             i, f, o = sigmoid(z[:H]), sigmoid(z[H:2 * H]), sigmoid(z[3 * H:])
-            g = np.tanh(z[2 * H:3 * H])
+            g = tanh(z[2 * H:3 * H])
             c = f * c + i * g
-            tc = np.tanh(c)
+            tc = tanh(c)
             h = o * tc
             gates[d, t] = np.concatenate([i, f, g, o])
             c_all[d, t], tc_all[d, t] = c, tc
@@ -67,9 +71,9 @@ def backward(x, W_ih, W_hh, saved, dOut):
             dcNext = dc * f
             dz[d, t] = np.concatenate([di * i * (1 - i), df * f * (1 - f),
                                        dg * (1 - g * g), do * o * (1 - o)])
-            dhRec = W_hh[d].T @ dz[d, t]
-    dW_ih = np.einsum("dtg,ti->dgi", dz, x)
-    dW_hh = np.einsum("dtg,dtj->dgj", dz, hPrev)
-    db = dz.sum(axis=1)
-    dx = dz[0] @ W_ih[0] + dz[1] @ W_ih[1]
+            dhRec = xs.matmul(dz[d, t], W_hh[d])
+    dW_ih = np.stack([xs.matmul(dz[d].T, x) for d in (0, 1)])
+    dW_hh = np.stack([xs.matmul(dz[d].T, hPrev[d]) for d in (0, 1)])
+    db = xs.total(dz, axis=1)
+    dx = xs.matmul(np.concatenate([dz[0], dz[1]], axis=1), W_ih.reshape(-1, W_ih.shape[2]))
     return {"dW_ih": dW_ih, "dW_hh": dW_hh, "db": db, "dx": dx}

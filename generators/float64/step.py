@@ -5,6 +5,8 @@ conv blocks (ReLU + max pool) -> sequence x[t = w][h*C + c] -> bidirectional LST
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from crnn_conformance.generators import model
@@ -98,5 +100,5 @@ def batch_gradient(config, params, images, targets):
         losses[n], g = line_forward_backward(config, params, image, target, scale)
         for name in grads:
             grads[name] = grads[name] + g[name]
-    batch_loss = float(np.sum(losses[np.isfinite(losses)])) / B
+    batch_loss = math.fsum(losses[np.isfinite(losses)]) / B
     return grads, losses, batch_loss
