@@ -15,11 +15,24 @@ from __future__ import annotations
 
 import numpy as np
 
+from crnn_conformance.generators.float64 import exactsum as xs
+from crnn_conformance.generators.float64.elementary import tanh
 from crnn_conformance.generators.float64.lstm import sigmoid as _sig
 
 U = 2.0 ** -24            # binary32 unit roundoff
 EPS_SIGMOID = 9.0e-8      # max abs error of the sigmoid approximation, all 2^32 inputs (8.93e-8)
 EPS_TANH = 9.1e-8         # max abs error of the tanh approximation, all 2^32 inputs (9.03e-8)
+
+
+def mm(a, b):
+    """a @ b with plain sums in exactsum's fixed order: the same bits on every machine (the
+    bounds are written into fixtures: conv params, train3's mask)."""
+    return xs.matmul(a, b, compensated=False)
+
+
+def colsum(a):
+    """a.sum(0) in exactsum's fixed order (plain sums)."""
+    return xs.total(a, 0, compensated=False)
 
 
 def m_of(n: int) -> int:
@@ -49,15 +62,15 @@ def lstm_forward(x, W_ih, W_hh, b, s):
         h, c = np.zeros(H), np.zeros(H)
         for t in (range(T) if d == 0 else range(T - 1, -1, -1)):
             st["hPrev"][d, t] = h
-            xw = W_ih[d] @ x[t] + s * m_of(I) * U * (np.abs(W_ih[d]) @ np.abs(x[t]))
-            hw = W_hh[d] @ h + s * m_of(H) * U * (np.abs(W_hh[d]) @ np.abs(h))
+            xw = mm(W_ih[d], x[t]) + s * m_of(I) * U * mm(np.abs(W_ih[d]), np.abs(x[t]))
+            hw = mm(W_hh[d], h) + s * m_of(H) * U * mm(np.abs(W_hh[d]), np.abs(h))
             z = r(r(xw + hw) + b[d])
             a = np.concatenate([_sig(z[:2 * H]) + s * EPS_SIGMOID,
-                                np.tanh(z[2 * H:3 * H]) + s * EPS_TANH,
+                                tanh(z[2 * H:3 * H]) + s * EPS_TANH,
                                 _sig(z[3 * H:]) + s * EPS_SIGMOID])
             i, f, g, o = np.split(a, 4)
             c = r(r(f * c) + r(i * g))
-            tc = np.tanh(c) + s * EPS_TANH
+            tc = tanh(c) + s * EPS_TANH
             h = r(o * tc)
             st["gates"][d, t], st["c"][d, t], st["tc"][d, t] = a, c, tc
             out[t, d * H:(d + 1) * H] = h
@@ -85,15 +98,15 @@ def lstm_backward(x, W_ih, W_hh, st, dOut, s):
             dzt = np.concatenate([r(di * r(i * r(1 - i))), r(df * r(f * r(1 - f))),
                                   r(dg * r(1 - r(g * g))), r(do * r(o * r(1 - o)))])
             dz[t, d * G:(d + 1) * G] = dzt
-            dhRec = W_hh[d].T @ dzt + s * m_of(G) * U * (np.abs(W_hh[d]).T @ np.abs(dzt))
+            dhRec = mm(W_hh[d].T, dzt) + s * m_of(G) * U * mm(np.abs(W_hh[d]).T, np.abs(dzt))
     adz = np.abs(dz)
     mT = m_of(T)
-    dW_ih = (dz.T @ x + s * mT * U * (adz.T @ np.abs(x))).reshape(2, G, I)
-    dW_hh = np.stack([dz[:, d * G:(d + 1) * G].T @ st["hPrev"][d] + s * mT * U *
-                      (adz[:, d * G:(d + 1) * G].T @ np.abs(st["hPrev"][d])) for d in (0, 1)])
-    db = (dz.sum(0) + s * mT * U * adz.sum(0)).reshape(2, G)
+    dW_ih = (mm(dz.T, x) + s * mT * U * mm(adz.T, np.abs(x))).reshape(2, G, I)
+    dW_hh = np.stack([mm(dz[:, d * G:(d + 1) * G].T, st["hPrev"][d]) + s * mT * U *
+                      mm(adz[:, d * G:(d + 1) * G].T, np.abs(st["hPrev"][d])) for d in (0, 1)])
+    db = (colsum(dz) + s * mT * U * colsum(adz)).reshape(2, G)
     Wc = W_ih.reshape(2 * G, I)
-    dx = dz @ Wc + s * m_of(2 * G) * U * (adz @ np.abs(Wc))
+    dx = mm(dz, Wc) + s * m_of(2 * G) * U * mm(adz, np.abs(Wc))
     return dW_ih, dW_hh, db, dx
 
 

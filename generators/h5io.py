@@ -63,9 +63,11 @@ def write_fixture(path, layer: str, generator: str, seed: int, cases: list[Case]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".h5.tmp")
     with h5py.File(tmp, "w", libver="earliest", track_order=True) as f:
+        # no library versions: the contents do not depend on them, and a regeneration with
+        # another numpy must not change a byte (docs/fixtures.md, "Reproducibility")
         attrs = {"schema_version": SCHEMA_VERSION, "spec_version": SPEC_VERSION, "layer": layer,
-                 "generator": generator, "seed": seed, "numpy_version": np.__version__,
-                 "h5py_version": h5py.__version__, "case_names": json.dumps([c.name for c in cases])}
+                 "generator": generator, "seed": seed,
+                 "case_names": json.dumps([c.name for c in cases])}
         attrs.update(extra_attrs or {})
         for k in sorted(attrs):
             f.attrs[k] = attrs[k]

@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from crnn_conformance.generators.float64 import conv as ref
+from crnn_conformance.generators.float64 import exactsum as xs
 from crnn_conformance.generators.h5io import Case
 from crnn_conformance.generators.spec import conv as spec
 
@@ -118,13 +119,13 @@ def error_bounds(x, W, b, g, dPooled, winners) -> dict:
     aW = np.abs(W.astype(np.float64))
     dC = np.abs(spec.pool_backward(dPooled, winners, P, Out).astype(np.float64))
     mP = -(-P // 16) + 4
-    out = {"conv": (KP // 16 + 4 + 1) * U * float((col @ aW.T + np.abs(b)).max()),
-           "db": mP * U * float(dC.sum(axis=0).max()),
-           "dW": mP * U * float((dC.T @ col).max())}
+    out = {"conv": (KP // 16 + 4 + 1) * U * float(xs.affine(col, aW, np.abs(b), False).max()),
+           "db": mP * U * float(xs.total(dC, 0, False).max()),
+           "dW": mP * U * float(xs.matmul(dC.T, col, False).max())}
     out["pooled"] = out["conv"]
     if g["dx"]:
         mO = -(-Out // 16) + 4 + g["kh"] * g["kw"]
-        dcol = (dC @ aW).reshape(Hc, Wc, KP)
+        dcol = xs.matmul(dC, aW, False).reshape(Hc, Wc, KP)
         out["dx"] = mO * U * float(ref_col2im_abs(dcol, H, Wd, C, g).max())
     return {k: float(f"{v:.3g}") for k, v in out.items()}
 
@@ -164,7 +165,7 @@ def tie_rich_input(rng, g, W, Wt):
     x = _rectangles(rng, H, W, max(4, W // 6), values).astype(np.float32)
     K = g["kh"] * g["kw"] * C
     bg = np.tile(values[0], g["kh"] * g["kw"])                     # an interior background window
-    s = Wt[:, :K].astype(np.float64) @ bg
+    s = xs.matmul(Wt[:, :K], bg)
     delta = rng.uniform(0.05, 0.3, Out)
     sign = np.where(np.arange(Out) % 2 == 0, -1.0, 1.0)            # even channels dead on background
     b = (-s + sign * delta).astype(np.float32)
@@ -187,14 +188,17 @@ def make_case(name, rng, g, W, kind, block) -> Case:
             x, b = tie_rich_input(rng, g, W, Wt)
         else:
             x = random_input(rng, g, W)
-        conv64, pooled64, winners64 = ref.forward(x, Wt, b, *geo)
         Hc, Wc = ref.conv_size(g["H"], W, g["kh"], g["kw"], g["padH"], g["padW"])
-        # a cheap float64-only screen; the float32 stats are taken below
-        if window_stats(conv64, conv64.astype(np.float32), Hc, Wc,
+        # a cheap float64-only screen (plain sums, fixed order); the float32 stats and the
+        # reference's own margin are taken below
+        col = ref.im2col(x, g["kh"], g["kw"], g["padH"], g["padW"], Wt.shape[1])
+        screen = xs.affine(col, Wt, b, compensated=False)
+        if window_stats(screen, screen.astype(np.float32), Hc, Wc,
                         g["poolH"], g["poolW"])["min_margin"] >= NEAR_TIE:
             break
     else:
         raise RuntimeError(f"conv case {name}: no draw without near-ties in {MAX_DRAWS}")
+    conv64, pooled64, winners64 = ref.forward(x, Wt, b, *geo)
     conv, pooled, winners = spec.forward(x, Wt, b, *geo)
     if not np.array_equal(winners, winners64):
         raise RuntimeError(f"conv case {name}: float32 and float64 winners differ")

@@ -3,9 +3,13 @@
 The 'order' cases use data that makes the summation order visible: magnitudes spread over
 2^-30..2^30 with random signs, and pairs that cancel, so a different lane assignment or tree
 changes the bits. They have exact expectations only (no float64 allowance can be stated for a
-sum of cancelling terms). The 'uniform' cases are U(-1, 1) data with both tiers.
+sum of cancelling terms). The 'uniform' cases are U(-1, 1) data with both tiers; their float64
+value is the exactly rounded dot (products of float32 values are exact in float64, math.fsum
+rounds their sum once), the same on every machine.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -18,7 +22,7 @@ SEED = 1601
 
 
 def _order_data(rng, n):
-    mag = np.exp2(rng.integers(-30, 31, n)).astype(np.float32)
+    mag = np.ldexp(1.0, rng.integers(-30, 31, n)).astype(np.float32)   # exact powers of 2
     a = (rng.choice([-1.0, 1.0], n) * mag * rng.uniform(1, 2, n)).astype(np.float32)
     b = rng.uniform(-2, 2, n).astype(np.float32)
     if n >= 4:   # cancelling pairs across lanes
@@ -35,7 +39,7 @@ def _case(name, lengths, make, with_float64):
     exact, ref, at = [], [], 0
     for n in lengths:
         exact.append(dot16(a[at:at + n], b[at:at + n]))
-        ref.append(float(np.dot(a[at:at + n].astype(np.float64), b[at:at + n].astype(np.float64))))
+        ref.append(math.fsum(a[at:at + n].astype(np.float64) * b[at:at + n].astype(np.float64)))
         at += n
     expected = {"exact": {"dot": np.array(exact, np.float32)}}
     if with_float64:

@@ -13,6 +13,7 @@ batch loss; exact tier from generators/spec/step.py, float64 tier from generator
 """
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 
@@ -22,7 +23,8 @@ from crnn_conformance.generators import model
 from crnn_conformance.generators.float64 import conv as conv64
 from crnn_conformance.generators.float64 import step as ref
 from crnn_conformance.generators.h5io import Case
-from crnn_conformance.generators.bounds import U, col2im, lstm_backward, lstm_forward, m_of, round_up
+from crnn_conformance.generators.bounds import (U, col2im, colsum, lstm_backward, lstm_forward, m_of,
+                                                mm, round_up)
 from crnn_conformance.generators.spec import step as spec
 
 NAME = "step"
@@ -155,7 +157,7 @@ def _line(config, P, image, target, scale, s, winners=None):
         Hc = H + 2 * blk["padH"] - blk["kh"] + 1
         Wc = Wd + 2 * blk["padW"] - blk["kw"] + 1
         col = conv64.im2col(x, blk["kh"], blk["kw"], blk["padH"], blk["padW"], W.shape[1])
-        conv = col @ W.T + s * m_of(W.shape[1]) * U * (np.abs(col) @ np.abs(W).T)
+        conv = mm(col, W.T) + s * m_of(W.shape[1]) * U * mm(np.abs(col), np.abs(W).T)
         conv = r(conv + b)
         if winners is None:
             pooled, win = conv64.relu_maxpool(conv, Hc, Wc, blk["poolH"], blk["poolW"])
@@ -175,7 +177,7 @@ def _line(config, P, image, target, scale, s, winners=None):
         lstm_keep.append((seq, Ws, st))
         seq = out
     Wf, bf = P["fc.W"], P["fc.b"]
-    logits = r(seq @ Wf.T + s * m_of(Wf.shape[1]) * U * (np.abs(seq) @ np.abs(Wf).T) + bf)
+    logits = r(mm(seq, Wf.T) + s * m_of(Wf.shape[1]) * U * mm(np.abs(seq), np.abs(Wf).T) + bf)
     loss, dl = ctc64.ctc(logits, target, scale)
     grads = {sp.name: np.zeros(sp.shape) for sp in model.param_specs(config)}
     if not np.isfinite(loss):
@@ -183,9 +185,9 @@ def _line(config, P, image, target, scale, s, winners=None):
     dl = dl + s * U * np.abs(dl)
     adl = np.abs(dl)
     mT = m_of(Tn)
-    grads["fc.W"] = dl.T @ seq + s * mT * U * (adl.T @ np.abs(seq))
-    grads["fc.b"] = dl.sum(0) + s * mT * U * adl.sum(0)
-    dseq = dl @ Wf + s * m_of(Wf.shape[0]) * U * (adl @ np.abs(Wf))
+    grads["fc.W"] = mm(dl.T, seq) + s * mT * U * mm(adl.T, np.abs(seq))
+    grads["fc.b"] = colsum(dl) + s * mT * U * colsum(adl)
+    dseq = mm(dl, Wf) + s * m_of(Wf.shape[0]) * U * mm(adl, np.abs(Wf))
     for layer in reversed(range(config["lstm_layers"])):
         xin, Ws, st = lstm_keep[layer]
         dW_ih, dW_hh, db, dseq = lstm_backward(xin, Ws[0], Ws[1], st, dseq, s)
@@ -205,10 +207,10 @@ def _line(config, P, image, target, scale, s, winners=None):
         dC = dC.reshape(Hc * Wc, Out)
         adC = np.abs(dC)
         mP = m_of(Hc * Wc)
-        grads[f"conv{n}.W"] = dC.T @ col + s * mP * U * (adC.T @ np.abs(col))
-        grads[f"conv{n}.b"] = dC.sum(0) + s * mP * U * adC.sum(0)
+        grads[f"conv{n}.W"] = mm(dC.T, col) + s * mP * U * mm(adC.T, np.abs(col))
+        grads[f"conv{n}.b"] = colsum(dC) + s * mP * U * colsum(adC)
         if n > 0:
-            dcol = dC @ W + s * m_of(Out) * U * (adC @ np.abs(W))
+            dcol = mm(dC, W) + s * m_of(Out) * U * mm(adC, np.abs(W))
             H, Wd, C = xin.shape
             geo = (H, Wd, C, blk["kh"], blk["kw"], blk["padH"], blk["padW"])
             dP = col2im(dcol, *geo) + s * blk["kh"] * blk["kw"] * U * col2im(np.abs(dcol), *geo)
@@ -226,7 +228,7 @@ def _batch(config, P, images, targets, s, winners=None):
         grads = g if grads is None else {k: r(grads[k] + g[k]) for k in grads}
     out = dict(grads)
     out["losses"] = losses
-    out["batch_loss"] = np.array([float(np.sum(losses[np.isfinite(losses)])) / B])
+    out["batch_loss"] = np.array([math.fsum(losses[np.isfinite(losses)]) / B])
     return out, wins
 
 
