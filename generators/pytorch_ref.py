@@ -25,7 +25,7 @@ gradient is scaled by 1/B, not by 1/(B * target length) as reduction='mean' woul
 Determinism: one torch thread (torch.set_num_threads(1)) while a fixture is built, no
 randomness. On the same machine and torch version a rebuild is bit for bit the same; on
 another CPU or torch version the fp32 values may differ within their Floors, which is what
-`regen-fixtures --check` then allows (generators/regen.py).
+`regen-fixtures --check` then allows, on the same inputs (generators/fixture_compare.py).
 """
 from __future__ import annotations
 

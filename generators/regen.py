@@ -10,18 +10,18 @@ Nothing in fixtures/ changes unless this command is asked to write it.
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import click
-import h5py
-import numpy as np
 
 from crnn_conformance import fixtures
+from crnn_conformance.generators.fixture_compare import differences, torch_env_change
 from crnn_conformance.generators.h5io import FixtureError, write_fixture
+
+__all__ = ["BUILDERS", "differences", "fixture_path", "main", "regenerate", "torch_env_change"]
 
 FIXTURES_DIR = fixtures.directory()
 
@@ -60,92 +60,6 @@ def regenerate(name: str, root: Path) -> Path:
     write_fixture(path, mod.LAYER, mod.__name__, mod.SEED, cases,
                   getattr(mod, "EXTRA_ATTRS", None))
     return path
-
-
-# float64 reference values may differ in the last bits on another CPU (BLAS and NumPy's
-# SIMD reductions pick their summation order by CPU): --check allows them this relative slack.
-FLOAT64_CHECK_RTOL = 1e-12
-
-
-# A pytorch-tier fixture records the torch version and CPU flags that wrote it. PyTorch's fp32
-# results depend on both (its kernels dispatch on the CPU); when either differs from the
-# recorded one, --check compares the values PyTorch computed within their Floors instead of
-# bit for bit: each side is within its Floor of the float64 value (which is stable to
-# ~1e-12), so |old - new| <= Floor_old + Floor_new. That covers expected/pytorch/<t> (Floor
-# key <t>) and the PyTorch-derived inputs (Floor key inputs/<name>).
-TORCH_ENV_ATTRS = ("torch_version", "cpu_flags")
-
-
-def _attr(f, k):
-    v = f.attrs.get(k)
-    return v.decode() if isinstance(v, bytes) else (None if v is None else str(v))
-
-
-def torch_env_change(old: Path, new: Path) -> str | None:
-    """Why the pytorch tier of `old` cannot be compared bit for bit with `new` (the torch
-    version or the CPU flags recorded differ), or None."""
-    try:
-        with h5py.File(old, "r") as fo, h5py.File(new, "r") as fn:
-            if _attr(fn, "torch_version") is None:
-                return None
-            diff = [f"{k} {_attr(fo, k)} -> {_attr(fn, k)}" for k in TORCH_ENV_ATTRS
-                    if _attr(fo, k) != _attr(fn, k)]
-    except OSError:
-        return None
-    return "; ".join(diff) or None
-
-
-def _floor_of(f, name: str) -> float | None:
-    """The Floor of dataset `name` (<case>/expected/pytorch/<t> or <case>/inputs/<i>)."""
-    parts = name.split("/")
-    if len(parts) < 3 or "floor" not in f[parts[0]].attrs:
-        return None
-    floors = json.loads(f[parts[0]].attrs["floor"])
-    if parts[1:3] == ["expected", "pytorch"] and len(parts) == 4:
-        return floors.get(parts[3])
-    if parts[1] == "inputs" and len(parts) == 3:
-        return floors.get(f"inputs/{parts[2]}")
-    return None
-
-
-def differences(old: Path, new: Path) -> list[str]:
-    """Names the datasets of `new` that differ from `old` (bitwise; float64 tier: 1e-12;
-    pytorch tier within the Floors when torch or the CPU differ: torch_env_change)."""
-    if old.read_bytes() == new.read_bytes():
-        return []
-    out = []
-    env = torch_env_change(old, new)
-    try:
-        fo = h5py.File(old, "r")
-    except OSError as e:
-        return [f"unreadable ({e})"]
-    with fo, h5py.File(new, "r") as fn:
-        names = []
-        fn.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
-        for n in names:
-            if n not in fo:
-                out.append(f"{n}: missing in the checked-in file")
-                continue
-            a, b = fo[n][()], fn[n][()]
-            if np.shape(a) != np.shape(b) or np.asarray(a).dtype != np.asarray(b).dtype:
-                out.append(f"{n}: shape/dtype changed")
-            elif "/float64/" in n:
-                if not np.allclose(a, b, rtol=FLOAT64_CHECK_RTOL, atol=0, equal_nan=True):
-                    out.append(f"{n}: float64 values differ beyond {FLOAT64_CHECK_RTOL}")
-            elif env and np.asarray(a).dtype.kind == "f" and _floor_of(fn, n) is not None:
-                allowed = (_floor_of(fo, n) or 0.0) + _floor_of(fn, n)
-                with np.errstate(invalid="ignore"):
-                    d = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
-                d = np.where(np.asarray(a) == np.asarray(b), 0.0, d)
-                if not np.all(d <= allowed):
-                    out.append(f"{n}: pytorch values differ by {float(np.nanmax(d)):.3g}, beyond "
-                               f"their Floors ({allowed:.3g})")
-            elif np.asarray(a).tobytes() != np.asarray(b).tobytes():
-                out.append(f"{n}: bits differ")
-        extra = []
-        fo.visititems(lambda n, o: extra.append(n) if isinstance(o, h5py.Dataset) and n not in fn else None)
-        out += [f"{n}: no longer generated" for n in extra]
-    return out
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -188,7 +102,8 @@ def main(only, check, out_dir, quiet, retrain):
                     env = torch_env_change(old, path) if old.exists() else None
                     if env:
                         click.echo(f"NOTE {name}: recorded {env}: its pytorch-tier values are "
-                                   "compared within their Floors, not bit for bit")
+                                   "compared within their Floors on the same inputs, not bit "
+                                   "for bit (generators/fixture_compare.py)")
                     if diff:
                         stale.append((name, diff))
                 elif not quiet:

@@ -26,12 +26,20 @@ TENSORS = ("conv0.W", "conv0.b", "conv2.W", "lstm0.fwd.W_hh", "lstm1.rev.W_ih", 
            "fc.W", "fc.b")
 
 
+def rerun(inputs: dict, params: dict) -> tuple[dict, dict]:
+    """The three AdamW steps in PyTorch on a case's inputs: -> (fp32 outputs, float64 outputs).
+    regen-fixtures --check reruns the checked-in inputs with it on another CPU."""
+    p0, grads = np.asarray(inputs["p"]), np.asarray(inputs["grads"])
+    hp = {k: params[k] for k in ("lr", "beta1", "beta2", "eps", "wd")}
+    return (R.adamw(p0, grads, params["decay"], hp, "fp32"),
+            R.adamw(p0.astype(np.float64), grads.astype(np.float64), params["decay"], hp, "f64"))
+
+
 def _case(name, p0, grads, decay, floors_in, note):
     hp = R.TRAIN_HP
     p0 = np.ascontiguousarray(p0, np.float32)
     grads = np.ascontiguousarray(np.stack(grads), np.float32)
-    e32 = R.adamw(p0, grads, decay, hp, "fp32")
-    e64 = R.adamw(p0.astype(np.float64), grads.astype(np.float64), decay, hp, "f64")
+    e32, e64 = rerun({"p": p0, "grads": grads}, {**hp, "decay": bool(decay)})
     fl = R.floors(e32, e64)
     fl["inputs/grads"] = max(floors_in)
     inputs = {"p": p0, "grads": grads,

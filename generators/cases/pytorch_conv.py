@@ -28,6 +28,16 @@ EXTRA_ATTRS: dict | None = None
 GEOMETRY = ("kh", "kw", "padH", "padW", "poolH", "poolW")
 
 
+def rerun(inputs: dict, params: dict) -> tuple[dict, dict]:
+    """The block alone in PyTorch on a case's inputs: -> (fp32 outputs, float64 outputs).
+    regen-fixtures --check reruns the checked-in inputs with it on another CPU."""
+    x, W, b, dP = (np.asarray(inputs[k]) for k in ("x", "W", "b", "dPooled"))
+    geo = {k: params[k] for k in GEOMETRY}
+    f64 = [a.astype(np.float64) for a in (x, W, b)]
+    return (R.conv_block(x, W, b, geo, dP, "fp32", params["dx"]),
+            R.conv_block(*f64, geo, dP.astype(np.float64), "f64", params["dx"]))
+
+
 def build() -> list[Case]:
     global EXTRA_ATTRS
     EXTRA_ATTRS = R.provenance()
@@ -42,10 +52,8 @@ def build() -> list[Case]:
                 dP = np.ascontiguousarray(t32["dPooled"][n], np.float32)
                 W, b = params[f"conv{n}.W"], params[f"conv{n}.b"]
                 want_dx = n > 0
-                e32 = R.conv_block(x, W, b, blk, dP, "fp32", want_dx)
-                e64 = R.conv_block(x.astype(np.float64), W.astype(np.float64),
-                                   b.astype(np.float64), blk, dP.astype(np.float64), "f64",
-                                   want_dx)
+                e32, e64 = rerun({"x": x, "W": W, "b": b, "dPooled": dP},
+                                 {**{k: blk[k] for k in GEOMETRY}, "dx": want_dx})
                 fl = R.floors(e32, e64)
                 fl["inputs/x"] = R.floor(x, t64["block_in"][n])
                 fl["inputs/dPooled"] = R.floor(dP, t64["dPooled"][n])

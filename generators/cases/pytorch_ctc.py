@@ -23,6 +23,15 @@ SEED = R.BATCH_SEED
 EXTRA_ATTRS: dict | None = None
 
 
+def rerun(inputs: dict, params: dict) -> tuple[dict, dict]:
+    """CTC of one line in PyTorch on a case's inputs: -> (fp32 outputs, float64 outputs).
+    regen-fixtures --check reruns the checked-in inputs with it on another CPU."""
+    logits, target = np.asarray(inputs["logits"]), np.asarray(inputs["target"])
+    scale = float(inputs["scale"][0])
+    return (R.ctc_line(logits, target, scale, "fp32"),
+            R.ctc_line(logits.astype(np.float64), target, scale, "f64"))
+
+
 def build() -> list[Case]:
     global EXTRA_ATTRS
     EXTRA_ATTRS = R.provenance()
@@ -35,8 +44,8 @@ def build() -> list[Case]:
             t32, t64 = d["fp32"]["traces"][line], d["f64"]["traces"][line]
             logits = np.ascontiguousarray(t32["logits"], np.float32)
             target = np.ascontiguousarray(target, np.int32)
-            e32 = R.ctc_line(logits, target, scale, "fp32")
-            e64 = R.ctc_line(logits.astype(np.float64), target, scale, "f64")
+            e32, e64 = rerun({"logits": logits, "target": target,
+                              "scale": np.array([scale], np.float64)}, {})
             fl = R.floors(e32, e64)
             fl["inputs/logits"] = R.floor(logits, t64["logits"])
             T, K = logits.shape

@@ -18,6 +18,14 @@ SEED = R.BATCH_SEED
 EXTRA_ATTRS: dict | None = None
 
 
+def rerun(inputs: dict, params: dict) -> tuple[dict, dict]:
+    """The classifier alone in PyTorch on a case's inputs: -> (fp32 outputs, float64 outputs).
+    regen-fixtures --check reruns the checked-in inputs with it on another CPU."""
+    args = [np.asarray(inputs[k]) for k in ("x", "W", "b", "dY")]
+    return (R.linear_layer(*args, "fp32"),
+            R.linear_layer(*(a.astype(np.float64) for a in args), "f64"))
+
+
 def build() -> list[Case]:
     global EXTRA_ATTRS
     EXTRA_ATTRS = R.provenance()
@@ -30,9 +38,7 @@ def build() -> list[Case]:
             t32, t64 = d["fp32"]["traces"][line], d["f64"]["traces"][line]
             x = np.ascontiguousarray(t32["lstm_out"][-1], np.float32)
             dY = np.ascontiguousarray(t32["dlogits"], np.float32)
-            e32 = R.linear_layer(x, W, b, dY, "fp32")
-            e64 = R.linear_layer(x.astype(np.float64), W.astype(np.float64), b.astype(np.float64),
-                                 dY.astype(np.float64), "f64")
+            e32, e64 = rerun({"x": x, "W": W, "b": b, "dY": dY}, {})
             fl = R.floors(e32, e64)
             fl["inputs/x"] = R.floor(x, t64["lstm_out"][-1])
             fl["inputs/dY"] = R.floor(dY, t64["dlogits"])

@@ -28,6 +28,14 @@ def stacked(params, layer, dtype=np.float32):
                                  dtype) for k in ("W_ih", "W_hh", "b")]
 
 
+def rerun(inputs: dict, params: dict) -> tuple[dict, dict]:
+    """The layer alone in PyTorch on a case's inputs: -> (fp32 outputs, float64 outputs).
+    regen-fixtures --check reruns the checked-in inputs with it on another CPU."""
+    args = [np.asarray(inputs[k]) for k in ("x", "W_ih", "W_hh", "b", "dOut")]
+    return (R.lstm_layer(*args, "fp32"),
+            R.lstm_layer(*(a.astype(np.float64) for a in args), "f64"))
+
+
 def build() -> list[Case]:
     global EXTRA_ATTRS
     EXTRA_ATTRS = R.provenance()
@@ -42,10 +50,7 @@ def build() -> list[Case]:
                 t32, t64 = d["fp32"]["traces"][line], d["f64"]["traces"][line]
                 x = np.ascontiguousarray(t32["lstm_in"][layer], np.float32)
                 dOut = np.ascontiguousarray(t32["dlstm_out"][layer], np.float32)
-                e32 = R.lstm_layer(x, W_ih, W_hh, b, dOut, "fp32")
-                e64 = R.lstm_layer(x.astype(np.float64), W_ih.astype(np.float64),
-                                   W_hh.astype(np.float64), b.astype(np.float64),
-                                   dOut.astype(np.float64), "f64")
+                e32, e64 = rerun({"x": x, "W_ih": W_ih, "W_hh": W_hh, "b": b, "dOut": dOut}, {})
                 fl = R.floors(e32, e64)
                 fl["inputs/x"] = R.floor(x, t64["lstm_in"][layer])
                 fl["inputs/dOut"] = R.floor(dOut, t64["dlstm_out"][layer])

@@ -28,6 +28,15 @@ SEED = R.TRAIN_SEEDS[0]
 EXTRA_ATTRS: dict | None = None
 
 
+def compared(inputs: dict, floor: dict, params: dict, tensor: str) -> np.ndarray:
+    """Where the weights `tensor` are compared: the 50-Floor mask of its gradients (the Floor
+    of expected/pytorch/<tensor> is taken over it). regen-fixtures --check compares two
+    builds where both masks hold."""
+    steps = range(params["steps"])
+    return R.train_mask([inputs[f"grad{t}.{tensor}"] for t in steps],
+                        [floor[f"inputs/grad{t}.{tensor}"] for t in steps])
+
+
 def build() -> list[Case]:
     global EXTRA_ATTRS
     EXTRA_ATTRS = R.provenance()
