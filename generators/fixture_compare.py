@@ -215,19 +215,25 @@ def _tier(name: str) -> str:
     return "inputs" if parts[1] == "inputs" else parts[2]
 
 
-def _max_rel(a, b) -> float:
+def _max_rel(a, b) -> tuple[float, float]:
+    """(max over the changed elements of |a - b| / max(|a|, |b|), max |a - b| / max |a|)."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    changed = (a != b) & ~(np.isnan(a) & np.isnan(b))
+    if not changed.any():
+        return 0.0, 0.0
     with np.errstate(invalid="ignore", divide="ignore"):
-        d = np.abs(a - b) / np.maximum(np.abs(a), np.abs(b))
-    d = d[(a != b) & ~(np.isnan(a) & np.isnan(b))]
-    return float(np.nanmax(d)) if d.size else 0.0
+        d = np.abs(a - b)[changed]
+        rel = float(np.nanmax(d / np.maximum(np.abs(a), np.abs(b))[changed]))
+        scale = float(np.nanmax(np.abs(a[np.isfinite(a)]))) if np.isfinite(a).any() else 0.0
+    return rel, (float(np.nanmax(d)) / scale if scale else float("inf"))
 
 
 def compare_file(old: Path, new: Path) -> dict:
-    """Per tier: datasets and how many changed (bits); the float64 tier's max relative change;
-    root and case attributes that changed (provenance aside)."""
+    """Per tier: datasets and how many changed (bits); the float64 tier's largest change,
+    relative to the element and relative to its dataset's largest value; root and case
+    attributes that changed (provenance aside)."""
     row = {t: [0, 0] for t in TIERS}
-    row["float64_max_rel"], row["attrs"] = 0.0, 0
+    row["float64_max_rel"], row["float64_max_norm"], row["attrs"] = 0.0, 0.0, 0
     with h5py.File(old, "r") as fo, h5py.File(new, "r") as fn:
         row["attrs"] = len(_attr_differences("", dict(fo.attrs), dict(fn.attrs), PROVENANCE))
         for case in fn:
@@ -239,8 +245,9 @@ def compare_file(old: Path, new: Path) -> dict:
             if n not in fo or not _same_value(fo[n][()], fn[n][()]):
                 row[t][1] += 1
                 if t == "float64" and n in fo and np.shape(fo[n]) == np.shape(fn[n]):
-                    row["float64_max_rel"] = max(row["float64_max_rel"],
-                                                 _max_rel(fo[n][()], fn[n][()]))
+                    rel, norm = _max_rel(fo[n][()], fn[n][()])
+                    row["float64_max_rel"] = max(row["float64_max_rel"], rel)
+                    row["float64_max_norm"] = max(row["float64_max_norm"], norm)
     return row
 
 
@@ -251,19 +258,24 @@ def compare_sets(old_dir: Path, new_dir: Path) -> dict:
 
 
 def format_table(rows: dict) -> str:
+    """One line per fixture and a total: changed / all datasets per tier, the float64 tier's
+    largest change relative to the element (rel) and to its dataset's largest value (norm),
+    changed attributes."""
     head = (f"{'fixture':16s}" + "".join(f"{t + ' changed':>18s}" for t in TIERS) +
-            f"{'float64 max rel':>17s}{'attrs':>7s}")
+            f"{'f64 max rel':>13s}{'f64 max norm':>14s}{'attrs':>7s}")
     lines = [head]
     tot = {t: [0, 0] for t in TIERS}
-    worst, attrs = 0.0, 0
+    rel = norm = 0.0
+    attrs = 0
     for name, r in rows.items():
         lines.append(f"{name:16s}" + "".join(f"{f'{r[t][1]} / {r[t][0]}':>18s}" for t in TIERS) +
-                     f"{r['float64_max_rel']:>17.3g}{r['attrs']:>7d}")
+                     f"{r['float64_max_rel']:>13.3g}{r['float64_max_norm']:>14.3g}{r['attrs']:>7d}")
         for t in TIERS:
             tot[t] = [tot[t][0] + r[t][0], tot[t][1] + r[t][1]]
-        worst, attrs = max(worst, r["float64_max_rel"]), attrs + r["attrs"]
+        rel, norm = max(rel, r["float64_max_rel"]), max(norm, r["float64_max_norm"])
+        attrs += r["attrs"]
     lines.append(f"{'total':16s}" + "".join(f"{f'{tot[t][1]} / {tot[t][0]}':>18s}" for t in TIERS) +
-                 f"{worst:>17.3g}{attrs:>7d}")
+                 f"{rel:>13.3g}{norm:>14.3g}{attrs:>7d}")
     return "\n".join(lines)
 
 

@@ -79,6 +79,7 @@ def test_summary_counts_changed_datasets_by_tier(tmp_path):
     r = rows["linear"]
     assert r["exact"][1] == 0 and r["float64"][1] == 1 and r["inputs"][1] == 0
     assert 2e-15 < r["float64_max_rel"] < 4e-15
+    assert 0 < r["float64_max_norm"] <= r["float64_max_rel"]
     assert FC.main([str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     _edit(new, _set(f"{case}/expected/exact/y", (0, 0), np.float32(0.5)))
     rows = FC.compare_sets(tmp_path / "a", tmp_path / "b")
