@@ -14,6 +14,10 @@ with a compiler and level, a probe compiled with exactly those flags (plus FMA w
 has it) must show that the compiler keeps a*b + c as two roundings, sums a loop in order,
 divides with a true division and does not define __FAST_MATH__ (probe_fp). The same bits
 from gcc and clang at -O0, -O2 and -O3 on every ISA path are tests/test_compilers.py.
+
+Cache entries are written whole (a temporary directory renamed into place, under a lock) and
+checked against their SHA-256 sums before use, so a torn or truncated entry is rebuilt
+(ctypes_kernels/cache.py); a build interrupted by a signal kills its compilers.
 """
 from __future__ import annotations
 
@@ -23,9 +27,9 @@ import os
 import shutil
 import subprocess
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from . import cache
 from .abi import LAYER_SYMBOLS, PortError, load
 
 HERE = Path(__file__).resolve().parent
@@ -76,9 +80,7 @@ def _flags_for(src: Path, opt: str) -> list[str]:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("CRNN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "crnn-conformance")
-    return Path(root) / "build"
+    return cache.cache_root() / "build"
 
 
 def build_key(cc: str, opt: str, defines: list[str]) -> str:
@@ -117,28 +119,41 @@ def build(cc: str | None = None, opt: str = DEFAULT_OPT, mutant: str | None = No
     for isa in ISAS:
         check_flags([opt, *BASE_FLAGS, *ISA_FLAGS[isa], *defines])
     key = build_key(cc, opt, defines)
-    out = cache_dir() / key / "libcrnn.so"
-    if out.exists():
-        return out
-    if notify is not None:
-        notify()
-    probe = probe_fp(cc, opt)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        jobs = [(src, Path(tmp) / (src.parent.name + "_" + src.stem + ".o")) for src in sources()]
-        cmds = [[cc, *_flags_for(src, opt), *defines, "-c", str(src), "-o", str(obj)]
-                for src, obj in jobs]
-        with ThreadPoolExecutor(max_workers=max(1, min(len(cmds), os.cpu_count() or 1))) as pool:
-            for f in [pool.submit(_run, cmd, verbose) for cmd in cmds]:
-                f.result()
-        tmp_so = Path(tmp) / "libcrnn.so"
-        _run([cc, "-shared", "-pthread", "-o", str(tmp_so), *(str(o) for _, o in jobs), "-lm"],
-             verbose)
-        os.replace(tmp_so, out)
-    (out.parent / "build.txt").write_text(
-        f"cc: {cc}\nversion: {compiler_version(cc)}\nopt: {opt}\ndefines: {defines}\n"
-        f"base flags: {' '.join(BASE_FLAGS)}\nprobe: {json.dumps(probe)}\n")
+    entry = cache_dir() / key
+    out = entry / "libcrnn.so"
+    try:
+        cache.clean_orphans(cache_dir())
+        if cache.valid(entry, ("libcrnn.so",)):
+            return out
+        with cache.locked(cache_dir() / f"{key}.lock"):
+            if cache.valid(entry, ("libcrnn.so",)):   # another process built it meanwhile
+                return out
+            if notify is not None:
+                notify()
+            probe = probe_fp(cc, opt)
+            tmp = cache.fresh_dir(cache_dir())
+            try:
+                _compile(cc, opt, defines, tmp, verbose)
+                (tmp / "build.txt").write_text(
+                    f"cc: {cc}\nversion: {compiler_version(cc)}\nopt: {opt}\ndefines: {defines}\n"
+                    f"base flags: {' '.join(BASE_FLAGS)}\nprobe: {json.dumps(probe)}\n")
+                cache.publish(tmp, entry, ("libcrnn.so", "build.txt"))
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as e:
+        raise BuildError(cache.cache_error(e, cache_dir())) from None
     return out
+
+
+def _compile(cc: str, opt: str, defines: list[str], tmp: Path, verbose: bool) -> None:
+    """Compiles and links tmp/libcrnn.so (the objects in tmp/obj, removed after)."""
+    (tmp / "obj").mkdir()
+    jobs = [(src, tmp / "obj" / (src.parent.name + "_" + src.stem + ".o")) for src in sources()]
+    _run_all([[cc, *_flags_for(src, opt), *defines, "-c", str(src), "-o", str(obj)]
+              for src, obj in jobs], verbose)
+    _run([cc, "-shared", "-pthread", "-o", str(tmp / "libcrnn.so"), *(str(o) for _, o in jobs),
+          "-lm"], verbose)
+    shutil.rmtree(tmp / "obj")
 
 
 PROBE_SOURCE = r"""
@@ -208,8 +223,12 @@ def probe_fp(cc: str, opt: str) -> dict:
     h.update(cc.encode())
     h.update(compiler_version(cc).encode())
     memo = cache_dir().parent / "probes" / (h.hexdigest()[:20] + ".json")
-    if memo.exists():
-        return json.loads(memo.read_text())
+    try:
+        verdict = json.loads(memo.read_text())
+        if isinstance(verdict, dict) and verdict.get("passed") is True and verdict.get("variants"):
+            return verdict
+    except (OSError, ValueError):     # absent, torn or not JSON: probe again and rewrite it
+        pass
     f32 = np.float32
     a = b = f32(1 + 2.0 ** -12)
     c, d = f32(-1.0), f32(3.0)
@@ -249,8 +268,10 @@ def probe_fp(cc: str, opt: str) -> dict:
                                  "would not give the same bits on every path")
             results.append(got)
     verdict = {"cc": cc, "version": compiler_version(cc), "passed": True, "variants": results}
-    memo.parent.mkdir(parents=True, exist_ok=True)
-    memo.write_text(json.dumps(verdict))
+    try:
+        cache.atomic_write(memo, json.dumps(verdict))
+    except OSError as e:
+        raise BuildError(cache.cache_error(e, memo.parent)) from None
     return verdict
 
 
@@ -276,11 +297,33 @@ def describe_cmd(argv=None) -> None:
 
 
 def _run(cmd: list[str], verbose: bool) -> None:
-    if verbose:
-        print(" ".join(cmd))
-    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if r.returncode != 0:
-        raise BuildError(f"compiling the bundled kernels failed: {' '.join(cmd)}\n{r.stderr.strip()}")
+    _run_all([cmd], verbose)
+
+
+def _run_all(cmds: list[list[str]], verbose: bool) -> None:
+    """Runs the commands, as many at once as there are CPUs; the first failure raises
+    BuildError. Whatever ends the build early (an error, a signal) kills the ones running."""
+    pending, running = list(cmds), []
+    try:
+        while pending or running:
+            while pending and len(running) < max(1, os.cpu_count() or 1):
+                cmd = pending.pop(0)
+                if verbose:
+                    print(" ".join(cmd))
+                err = tempfile.TemporaryFile()
+                running.append((cmd, subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err),
+                                err))
+            cmd, proc, err = running.pop(0)
+            with err:
+                if proc.wait() != 0:
+                    err.seek(0)
+                    raise BuildError(f"compiling the bundled kernels failed: {' '.join(cmd)}\n"
+                                     f"{err.read().decode(errors='replace').strip()}")
+    finally:
+        for _, proc, err in running:
+            proc.kill()
+            proc.wait()
+            err.close()
 
 
 def build_helper(name: str, source: str, cc: str | None = None) -> Path:
@@ -292,19 +335,29 @@ def build_helper(name: str, source: str, cc: str | None = None) -> Path:
     h = hashlib.sha256(repr((name, source, flags)).encode())
     h.update(cc.encode())
     h.update(compiler_version(cc).encode())
-    out = cache_dir().parent / "helpers" / h.hexdigest()[:20] / f"lib{name}.so"
-    if out.exists():
+    root = cache_dir().parent / "helpers"
+    entry = root / h.hexdigest()[:20]
+    out = entry / f"lib{name}.so"
+    if cache.valid(entry, (out.name,)):
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        src = Path(tmp) / f"{name}.c"
-        src.write_text(source)
-        tmp_so = Path(tmp) / out.name
-        r = subprocess.run([cc, *flags, "-o", str(tmp_so), str(src)], capture_output=True,
-                           text=True, check=False)
-        if r.returncode != 0:
-            raise BuildError(f"compiling the harness helper {name} failed: {r.stderr.strip()}")
-        os.replace(tmp_so, out)
+    try:
+        with cache.locked(root / f"{entry.name}.lock"):
+            if cache.valid(entry, (out.name,)):
+                return out
+            cache.clean_orphans(root)
+            tmp = cache.fresh_dir(root)
+            try:
+                (tmp / f"{name}.c").write_text(source)
+                r = subprocess.run([cc, *flags, "-o", str(tmp / out.name), str(tmp / f"{name}.c")],
+                                   capture_output=True, text=True, check=False)
+                if r.returncode != 0:
+                    raise BuildError(f"compiling the harness helper {name} failed: "
+                                     f"{r.stderr.strip()}")
+                cache.publish(tmp, entry, (out.name,))
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as e:
+        raise BuildError(cache.cache_error(e, root)) from None
     return out
 
 
