@@ -37,10 +37,12 @@ def test_check_passes_on_every_checked_in_fixture():
 
 def test_check_names_a_fixture_that_differs(tmp_path, monkeypatch):
     import crnn_conformance.generators.regen as R
-    src = R.fixture_path(R.FIXTURES_DIR, "dot16").read_bytes()
+    import h5py
     fake = tmp_path / "fixtures"
     fake.mkdir()
-    (fake / "dot16.h5").write_bytes(src[:-64] + bytes(64))   # damaged tail
+    (fake / "dot16.h5").write_bytes(R.fixture_path(R.FIXTURES_DIR, "dot16").read_bytes())
+    with h5py.File(fake / "dot16.h5", "r+") as f:        # one stored value damaged
+        f["uniform_n0_100/inputs/a"][0] += 1.0
     r = subprocess.run([sys.executable, "-c",
                         "import sys, crnn_conformance.generators.regen as R, pathlib;"
                         f"R.FIXTURES_DIR = pathlib.Path({str(fake)!r});"

@@ -28,3 +28,41 @@ def available() -> list[str]:
 
 def module(name: str):
     return importlib.import_module(f"crnn_conformance.harness.layers.{name}")
+
+
+def tiers_for(mod, fixture_name: str) -> tuple:
+    """The tiers every case of the fixture file `fixture_name` (its stem) must hold: the
+    module's TIERS entry, else pytorch for a pytorch_* file and exact + float64 otherwise."""
+    declared = getattr(mod, "TIERS", {})
+    if fixture_name in declared:
+        return tuple(declared[fixture_name])
+    return ("pytorch",) if fixture_name.startswith("pytorch_") else ("exact", "float64")
+
+
+def required_inputs(mod, case) -> list[str]:
+    fn = getattr(mod, "required_inputs", None)
+    return list(fn(case)) if fn else list(getattr(mod, "INPUTS", ()))
+
+
+def check_fixture(mod, fx, role: str | None = None):
+    """Refuses (FixtureError) a fixture that is not the one the harness asked for: its root
+    `layer` attribute must be the module's layer, and every case must hold the tiers of the
+    file's role (tiers_for) and the inputs the module reads. Returns the fixture."""
+    from crnn_conformance.generators.h5io import FixtureError
+    role = role or fx.path.stem
+    layer = fx.attrs.get("layer")
+    if layer != mod.LAYER:
+        raise FixtureError(f"fixture {fx.path} is a {layer!r} fixture, but the harness reads "
+                           f"{fx.path.name} as the {mod.LAYER} fixture {role!r} (a renamed or "
+                           "misplaced file?)")
+    want = tiers_for(mod, role)
+    for case in fx.cases:
+        missing = [t for t in want if t not in case.expected]
+        if missing:
+            raise FixtureError(f"fixture {fx.path} lacks the {', '.join(missing)} tier(s) that "
+                               f"{role!r} must hold (case {case.name})")
+        missing = [k for k in required_inputs(mod, case) if k not in case.inputs]
+        if missing:
+            raise FixtureError(f"fixture {fx.path} lacks the input(s) {', '.join(missing)} that "
+                               f"the {mod.LAYER} layer reads (case {case.name})")
+    return fx

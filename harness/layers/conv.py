@@ -22,6 +22,7 @@ from ._ffi import call, f32, i32, out, ptr
 LAYER = "conv"
 FIXTURE = "conv"
 FIXTURES = ["conv", "pytorch_conv"]   # the second: the pytorch tier (trained crnn-v0)
+INPUTS = ("x", "W", "b", "dPooled")
 
 GEOMETRY = ("kh", "kw", "padH", "padW", "poolH", "poolW")
 

@@ -8,6 +8,7 @@ from ._ffi import call, f32, i32, out, ptr
 LAYER = "ctc"
 FIXTURE = "ctc"
 FIXTURES = ["ctc", "pytorch_ctc"]   # the second: the pytorch tier (trained crnn-v0)
+INPUTS = ("logits", "target", "scale")
 
 
 def run(lib, case) -> dict:

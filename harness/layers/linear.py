@@ -6,6 +6,7 @@ from ._ffi import call, f32, out, ptr
 LAYER = "linear"
 FIXTURE = "linear"
 FIXTURES = ["linear", "pytorch_linear"]   # the second: the pytorch tier (trained crnn-v0)
+INPUTS = ("x", "W", "b", "dY")
 
 
 def run(lib, case) -> dict:

@@ -7,6 +7,7 @@ from ._ffi import call, f32, out, ptr
 LAYER = "lstm"
 FIXTURE = "lstm"
 FIXTURES = ["lstm", "pytorch_lstm"]   # the second: the pytorch tier (trained crnn-v0)
+INPUTS = ("x", "W_ih", "W_hh", "b", "dOut")
 
 
 def run(lib, case) -> dict:

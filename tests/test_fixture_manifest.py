@@ -1,0 +1,147 @@
+"""Issue 17, item 6: a fixture's contents are protected as a whole (generators/h5io.py's
+manifest: every dataset's bytes, dtype and shape, every attribute, the list of datasets), and a
+fixture must be the one the harness asked for (harness/layers: its root `layer`, the tiers of
+its role, the inputs the layer reads). Each damage is exit 2 with one line naming it."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
+from testports import ROOT, cannot_run, gate  # noqa: E402
+
+from crnn_conformance.generators import h5io  # noqa: E402
+
+FIX = ROOT / "fixtures"
+CASE = "T16_I37_O37"
+
+
+def fixtures(tmp_path, *names) -> Path:
+    d = tmp_path / "fixtures"
+    d.mkdir()
+    for n in names:
+        shutil.copy(FIX / f"{n}.h5", d / f"{n}.h5")
+    return d
+
+
+def edit(path, fn):
+    with h5py.File(path, "r+") as f:
+        fn(f)
+
+
+def _params(f):
+    p = json.loads(f[CASE].attrs["params"])
+    p["T"] = 1
+    f[CASE].attrs["params"] = json.dumps(p, sort_keys=True)
+
+
+def _one_case(f):
+    f.attrs["case_names"] = json.dumps(json.loads(f.attrs["case_names"])[:1])
+
+
+def _floor(f):
+    name = json.loads(f.attrs["case_names"])[0]
+    fl = {k: v * 1e6 for k, v in json.loads(f[name].attrs["floor"]).items()}
+    f[name].attrs["floor"] = json.dumps(fl, sort_keys=True)
+
+
+EDITS = {
+    "a case's params": ("linear", _params, f"attribute 'params' of {CASE} changed"),
+    "case_names cut to one": ("linear", _one_case, "attribute 'case_names' of / changed"),
+    "a floor x 1e6": ("pytorch_linear", _floor, "attribute 'floor' of"),
+    "an expected dataset deleted": ("linear", lambda f: f.__delitem__(f"{CASE}/expected/exact/dW"),
+                                    f"dataset {CASE}/expected/exact/dW deleted"),
+    "an input dataset deleted": ("linear", lambda f: f.__delitem__(f"{CASE}/inputs/x"),
+                                 f"dataset {CASE}/inputs/x deleted"),
+    "a dataset changed": ("linear", lambda f: f[f"{CASE}/inputs/W"].__setitem__((0, 0), 2.0),
+                          f"dataset {CASE}/inputs/W changed"),
+    "a dataset added": ("linear", lambda f: f.create_dataset(f"{CASE}/inputs/extra", data=[1]),
+                        f"dataset {CASE}/inputs/extra added"),
+}
+
+
+@pytest.mark.parametrize("what", list(EDITS))
+def test_an_edited_fixture_is_refused_naming_the_change(what, tmp_path):
+    name, fn, message = EDITS[what]
+    d = fixtures(tmp_path, "linear", "pytorch_linear")
+    edit(d / f"{name}.h5", fn)
+    cannot_run(gate("--fixtures", str(d), "--layers", "linear"), f"{name}.h5",
+               "fails its SHA-256 manifest check", message)
+
+
+def test_a_fixture_in_another_role_is_refused(tmp_path):
+    d = fixtures(tmp_path, "linear", "pytorch_linear", "conv", "pytorch_conv")
+    shutil.copy(FIX / "linear.h5", d / "conv.h5")
+    cannot_run(gate("--fixtures", str(d), "--layers", "conv"), "conv.h5 is a 'linear' fixture",
+               "as the conv fixture 'conv'")
+    shutil.copy(FIX / "conv.h5", d / "conv.h5")
+    shutil.copy(FIX / "linear.h5", d / "pytorch_linear.h5")   # the pytorch tier silently gone
+    cannot_run(gate("--fixtures", str(d), "--layers", "linear"), "pytorch_linear.h5",
+               "lacks the pytorch tier(s) that 'pytorch_linear' must hold")
+
+
+def test_a_fixture_without_an_input_the_layer_reads_is_refused(tmp_path):
+    """A consistent file (its manifest is right) from a builder that forgot dY."""
+    d = fixtures(tmp_path, "pytorch_linear")
+    fx = h5io.read_fixture(FIX / "linear.h5")
+    for c in fx.cases:
+        del c.inputs["dY"]
+    h5io.write_fixture(d / "linear.h5", "linear", "test", 0, fx.cases)
+    cannot_run(gate("--fixtures", str(d), "--layers", "linear"), "linear.h5",
+               "lacks the input(s) dY that the linear layer reads")
+
+
+def test_a_fixture_of_the_old_schema_names_both_versions(tmp_path):
+    d = fixtures(tmp_path, "linear", "pytorch_linear")
+    edit(d / "linear.h5", lambda f: f.attrs.__setitem__("schema_version", 1))
+    cannot_run(gate("--fixtures", str(d), "--layers", "linear"), "schema version 1",
+               f"this harness reads version {h5io.SCHEMA_VERSION}")
+
+
+def _datasets(f) -> list:
+    out = []
+    f.visititems(lambda n, o: out.append(o) if isinstance(o, h5py.Dataset) else None)
+    return out
+
+
+def test_the_checked_in_fixtures_are_compressed_and_carry_their_manifest():
+    for path in sorted(FIX.glob("*.h5")):
+        with h5py.File(path, "r") as f:
+            assert f.attrs["schema_version"] == h5io.SCHEMA_VERSION, path
+            assert "manifest_sha256" in f.attrs, path
+            big = [o for o in _datasets(f) if o.nbytes >= h5io.CHUNK_MIN and o.size]
+            assert big and all(o.compression == "gzip" and o.shuffle for o in big), path
+        h5io.read_fixture(path)
+
+
+def test_writes_are_byte_reproducible_and_the_manifest_covers_decoded_data(tmp_path):
+    fx = h5io.read_fixture(FIX / "linear.h5")
+    a, b = tmp_path / "a.h5", tmp_path / "b.h5"
+    h5io.write_fixture(a, "linear", "g", 1, fx.cases)
+    h5io.write_fixture(b, "linear", "g", 1, fx.cases)
+    assert a.read_bytes() == b.read_bytes()
+    # the same data stored another way (uncompressed, contiguous) still matches its manifest
+    c = tmp_path / "c.h5"
+    with h5py.File(a, "r") as src, h5py.File(c, "w") as dst:
+        for k, v in src.attrs.items():
+            dst.attrs[k] = v
+
+        def copy(name, obj):
+            if isinstance(obj, h5py.Dataset):
+                dst.create_dataset(name, data=obj[()])
+            else:
+                dst.create_group(name)
+            for k, v in obj.attrs.items():
+                dst[name].attrs[k] = v
+        src.visititems(copy)
+    got = h5io.read_fixture(c)
+    for x, y in zip(fx.cases, got.cases):
+        for k in x.inputs:
+            assert x.inputs[k].tobytes() == y.inputs[k].tobytes()
+    assert np.asarray(got.cases[0].expected["exact"]["y"]).dtype == np.float32
