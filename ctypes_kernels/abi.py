@@ -45,6 +45,38 @@ SIGNATURES = {
     "crnn_adamw": (i32, [P, P, P, P, i64, f64, f64, f64, f64, f64, i32, f64, f64]),
 }
 
+# The argument names of crnn_port.h, in order; a leading * marks a pointer the call writes
+# (every other pointer is const). The worker names buffers by them (harness/guard.py);
+# tests/test_guards.py checks the table against the header.
+ARGS = {
+    "crnn_set_isa": "isa",
+    "crnn_set_threads": "n",
+    "crnn_dot16": "a b n *out",
+    "crnn_linear_forward": "x W b T I O *y",
+    "crnn_linear_backward": "x W dY T I O *dx *dW *db",
+    "crnn_conv_forward": "x H W C Wt b Out kh kw padH padW poolH poolW *conv *pooled *winners",
+    "crnn_conv_backward": "x H W C Wt Out kh kw padH padW poolH poolW dPooled winners *dW *db *dx",
+    "crnn_lstm_forward": "x T I H W_ih W_hh b *out *gates *c *tc *hPrev",
+    "crnn_lstm_backward": "x T I H W_ih W_hh gates c tc hPrev dOut *dW_ih *dW_hh *db *dx",
+    "crnn_sigmoid": "x n *y",
+    "crnn_tanh": "x n *y",
+    "crnn_detmath_exp": "x n *y",
+    "crnn_detmath_log": "x n *y",
+    "crnn_ctc": "logits T K target L scale *loss *dlogits",
+    "crnn_model_sizes": "cfg *nTensors *sizes",
+    "crnn_step_gradients": "cfg params B widths images targetLens targets *grads *losses *batchLoss",
+    "crnn_clip_gradients": "*grads sizes nTensors limit enabled *norm",
+    "crnn_adamw": "*p *m *v g n lr beta1 beta2 eps wd decay b1t b2t",
+}
+
+
+def pointer_args(name: str) -> list[tuple[int, str, bool]]:
+    """(position, argument name, written) of every pointer argument of entry point `name`."""
+    args = SIGNATURES[name][1]
+    return [(i, a.lstrip("*"), a.startswith("*")) for i, (a, t) in
+            enumerate(zip(ARGS.get(name, "").split(), args)) if t is P]
+
+
 CORE = ["crnn_abi_version", "crnn_isa_available", "crnn_set_isa", "crnn_get_isa",
         "crnn_set_threads", "crnn_get_threads"]
 LAYER_SYMBOLS = {
@@ -107,6 +139,10 @@ def load(path, layers=tuple(LAYER_SYMBOLS)) -> C.CDLL:
     if version != ABI_VERSION:
         raise PortError(f"port {path} has ABI version {version}; this harness speaks version "
                         f"{ABI_VERSION} (crnn_port.h)")
+    mask = lib.crnn_isa_available()
+    if not mask & (1 << ISA_NAMES.index("scalar")):
+        raise PortError(f"port {path}: crnn_isa_available() returned 0x{mask:x}, without bit 0 "
+                        "(scalar), which every port must set (docs/port-abi.md)")
     return lib
 
 

@@ -1,129 +1,163 @@
 """Runs a port in a worker process, so a crash or a hang is a reported failure, not the end.
 
-The worker loads the port (checking its ABI), reads each case's inputs from the fixture
-itself and sends back the outputs. A call that does not answer within the timeout is killed;
-a worker that dies (segfault, abort) is reported with its signal and restarted for the rest.
+The worker (forked from the gate, so it shares the fixtures the gate read) loads the port
+(checking its ABI) and runs one layer on one case per request, on private guarded copies of
+the inputs (harness/guard.py), and sends back the outputs. A call that does not answer within
+the timeout is killed; a worker that dies (segfault, abort) is reported with its signal (and,
+for a fault, the address and the buffer whose guard region it hit) and restarted for the rest.
+
+The worker's stdout and stderr are a file the gate reads after each run: what the port prints
+is attached to that run's records (truncated to OUTPUT_LIMIT bytes) and never mixed into the
+gate's own output. The worker ignores SIGINT (the gate handles it and kills the worker) and
+dies with the gate (PR_SET_PDEATHSIG), so no worker outlives it.
 
 The floating-point environment is checked in the worker before the port is loaded, right after
-(a library built with -ffast-math may set flush-to-zero in its initialisation) and before every
-call: flush-to-zero (FTZ) or denormals-are-zero (DAZ) would change results, so finding either
-set is an error of the run (abi.PortError, gate exit 2), not a failure of a tensor. The check
-reads MXCSR (x86) or FPCR (aarch64) through a tiny harness-side C helper compiled into the
-build cache; without a C compiler it falls back to probing the effect with NumPy arithmetic.
+(a library built with -ffast-math may set flush-to-zero in its initialisation) and before and
+after every port call: flush-to-zero (FTZ), denormals-are-zero (DAZ), a rounding mode other
+than to-nearest or unmasked exceptions would change results, so finding any is an error of
+the run (abi.PortError, gate exit 2), not a failure of a tensor (harness/fpenv.py).
 """
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import multiprocessing as mp
+import os
+import resource
 import signal
+import tempfile
 import traceback
 from pathlib import Path
 
-import numpy as np
-
 from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.generators.h5io import read_fixture
+from crnn_conformance.harness import guard
+from crnn_conformance.harness.fpenv import (FpEnvError, fp_ok, fp_problem, load_helper, fpenv,
+                                            fpenv_helper)
+
+OUTPUT_LIMIT = 4096              # bytes of a run's port output kept for its records
+OUTPUT_FILE_LIMIT = 256 << 20    # RLIMIT_FSIZE of the worker: a port printing forever stops here
 
 
 class PortCrash(RuntimeError):
     """The worker died or hung while running one layer on one case."""
 
 
-FPENV_SOURCE = r"""
-#include <stdint.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <xmmintrin.h>
-int32_t crnn_h_arch(void) { return 1; }
-uint32_t crnn_h_fpcsr(void) { return _mm_getcsr(); }
-void crnn_h_set_fpcsr(uint32_t v) { _mm_setcsr(v); }
-#elif defined(__aarch64__)
-int32_t crnn_h_arch(void) { return 2; }
-uint32_t crnn_h_fpcsr(void) { uint64_t v; __asm__ volatile("mrs %0, fpcr" : "=r"(v)); return (uint32_t)v; }
-void crnn_h_set_fpcsr(uint32_t v) { uint64_t x = v; __asm__ volatile("msr fpcr, %0" : : "r"(x)); }
-#else
-int32_t crnn_h_arch(void) { return 0; }
-uint32_t crnn_h_fpcsr(void) { return 0; }
-void crnn_h_set_fpcsr(uint32_t v) { (void)v; }
-#endif
-"""
-MXCSR_FTZ, MXCSR_DAZ, FPCR_FZ = 1 << 15, 1 << 6, 1 << 24
+class _Shared:
+    """What the gate and its worker share: the entry point in progress, the fault slot the
+    helper's signal handler fills, the guard-page table of the call in progress, and the
+    worker's stdout/stderr file (O_APPEND, unlinked; the gate reads it with pread)."""
 
+    def __init__(self, ctx):
+        self.current = ctx.RawArray("c", 128)
+        self.fault = ctx.RawArray(ctypes.c_uint64, 2)
+        self.table = ctx.RawArray("c", 4096)
+        self.parent = os.getpid()
+        fd, path = tempfile.mkstemp(prefix="crnn-port-output-")
+        os.unlink(path)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+        self.out_fd = fd
 
-def fpenv_helper():
-    """The helper library (ctypes), or None when it cannot be built (no C compiler)."""
-    from crnn_conformance.ctypes_kernels.build import BuildError, build_helper
-    try:
-        return _load_helper(build_helper("crnnfpenv", FPENV_SOURCE))
-    except (BuildError, OSError):
-        return None
+    def output(self) -> str:
+        """What the worker wrote since its last truncation (at most OUTPUT_LIMIT bytes)."""
+        try:
+            size = os.fstat(self.out_fd).st_size
+            data = os.pread(self.out_fd, OUTPUT_LIMIT, 0) if size else b""
+        except OSError:
+            return ""
+        text = data.decode("utf-8", "replace")
+        if size > OUTPUT_LIMIT:
+            text += f"\n[... {size - OUTPUT_LIMIT} more byte(s) not kept]"
+        return text
 
-
-def _load_helper(path):
-    lib = ctypes.CDLL(str(path))
-    lib.crnn_h_arch.restype, lib.crnn_h_arch.argtypes = ctypes.c_int32, []
-    lib.crnn_h_fpcsr.restype, lib.crnn_h_fpcsr.argtypes = ctypes.c_uint32, []
-    lib.crnn_h_set_fpcsr.restype, lib.crnn_h_set_fpcsr.argtypes = None, [ctypes.c_uint32]
-    return lib
-
-
-def fpenv(helper) -> dict:
-    """{"ftz", "daz", "register", "method"} for the calling thread."""
-    if helper is not None and helper.crnn_h_arch() in (1, 2):
-        v = int(helper.crnn_h_fpcsr())
-        if helper.crnn_h_arch() == 1:
-            return {"ftz": bool(v & MXCSR_FTZ), "daz": bool(v & MXCSR_DAZ),
-                    "register": f"MXCSR=0x{v:04x}", "method": "mxcsr"}
-        return {"ftz": bool(v & FPCR_FZ), "daz": bool(v & FPCR_FZ),
-                "register": f"FPCR=0x{v:08x}", "method": "fpcr"}
-    # No helper: observe the effect. Half the smallest normal is subnormal unless FTZ;
-    # a subnormal times 2^24 is normal unless DAZ reads the subnormal as zero.
-    tiny = np.array([0x00800000], np.uint32).view(np.float32)
-    sub = np.array([0x00400000], np.uint32).view(np.float32)
-    ftz = int((tiny * np.float32(0.5)).view(np.uint32)[0]) == 0
-    daz = int((sub * np.float32(16777216.0)).view(np.uint32)[0]) == 0
-    return {"ftz": ftz, "daz": daz, "register": "unknown (no C compiler for the helper)",
-            "method": "numpy-probe"}
-
-
-def _fp_problem(env: dict, when: str) -> str | None:
-    if not (env["ftz"] or env["daz"]):
-        return None
-    what = " and ".join(n for n, on in (("flush-to-zero (FTZ)", env["ftz"]),
-                                         ("denormals-are-zero (DAZ)", env["daz"])) if on)
-    return f"{what} found set {when} ({env['register']}); results would not be IEEE binary32"
+    def close(self) -> None:
+        if self.out_fd is not None:
+            os.close(self.out_fd)
+            self.out_fd = None
 
 
 class _Traced:
-    """The port as the layer modules see it in the worker: every crnn_* call first writes its
-    name into a buffer shared with the parent, so a crash or hang names the entry point."""
+    """The port as the layer modules see it in the worker: every crnn_* call is checked
+    (_TracedFn); the wrappers are made once per entry point."""
 
-    def __init__(self, lib, current):
-        self._lib, self._current = lib, current
+    def __init__(self, lib, shared, helper):
+        self._lib, self._shared, self._helper = lib, shared, helper
+        self.where = ""                      # the run in progress, for the messages
 
     def __getattr__(self, name):
         fn = getattr(self._lib, name)
         if not name.startswith("crnn_") or not callable(fn):
             return fn
-        return _TracedFn(fn, name.encode()[:127], self._current)
+        wrapped = _TracedFn(fn, name, self)
+        setattr(self, name, wrapped)
+        return wrapped
+
+    def check_fp(self, when: str, why: str) -> None:
+        if not fp_ok(self._helper):
+            raise FpEnvError(f"{fp_problem(fpenv(self._helper), when)} ({why})")
 
 
 class _TracedFn:
-    def __init__(self, fn, name: bytes, current):
-        self._fn, self._name, self._current = fn, name, current
+    """One entry point: the floating-point environment checked before and after, its name in
+    the shared buffer while it runs (a crash or hang names it), and the arena's guard and
+    const-input checks around it (harness/guard.py)."""
+
+    def __init__(self, fn, name: str, traced: _Traced):
+        self._fn, self._name, self._bname, self._t = fn, name, name.encode()[:127], traced
 
     def __call__(self, *args):
-        self._current.value = self._name
+        t, shared = self._t, self._t._shared
+        t.check_fp(f"before {self._name} was called ({t.where})",
+                   "something between the port's calls changed it")
+        arena = guard.active()
+        touched = arena.before(self._name, args) if arena is not None else ()
+        if any(b.paged for b, *_ in touched):
+            shared.table.value = arena.guard_pages(touched).encode()[:4095]
+        shared.current.value = self._bname
         rc = self._fn(*args)
-        self._current.value = b""
+        shared.current.value = b""
+        t.check_fp(f"after {self._name} returned ({t.where})",
+                   "the call changed the floating-point environment and did not restore it")
+        if arena is not None:
+            arena.after(self._name, touched, rc)
         return rc
 
     def __getattr__(self, name):
         return getattr(self._fn, name)
 
 
-def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, current) -> None:
-    helper = _load_helper(helper_path) if helper_path else None
-    problem = _fp_problem(fpenv(helper), "in the harness process before loading the port")
+def _isolate(shared) -> None:
+    """The worker's set-up: the gate handles SIGINT (and kills the worker), SIGTERM and SIGHUP
+    end it; it dies with the gate; its stdout and stderr go to the shared file, unbuffered."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    libc = ctypes.CDLL(None)
+    try:
+        libc.prctl(1, int(signal.SIGKILL))   # PR_SET_PDEATHSIG (Linux)
+    except AttributeError:
+        pass
+    if os.getppid() != shared.parent:
+        os._exit(1)
+    os.dup2(shared.out_fd, 1)
+    os.dup2(shared.out_fd, 2)
+    try:
+        libc.setvbuf(ctypes.c_void_p.in_dll(libc, "stdout"), None, 2, 0)   # _IONBF
+    except (AttributeError, ValueError):
+        pass
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+    if hard == resource.RLIM_INFINITY or hard > OUTPUT_FILE_LIMIT:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_FILE_LIMIT, hard))
+
+
+def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, shared,
+            cases: dict) -> None:
+    _isolate(shared)
+    helper = load_helper(helper_path) if helper_path else None
+    if helper is not None:
+        helper.crnn_h_catch_faults(ctypes.addressof(shared.fault))
+    problem = fp_problem(fpenv(helper), "in the harness process before loading the port")
     if problem:
         conn.send(("porterror", problem + " (something in this process enabled it: unset it "
                                 "or run the gate from a clean interpreter)"))
@@ -133,76 +167,121 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, cu
     except abi.PortError as e:
         conn.send(("porterror", str(e)))
         return
-    problem = _fp_problem(fpenv(helper), f"right after loading the port {port_path}")
+    problem = fp_problem(fpenv(helper), f"right after loading the port {port_path}")
     if problem:
         conn.send(("porterror", problem + " (its initialisation enables it: was it built or "
                                 "linked with -ffast-math / -Ofast?)"))
         return
+    ctypes.CDLL(None).fflush(None)
     conn.send(("ok", {"isas": abi.available_isas(lib), "abi_version": int(lib.crnn_abi_version()),
                       "fpenv": fpenv(helper), "symbols": abi.exported(lib)}))
-    lib = _Traced(lib, current)
-    from crnn_conformance.harness import layers as L
-    fixtures = {}
+    traced = _Traced(lib, shared, helper)
+    fflush = ctypes.CDLL(None).fflush
     while True:
-        msg = conn.recv()
+        try:
+            msg = conn.recv()
+        except EOFError:          # the gate is gone
+            return
         if msg is None:
             return
-        layer, fixture_path, case_name, isa, threads = msg
-        problem = _fp_problem(fpenv(helper), f"before running {layer} on case {case_name}")
-        if problem:
-            conn.send(("fpenv", problem + " (an earlier call into the port left it set)"))
-            continue
-        try:
-            if fixture_path not in fixtures:
-                fixtures[fixture_path] = {c.name: c for c in read_fixture(fixture_path).cases}
-            case = fixtures[fixture_path][case_name]
-            abi.check(lib.crnn_set_isa(abi.ISA_NAMES.index(isa)), f"crnn_set_isa({isa})")
-            abi.check(lib.crnn_set_threads(threads), f"crnn_set_threads({threads})")
-            conn.send(("ok", L.module(layer).run(lib, case)))
-        except abi.PortCallError as e:
-            conn.send(("callerror", (str(e), e.code)))
-        except Exception:  # a harness bug: report it whole
-            conn.send(("exception", traceback.format_exc()))
+        os.ftruncate(shared.out_fd, 0)
+        shared.table.value = b""
+        arena = guard.Arena()
+        reply = _run_one(traced, arena, cases, *msg)
+        fflush(None)
+        conn.send(reply)
+        del reply
+        arena.release()
+
+
+def _run_one(lib, arena, cases, layer, fixture_path, case_name, isa, threads) -> tuple:
+    from crnn_conformance.harness import layers as L
+    lib.where = f"{layer}, case {case_name}, {isa} x {threads} thread(s)"
+    case = None
+    guard.activate(arena)
+    try:
+        lib.check_fp(f"before running {layer} on case {case_name}",
+                     "an earlier call into the port left it set")
+        if fixture_path not in cases:
+            cases[fixture_path] = {c.name: c for c in read_fixture(fixture_path).cases}
+        case = cases[fixture_path][case_name]
+        abi.check(lib.crnn_set_isa(abi.ISA_NAMES.index(isa)), f"crnn_set_isa({isa})")
+        abi.check(lib.crnn_set_threads(threads), f"crnn_set_threads({threads})")
+        result = L.module(layer).run(lib, guard.PrivateCase(case, arena))
+        arena.finish()
+        return ("ok", result)
+    except FpEnvError as e:
+        return ("fpenv", str(e))
+    except abi.PortCallError as e:
+        wanted = {t for tensors in case.expected.values() for t in tensors} if case else set()
+        return ("callerror", (str(e), e.code, arena.partial(wanted)))
+    except Exception:  # a harness bug: report it whole
+        return ("exception", traceback.format_exc())
+    finally:
+        guard.activate(None)
 
 
 class Executor:
-    def __init__(self, port_path: Path, layers: list[str], timeout: float = 120.0):
+    """The gate's side of the worker. `timeout` (seconds, None: no limit) bounds each run;
+    `cases` ({fixture path: {case name: Case}}) are the fixtures the gate already read (the
+    worker inherits them; one not listed is read in the worker). After each run,
+    `last_output` holds what the port printed during it."""
+
+    def __init__(self, port_path: Path, layers: list[str], timeout: float | None = 120.0,
+                 cases: dict | None = None):
         self.port_path = str(port_path)
         self.layers = list(layers)
         self.timeout = timeout
+        self.cases = {str(k): v for k, v in (cases or {}).items()}
         self.proc = None
         self.conn = None
-        self.current = None
+        self.last_output = ""
         helper = fpenv_helper()            # built here, before the fork, loaded in the worker
         self.helper_path = helper._name if helper is not None else None
+        self.ctx = mp.get_context("fork")
+        self.shared = _Shared(self.ctx)
         self.info = self._start()           # {"isas", "abi_version", "fpenv"}
+        self.load_output = self.last_output  # what the port printed while being loaded
         self.isas = self.info["isas"]
 
     def _start(self) -> dict:
-        ctx = mp.get_context("fork")
-        self.conn, child = ctx.Pipe()
-        self.current = ctx.Array("c", 128, lock=False)   # the port call in progress
-        self.proc = ctx.Process(target=_worker, args=(child, self.port_path, self.layers,
-                                                      self.helper_path, self.current), daemon=True)
+        self.conn, child = self.ctx.Pipe()
+        os.ftruncate(self.shared.out_fd, 0)
+        self.proc = self.ctx.Process(target=_worker, args=(child, self.port_path, self.layers,
+                                                           self.helper_path, self.shared,
+                                                           self.cases), daemon=True)
         self.proc.start()
         child.close()
         if not self.conn.poll(self.timeout):
-            self.close()
+            self.close(force=True)
             raise abi.PortError(f"port {self.port_path} did not load within {self.timeout:.0f} s")
         try:
             kind, payload = self.conn.recv()
         except EOFError:
             code = self._reap()
-            raise abi.PortError(f"port {self.port_path} crashed while loading ({_describe(code)})") from None
+            raise abi.PortError(f"port {self.port_path} crashed while loading ({_describe(code)}"
+                                f"{self._fault(code)})") from None
+        finally:
+            self.last_output = self.shared.output()
         if kind == "porterror":
             self.close()
             raise abi.PortError(payload)
         return payload
 
     def run(self, layer: str, fixture_path: Path, case_name: str, isa: str, threads: int) -> dict:
+        """The outputs of one run; raises PortCrash, abi.PortCallError (with `.partial`: the
+        outputs of the calls that completed) or abi.PortError (the floating-point
+        environment)."""
         if self.proc is None or not self.proc.is_alive():
             self._start()
+        self.shared.fault[0] = self.shared.fault[1] = 0
         self.conn.send((layer, str(fixture_path), case_name, isa, threads))
+        try:
+            return self._answer()
+        finally:
+            self.last_output = self.shared.output()
+
+    def _answer(self) -> dict:
         if not self.conn.poll(self.timeout):
             where = self._where()
             self.proc.kill()
@@ -216,18 +295,28 @@ class Executor:
             code = self._reap()
             where = self._where()
             self.proc = None
-            raise PortCrash(f"the port crashed{where}: {_describe(code)}") from None
+            raise PortCrash(f"the port crashed{where}: {_describe(code)}{self._fault(code)}") from None
         if kind == "ok":
             return payload
         if kind == "callerror":
-            raise abi.PortCallError(*payload)
+            e = abi.PortCallError(payload[0], payload[1])
+            e.partial = payload[2]
+            raise e
         if kind == "fpenv":
             raise abi.PortError(payload)
         raise RuntimeError(f"harness error in the worker:\n{payload}")
 
     def _where(self) -> str:
-        name = bytes(self.current.value).decode(errors="replace") if self.current else ""
+        name = bytes(self.shared.current.value).decode(errors="replace")
         return f" in {name}" if name else ""
+
+    def _fault(self, code) -> str:
+        """' (a write at byte +4 past the end of y (in its guard page))' for a recorded fault."""
+        if code not in (-signal.SIGSEGV, -signal.SIGBUS) or not self.shared.fault[1] & 1:
+            return ""
+        kind = "a write" if self.shared.fault[1] & 2 else "an access"
+        table = bytes(self.shared.table.value).decode(errors="replace")
+        return f" ({kind} {guard.fault_report(int(self.shared.fault[0]), table)})"
 
     def _reap(self) -> int | None:
         if self.proc is not None:
@@ -235,22 +324,26 @@ class Executor:
             return self.proc.exitcode
         return None
 
-    def close(self) -> None:
+    def close(self, force: bool = False) -> None:
+        """Ends the worker: asks it to exit (force: kills it at once, e.g. on a signal)."""
         if self.proc is not None and self.proc.is_alive():
-            try:
-                self.conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
-            self.proc.join(5)
+            if not force:
+                try:
+                    self.conn.send(None)
+                except (BrokenPipeError, OSError):
+                    pass
+                self.proc.join(5)
             if self.proc.is_alive():
                 self.proc.kill()
+                self.proc.join(5)
         self.proc = None
+        self.shared.close()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        self.close()
+        self.close(force=exc[0] is not None)
 
 
 def _describe(code) -> str:

@@ -57,6 +57,7 @@ class Record:
     fixture: str = ""             # the fixture file's stem (adamw, pytorch_adamw, ...)
     resolution: float | None = None   # tolerance tiers: compare.resolution(); None for bit tiers
     seconds: float = 0.0          # this check's share of the port run it compares, plus its compare
+    output: str = ""              # what the port printed during the run (first record of a run)
 
     def to_dict(self) -> dict:
         d = {f: getattr(self, f) for f in _RECORD_FIELDS}   # shallow: asdict's deep copy of
@@ -64,6 +65,8 @@ class Record:
         for k in ("usage", "max_abs_diff"):
             if d[k] != d[k] or d[k] in (float("inf"), float("-inf")):
                 d[k] = None   # JSON has no NaN/Inf: null means "unbounded"
+        if not d["output"]:
+            del d["output"]
         return d
 
 
@@ -79,7 +82,7 @@ class GateOptions:
     tiers: tuple = TIERS
     layers: list[str] | None = None  # None: every layer with a harness module
     case: str | None = None          # glob over case names
-    timeout: float = 120.0
+    timeout: float | None = 120.0    # None: no limit
     available: bool = False          # `--layers available`: gate only the layers the port implements
 
 
@@ -100,6 +103,8 @@ def repro_command(opts: GateOptions, layer: str, case: str, tier: str, isa: str,
     if Path(opts.fixtures).resolve() != FIXTURES_DIR:
         cmd += ["--fixtures", str(opts.fixtures)]
     cmd += ["--layers", layer, "--case", case, "--tiers", tier, "--isa", isa, "--threads", str(threads)]
+    if opts.timeout != GateOptions.timeout:
+        cmd += ["--timeout", "inf" if opts.timeout is None else f"{opts.timeout:g}"]
     return shlex.join(cmd)
 
 
@@ -169,7 +174,8 @@ class GateSession:
         self.opts = opts
         self.t0 = time.perf_counter()
         self.started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        self.layer_names = opts.layers or L.available()
+        self.layer_names = L.available() if opts.layers is None else opts.layers
+        _check_selection(opts)
         unknown = [n for n in self.layer_names if n not in L.LAYERS]
         if unknown:
             raise ValueError(f"unknown layer(s) {unknown}; known: {', '.join(L.LAYERS)}")
@@ -177,12 +183,17 @@ class GateSession:
         if missing:
             raise ValueError(f"layer(s) {missing} have no harness module in this version")
         self.modules = [L.module(n) for n in self.layer_names]
-        self.fixtures = {m.LAYER: [read_fixture(p) for p in _fixture_paths(opts, m)]
+        self.fixtures = {m.LAYER: [L.check_fixture(m, read_fixture(p)) for p in _fixture_paths(opts, m)]
                          for m in self.modules}
         self.port_path = Path(opts.port) if opts.port else _bundled()
         self.jobs = [Job(m, fx.path, case) for m in self.modules for fx in self.fixtures[m.LAYER]
                      for case in fx.cases
-                     if opts.case is None or fnmatch.fnmatch(case.name, opts.case)]
+                     if (opts.case is None or fnmatch.fnmatch(case.name, opts.case))
+                     and ("identity" in opts.tiers or set(opts.tiers) & set(case.expected))]
+        if not self.jobs:
+            raise ValueError(f"no checks selected: no case of {', '.join(self.layer_names)}"
+                             + (f" matches --case {opts.case!r}" if opts.case else "")
+                             + f" with the tier(s) {', '.join(opts.tiers)}")
         self.executor = None
         self.isas: list[str] = []
         # `--layers available`: layer -> why it is not implemented (missing symbols, or an
@@ -195,14 +206,18 @@ class GateSession:
     def open(self) -> "GateSession":
         # --layers available: the worker checks only the core symbols; the layers whose
         # symbols are missing are then "not implemented" and their cases are not run
+        cases = {fx.path: {c.name: c for c in fx.cases} for fs in self.fixtures.values() for fx in fs}
         self.executor = Executor(self.port_path, [] if self.opts.available else self.layer_names,
-                                 self.opts.timeout)
+                                 self.opts.timeout, cases)
         try:
             self.isas = _select_isas(self.opts, self.executor.isas)
             if self.opts.available:
                 self._drop_missing(self.executor.info.get("symbols", []))
-        except abi.PortError:
-            self.close()
+            if set(self.opts.tiers) == {"identity"} and len(self.isas) * len(self.opts.threads) < 2:
+                raise ValueError("no checks selected: the identity tier compares ISA x thread "
+                                 f"runs, and only {self.isas[0]} x {self.opts.threads[0]} is selected")
+        except BaseException:
+            self.executor.close(force=True)
             raise
         return self
 
@@ -217,15 +232,15 @@ class GateSession:
                                 "layers asked for")
         self.jobs = [j for j in self.jobs if j.layer not in self.not_implemented]
 
-    def close(self) -> None:
+    def close(self, force: bool = False) -> None:
         if self.executor is not None:
-            self.executor.close()
+            self.executor.close(force)
 
     def __enter__(self):
         return self.open()
 
     def __exit__(self, *exc):
-        self.close()
+        self.close(force=exc[0] is not None)   # a signal or an error: kill the worker at once
 
     def run_case(self, job: Job) -> list[Record]:
         try:
@@ -254,6 +269,7 @@ class GateSession:
             "threads": list(self.opts.threads), "tiers": list(self.opts.tiers),
             "layers": self.layer_names, "case": self.opts.case, "timeout_s": self.opts.timeout,
             "started": self.started, "wall_s": round(time.perf_counter() - self.t0, 3),
+            **({"port_load_output": ex.load_output} if ex and ex.load_output else {}),
             "cpu": cpu_info(), "host": host_info(), "tool": tool_info(),
             "fixtures": {f.path.name: _fixture_info(f) for fs in self.fixtures.values() for f in fs},
             **({"flips": list(self.flips)} if self.flips is not None else {}),
@@ -273,6 +289,8 @@ def run_gate(opts: GateOptions, progress=None) -> GateResult:
             records += session.run_case(job)
         if progress:
             progress(len(jobs), len(jobs), "done")
+    if not records and not session.not_implemented:   # (none implemented: the CLI says so)
+        raise ValueError("no checks selected: the selected cases have none of the selected tiers")
     return GateResult(records, session.meta())
 
 
@@ -287,40 +305,52 @@ def _share(records, seconds: float) -> list[Record]:
     return records
 
 
-def _run_case(opts, ex, m, fixture_path, case, isas, base_isa) -> list[Record]:
-    records = []
-    t0 = time.perf_counter()
+def _attempt(ex, layer, fixture_path, case, isa, threads):
+    """One run -> (outputs, error or None, the port's output text); on an error, the outputs
+    are those of the calls that completed (e.g. the forward's when the backward failed)."""
     try:
-        base = ex.run(m.LAYER, fixture_path, case.name, base_isa, 1)
-    except (PortCrash, abi.PortCallError) as e:   # no base run: every tier of the case fails
-        if opts.available and getattr(e, "code", None) == abi.E_UNSUPPORTED:
-            raise NotImplementedByPort(str(e)) from None
-        tiers = [t for t in case.expected if t in opts.tiers]
-        out = [_failure(opts, m.LAYER, case.name, t, base_isa, 1, str(e)) for t in tiers]
-        if "identity" in opts.tiers and len(isas) * len(opts.threads) > 1:
-            rec = _failure(opts, m.LAYER, case.name, "identity", base_isa, 1, str(e))
-            rec.repro = repro_command(opts, m.LAYER, case.name, "identity", ",".join(isas),
-                                      ",".join(map(str, opts.threads)))
-            out.append(rec)
-        return _share(out, time.perf_counter() - t0)
+        return ex.run(layer, fixture_path, case, isa, threads), None, ex.last_output
+    except (PortCrash, abi.PortCallError) as e:
+        return getattr(e, "partial", {}), e, ex.last_output
+
+
+def _with_output(records: list, text: str) -> list:
+    if records and text:
+        records[0].output = text
+    return records
+
+
+def _run_case(opts, ex, m, fixture_path, case, isas, base_isa) -> list[Record]:
+    t0 = time.perf_counter()
+    base, error, text = _attempt(ex, m.LAYER, fixture_path, case.name, base_isa, 1)
+    if error is not None and opts.available and getattr(error, "code", None) == abi.E_UNSUPPORTED:
+        raise NotImplementedByPort(str(error)) from None
+    records = []
     for tier in case.expected:
         if tier in opts.tiers:
             records += _tier_records(opts, m, case, tier, base, base_isa)
-    _share(records, time.perf_counter() - t0)
+    if error is not None:   # no (complete) base run: every tier of the case fails
+        records += [_failure(opts, m.LAYER, case.name, t, base_isa, 1, str(error))
+                    for t in case.expected if t in opts.tiers]
+        if "identity" in opts.tiers and len(isas) * len(opts.threads) > 1:
+            rec = _failure(opts, m.LAYER, case.name, "identity", base_isa, 1, str(error))
+            rec.repro = repro_command(opts, m.LAYER, case.name, "identity", ",".join(isas),
+                                      ",".join(map(str, opts.threads)))
+            records.append(rec)
+        return _share(_with_output(records, text), time.perf_counter() - t0)
+    _share(_with_output(records, text), time.perf_counter() - t0)
     if "identity" not in opts.tiers:
         return records
     for isa in isas:
         for threads in opts.threads:
             if (isa, threads) == (base_isa, 1):
                 continue
-            t0, n = time.perf_counter(), len(records)
-            try:
-                other = ex.run(m.LAYER, fixture_path, case.name, isa, threads)
-            except (PortCrash, abi.PortCallError) as e:
-                records.append(_failure(opts, m.LAYER, case.name, "identity", isa, threads, str(e)))
-                _share(records[n:], time.perf_counter() - t0)
-                continue
+            t0 = time.perf_counter()
+            other, error, text = _attempt(ex, m.LAYER, fixture_path, case.name, isa, threads)
+            run = []
             for tensor, a in base.items():
+                if tensor not in other:
+                    continue
                 c = compare(other[tensor], a, "identity",
                             heatmap_cols=_heatmap_cols(m, case, tensor, a))
                 if not c.passed:
@@ -329,13 +359,26 @@ def _run_case(opts, ex, m, fixture_path, case, isas, base_isa) -> list[Record]:
                 if not c.passed and isa != base_isa:   # the repro must run the base path too
                     rec.repro = repro_command(opts, m.LAYER, case.name, "identity",
                                               f"{base_isa},{isa}", threads)
-                records.append(rec)
-            _share(records[n:], time.perf_counter() - t0)
+                run.append(rec)
+            if error is not None:
+                run.append(_failure(opts, m.LAYER, case.name, "identity", isa, threads, str(error)))
+            records += _share(_with_output(run, text), time.perf_counter() - t0)
     return records
 
 
+def _check_selection(opts) -> None:
+    """Nothing selected is an error (exit 2), not an empty pass."""
+    for what, value in (("--layers", opts.layers), ("--isa", opts.isas)):
+        if value is not None and not value:
+            raise ValueError(f"no checks selected: {what} names nothing")
+    if not opts.tiers:
+        raise ValueError("no checks selected: --tiers names nothing")
+    if not opts.threads:
+        raise ValueError("no checks selected: --threads names nothing")
+
+
 def _select_isas(opts, available) -> list[str]:
-    if not opts.isas:
+    if opts.isas is None:
         return list(available)
     absent = [i for i in opts.isas if i not in available]
     if absent:

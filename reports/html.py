@@ -108,6 +108,7 @@ def context(doc: dict) -> dict:
         "identity": _identity(recs, meta),
         "flips": meta.get("flips") if isinstance(meta.get("flips"), list) else None,
         "provenance": _provenance(meta), "fixtures": _fixtures(meta),
+        "outputs": _outputs(recs, meta),
         "schema_version": doc.get("schema_version"), "colors": COLORS,
         "tier_cols": [t for t in TIER_COLS if any(r["tier"] == t for r in recs)] or list(TIER_COLS),
     }
@@ -127,7 +128,7 @@ def _cell(tier: str, rs: list[dict]) -> dict:
         passed = worst["passed"]
         if tier == "exact":
             text = "=" if passed else (f"{worst['mismatches']}× {worst.get('max_ulp')} ulp"
-                                       if worst["elements"] else "crash")
+                                       if worst["elements"] else "no result")
             title = ("all bits equal" if passed else failure_message(worst))
         else:
             text = fmt_usage(worst["usage"])
@@ -326,6 +327,14 @@ def _provenance(meta) -> list[tuple[str, str]]:
     if meta.get("wall_s") is not None:
         add("wall time", f"{meta['wall_s']:.2f} s")
     return p
+
+
+def _outputs(recs, meta) -> list[dict]:
+    """What the port printed: at load, then per case and run (record field `output`)."""
+    out = [{"title": "while the port was loaded", "text": meta["port_load_output"]}] \
+        if meta.get("port_load_output") else []
+    return out + [{"title": f"{r['layer']}/{r['case']} · {r['isa']} × {r['threads']}",
+                   "text": r["output"]} for r in recs if r.get("output")]
 
 
 def _fixtures(meta) -> list[dict]:

@@ -23,14 +23,14 @@ class ReportError(ValueError):
 
 def to_json(result) -> dict:
     tensors = [r.to_dict() for r in result.records]
-    return {
+    return _clean({
         "schema_version": REPORT_SCHEMA_VERSION,
         "passed": result.passed,
         "summary": summary(tensors),
         "layers": layer_status(tensors, result.meta),
         "meta": result.meta,
         "tensors": tensors,
-    }
+    })
 
 
 def tensor_key(r: dict) -> tuple:
@@ -80,9 +80,12 @@ def dumps(doc: dict) -> str:
 
 
 def _clean(o):
-    """JSON has no NaN or Inf: a non-finite float anywhere is written as null."""
+    """JSON has no NaN or Inf: a non-finite float anywhere is written as null. A string holding
+    bytes that are not UTF-8 (a path: Python keeps them as surrogates) shows them as U+FFFD."""
     if isinstance(o, float):
         return o if o == o and o not in (float("inf"), float("-inf")) else None
+    if isinstance(o, str):
+        return o.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     if isinstance(o, dict):
         return {k: _clean(v) for k, v in o.items()}
     if isinstance(o, (list, tuple)):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from crnn_conformance.ctypes_kernels.abi import check
-from crnn_conformance.harness.compare import poisoned
+from crnn_conformance.harness import guard
 
 
 def f32(a) -> np.ndarray:
@@ -16,9 +16,19 @@ def i32(a) -> np.ndarray:
 
 
 def out(shape, dtype=np.float32) -> np.ndarray:
-    """An output buffer filled with the poison value, so an unwritten element fails."""
-    return poisoned(tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),),
-                    dtype)
+    """An output buffer filled with the poison value, so an unwritten element fails; in the
+    worker it lies between guard zones (harness/guard.py)."""
+    return guard.output(tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) else
+                        (int(shape),), dtype)
+
+
+def copy(a) -> np.ndarray:
+    """A copy of `a` for a call to update in place (guarded in the worker)."""
+    return guard.inout(a)
+
+
+def zeros(shape, dtype=np.float32) -> np.ndarray:
+    return guard.inout(shape=shape, dtype=dtype)
 
 
 def ptr(a):

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._ffi import call, f32, out, ptr
+from ._ffi import call, copy, f32, out, ptr
 
 LAYER = "clip"
 FIXTURE = "clip"
+INPUTS = ("grads", "sizes", "limit", "enabled")
 
 
 def run(lib, case) -> dict:
-    grads = f32(case.inputs["grads"]).copy()
+    grads = copy(f32(case.inputs["grads"]))
     sizes = np.ascontiguousarray(case.inputs["sizes"], np.int64)
     limit = float(case.inputs["limit"][0])
     enabled = int(case.inputs["enabled"][0])

@@ -4,8 +4,6 @@ The port's gradient vector is split into the named parameter tensors with the si
 reports; a port whose sizes differ from the config's parameter shapes fails the call."""
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 
 from crnn_conformance.ctypes_kernels.abi import PortCallError
@@ -15,13 +13,19 @@ from ._ffi import call, f32, i32, out, ptr
 LAYER = "step"
 FIXTURE = "step"
 FIXTURES = ["step", "pytorch_step"]   # the second: the pytorch tier (trained crnn-v0)
+INPUTS = ("cfg", "params", "widths", "images", "target_lens", "targets")
+
+
+def required_inputs(case) -> list[str]:
+    """INPUTS, and the PyTorch pooled values the flip rule reads (pytorch tier)."""
+    return list(INPUTS) + (["pt_pooled"] if "pytorch" in case.expected else [])
 
 
 def param_sizes(lib, cfg, shapes) -> np.ndarray:
-    n = ctypes.c_int32(-1)
-    call(lib, "crnn_model_sizes", ptr(cfg), ctypes.addressof(n), None)
-    sizes = np.zeros(max(n.value, 0), np.int64)
-    call(lib, "crnn_model_sizes", ptr(cfg), ctypes.addressof(n), ptr(sizes))
+    n = out(1, np.int32)
+    call(lib, "crnn_model_sizes", ptr(cfg), ptr(n), None)
+    sizes = out(max(int(n[0]), 0), np.int64)
+    call(lib, "crnn_model_sizes", ptr(cfg), ptr(n), ptr(sizes))
     want = [int(np.prod(s)) for s in shapes]
     if list(sizes) != want:
         raise PortCallError(f"crnn_model_sizes reports {len(sizes)} tensors {list(sizes)[:6]}...; "

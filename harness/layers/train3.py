@@ -11,11 +11,19 @@ import numpy as np
 from crnn_conformance.harness.compare import compare
 
 from . import step as step_layer
-from ._ffi import call, f32, i32, out, ptr
+from ._ffi import call, copy, f32, i32, out, ptr, zeros
 
 LAYER = "train3"
 FIXTURE = "train3"
 FIXTURES = ["train3", "pytorch_train3"]   # the second: the pytorch tier (trained crnn-v0)
+INPUTS = ("cfg", "params", "hparams", "clip")
+BATCH_INPUTS = ("widths", "images", "target_lens", "targets")
+
+
+def required_inputs(case) -> list[str]:
+    """INPUTS and each step's batch (batch<t>_widths, ...)."""
+    return list(INPUTS) + [f"batch{t}_{k}" for t in range(int(case.params["steps"]))
+                           for k in BATCH_INPUTS]
 
 
 class _Batch:
@@ -32,27 +40,32 @@ def run(lib, case) -> dict:
     sizes = step_layer.param_sizes(lib, cfg, shapes)
     lr, beta1, beta2, eps, wd = (float(x) for x in case.inputs["hparams"])
     limit, enabled = float(case.inputs["clip"][0]), int(case.inputs["clip"][1])
-    params = f32(case.inputs["params"]).copy()
-    m, v = np.zeros_like(params), np.zeros_like(params)
+    params = copy(f32(case.inputs["params"]))
     offs = np.concatenate([[0], np.cumsum(sizes)])
+    # each tensor's p, m, v in buffers of their own, so a write past one hits a guard zone
+    p = [copy(params[a:b]) for a, b in zip(offs[:-1], offs[1:])]
+    m, v = [zeros(len(x)) for x in p], [zeros(len(x)) for x in p]
     steps = int(case.params["steps"])
-    losses, norms = [], out(steps, np.float64)
+    losses, norms = [], np.empty(steps, np.float64)
     b1t = b2t = 1.0
     for t in range(steps):
         grads, line_losses, _ = step_layer.batch_gradient(lib, _Batch(case, t), params)
         losses.append(line_losses)
+        norm = out(1, np.float64)
         call(lib, "crnn_clip_gradients", ptr(grads), ptr(sizes), len(sizes), limit, enabled,
-             ptr(norms[t:t + 1]))
+             ptr(norm))
+        norms[t] = norm[0]
         b1t, b2t = b1t * beta1, b2t * beta2
         for i in range(len(sizes)):
             a, b = int(offs[i]), int(offs[i + 1])
-            call(lib, "crnn_adamw", ptr(params[a:b]), ptr(m[a:b]), ptr(v[a:b]), ptr(grads[a:b]),
+            call(lib, "crnn_adamw", ptr(p[i]), ptr(m[i]), ptr(v[i]), ptr(grads[a:b]),
                  b - a, lr, beta1, beta2, eps, wd, int(decay[i]), b1t, b2t)
+            params[a:b] = p[i]
     result = {}
-    for name, shape, a, b in zip(names, shapes, offs[:-1], offs[1:]):
-        result[name] = params[a:b].reshape(shape)
-        result[f"{name}.m"] = m[a:b].reshape(shape)
-        result[f"{name}.v"] = v[a:b].reshape(shape)
+    for i, (name, shape) in enumerate(zip(names, shapes)):
+        result[name] = p[i].reshape(shape)
+        result[f"{name}.m"] = m[i].reshape(shape)
+        result[f"{name}.v"] = v[i].reshape(shape)
     result["losses"] = np.stack(losses)
     result["norms"] = norms
     return result

@@ -18,10 +18,26 @@
  *   -DTP_NAN              writes NaN to dW[1][2]
  *   -DTP_ERRCODE          returns CRNN_E_NOMEM
  *   -DTP_PERTURB=x        scales dW row 3 by (1 + x) on every case (x = 3e-6f: amber usage)
+ *   -DTP_OOB_DB=k         writes db[O - 1 + k] (k >= 1: the k-th float past its end)
+ *   -DTP_OOB_DW_FAR       on the case T16_I128_O48 instead: writes 16 KiB past the end of dW
+ *                         (a wild write beyond the canary zone)
+ *   -DTP_BACKWARD_ERR     returns CRNN_E_UNSUPPORTED from the backward (the forward is fine)
+ * and, on that case, in crnn_linear_forward:
+ *   -DTP_OOB_Y=k          writes y[T*O - 1 + k] for k > 0 (past its end), y[k] for k < 0
+ *   -DTP_MODIFY_W=n       changes its const input W[3][5] when run with n threads (0: always)
+ *   -DTP_MODIFY_B         changes its const input b[2]
+ * and otherwise:
+ *   -DTP_FTZ_IN_BACKWARD  crnn_linear_backward sets FTZ and DAZ and leaves them set (so the
+ *                         last call of a run leaves them set)
+ *   -DTP_ROUND_IN_BACKWARD  crnn_linear_backward sets rounding toward zero and leaves it set
+ *   -DTP_PRINT_BYTES=n    crnn_linear_forward prints n bytes to stdout on the case above
+ *   -DTP_PRINT            prints to stdout and stderr when loaded and in every linear call
+ *   -DTP_ISA_NONE         crnn_isa_available() returns 0 (no scalar bit)
  */
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include "crnn_port.h"
@@ -30,18 +46,36 @@
 #define TP_ABI CRNN_ABI_VERSION
 #endif
 
-#if defined(TP_FTZ_ON_LOAD) || defined(TP_FTZ_IN_CALL)
+#if defined(TP_FTZ_ON_LOAD) || defined(TP_FTZ_IN_CALL) || defined(TP_FTZ_IN_BACKWARD) || \
+    defined(TP_ROUND_IN_BACKWARD)
 #include <xmmintrin.h>
 static void set_ftz_daz(void) { _mm_setcsr(_mm_getcsr() | 0x8040); }
+static void set_round_toward_zero(void) { _mm_setcsr(_mm_getcsr() | 0x6000); }
 #endif
 #ifdef TP_FTZ_ON_LOAD
 __attribute__((constructor)) static void on_load(void) { set_ftz_daz(); }
 #endif
 
+#ifdef TP_PRINT
+__attribute__((constructor)) static void say_hello(void)
+{
+    printf("testport: loaded (stdout)\n");
+    fprintf(stderr, "testport: loaded (stderr)\n");
+}
+#define SAY(what, T, I, O) (printf("testport: %s T=%d I=%d O=%d\n", what, T, I, O), \
+                            fprintf(stderr, "testport: %s on stderr\n", what))
+#else
+#define SAY(what, T, I, O) ((void)0)
+#endif
+
 static int g_threads = 1;
 
 int32_t crnn_abi_version(void) { return TP_ABI; }
+#ifdef TP_ISA_NONE
+uint32_t crnn_isa_available(void) { return 0; }
+#else
 uint32_t crnn_isa_available(void) { return 1u << CRNN_ISA_SCALAR; }
+#endif
 int32_t crnn_set_isa(int32_t isa) { return isa == CRNN_ISA_SCALAR ? CRNN_OK : CRNN_E_ISA; }
 int32_t crnn_get_isa(void) { return CRNN_ISA_SCALAR; }
 int32_t crnn_set_threads(int32_t n)
@@ -80,12 +114,28 @@ int32_t crnn_linear_forward(const float *x, const float *W, const float *b,
                             int32_t T, int32_t I, int32_t O, float *y)
 {
     if (T < 0 || I < 0 || O < 0 || !x || !W || !b || !y) return CRNN_E_ARG;
+    int trigger = T == 16 && I == 37 && O == 37;
+    (void)trigger;
+    SAY("linear_forward", T, I, O);
 #ifdef TP_FTZ_IN_CALL
     set_ftz_daz();
 #endif
     for (int64_t t = 0; t < T; t++)
         for (int64_t o = 0; o < O; o++)
             y[t * O + o] = dot16s(x + t * I, 1, W + o * I, 1, I) + b[o];
+#ifdef TP_OOB_Y
+    if (trigger) y[(TP_OOB_Y) > 0 ? (int64_t)T * O - 1 + (TP_OOB_Y) : (TP_OOB_Y)] = 1.0f;
+#endif
+#ifdef TP_MODIFY_W
+    if (trigger && ((TP_MODIFY_W) == 0 || g_threads == (TP_MODIFY_W))) ((float *)W)[3 * I + 5] += 1.0f;
+#endif
+#ifdef TP_MODIFY_B
+    if (trigger) ((float *)b)[2] = -b[2];
+#endif
+#ifdef TP_PRINT_BYTES
+    if (trigger)
+        for (int i = 0; i < (TP_PRINT_BYTES); i++) putchar(i % 64 == 63 ? '\n' : 'x');
+#endif
     return CRNN_OK;
 }
 
@@ -98,6 +148,16 @@ int32_t crnn_linear_backward(const float *x, const float *W, const float *dY,
     if (T < 0 || I < 0 || O < 0 || !x || !W || !dY || !dW || !db) return CRNN_E_ARG;
     int trigger = T == 16 && I == 37 && O == 37;
     (void)trigger;
+    SAY("linear_backward", T, I, O);
+#ifdef TP_BACKWARD_ERR
+    if (trigger) return CRNN_E_UNSUPPORTED;
+#endif
+#ifdef TP_FTZ_IN_BACKWARD
+    set_ftz_daz();
+#endif
+#ifdef TP_ROUND_IN_BACKWARD
+    set_round_toward_zero();
+#endif
 #ifdef TP_SEGV
     if (trigger) { volatile uintptr_t addr = 0; *(volatile int *)addr = 1; }
 #endif
@@ -128,6 +188,12 @@ int32_t crnn_linear_backward(const float *x, const float *W, const float *dY,
 #endif
 #ifdef TP_NAN
     if (trigger) dW[1 * I + 2] = NAN;
+#endif
+#ifdef TP_OOB_DB
+    if (trigger) db[O - 1 + (TP_OOB_DB)] = 1.0f;
+#endif
+#ifdef TP_OOB_DW_FAR
+    if (T == 16 && I == 128 && O == 48) dW[(int64_t)O * I + 4096] = 1.0f;
 #endif
     return CRNN_OK;
 }

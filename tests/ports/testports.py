@@ -1,12 +1,16 @@
-"""Builds variants of tests/ports/testport.c (see its header for the -D switches).
+"""Builds variants of tests/ports/testport.c (see its header for the -D switches), and runs
+the gate on them.
 
-    from testports import build_port
+    from testports import build_port, gate, cannot_run
     so = build_port(tmp_dir, "-DTP_SEGV")
+    r = gate("--port", str(so), "--layers", "dot16,linear")
 """
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -17,7 +21,7 @@ FLAGS = ["-O2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-std
 
 def build_port(out_dir, *defines: str) -> Path:
     from crnn_conformance.ctypes_kernels.build import find_compiler
-    name = "libtp" + "".join("_" + re.sub(r"[^A-Za-z0-9]+", "", d.replace("-DTP_", ""))
+    name = "libtp" + "".join("_" + re.sub(r"[^A-Za-z0-9]+", "", d.replace("-DTP_", "").replace("-", "m"))
                              for d in defines) + ".so"
     out = Path(out_dir) / name
     if not out.exists():
@@ -25,3 +29,23 @@ def build_port(out_dir, *defines: str) -> Path:
                "-o", str(out), str(HERE / "testport.c")]
         subprocess.run(cmd, check=True, capture_output=True, text=True)
     return out
+
+
+def gate(*args, env=None, timeout=120, command="gate"):
+    """crnn-conformance COMMAND ARGS in a subprocess from the repository root."""
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", command, *args],
+                          cwd=ROOT, capture_output=True, text=True, env=e, timeout=timeout)
+
+
+def cannot_run(r, *fragments) -> str:
+    """Exit 2, exactly one line on stderr naming the problem, no traceback."""
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("crnn-conformance: cannot run: "), lines[0]
+    assert "Traceback" not in r.stderr + r.stdout
+    for f in fragments:
+        assert f in lines[0], (f, lines[0])
+    return lines[0]

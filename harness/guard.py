@@ -1,0 +1,374 @@
+"""Guard zones around every buffer the worker hands a port, private copies of its inputs, and
+the checks after each call (docs/port-abi.md, "What the gate guarantees").
+
+Inside the worker, one Arena holds the buffers of one layer run (a case on one ISA x thread
+count): the outputs (_ffi.out), the in-place buffers (_ffi.copy, _ffi.zeros) and a private
+copy of every fixture input the layer module reads (PrivateCase), so a port never sees the
+cached fixture arrays. Each buffer lies between two canary zones of at least CANARY bytes
+filled with a fixed byte pattern; a buffer of GUARD_PAGE_MIN bytes or more also has GUARD
+bytes of inaccessible address space beyond each zone, so a wild access further out faults at
+once (the worker's fault handler records the address, and the gate names the buffer). Around
+every port call, Arena.before / Arena.after check the buffers the call was given:
+  - a canary byte changed: an out-of-bounds write, naming the entry point, the argument and
+    the byte and element offsets before the start or past the end;
+  - a const argument changed (a fixture input, or an output of an earlier call passed back in,
+    such as the forward's winners): "modified input W at [i, j]".
+Either is a Violation (a failure of that case, like an error code). Arena.finish checks every
+buffer once more after the run. The checks cost a memcmp of each zone and of each const
+argument per call; the memory of a run's buffers is reused by the next run (_Pool), which
+spares allocations, system calls and page faults.
+
+Outside the worker (tests calling a layer module directly) no arena is active and _ffi.out
+returns a plain poisoned array.
+"""
+from __future__ import annotations
+
+import bisect
+import ctypes
+import math
+import mmap
+from collections.abc import Mapping
+from functools import cache
+
+import numpy as np
+
+from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.harness.compare import poisoned
+
+CANARY = 256                  # bytes of canary on each side (a multiple of ALIGN)
+ALIGN = 64                    # data alignment (what NumPy's allocator gives)
+GUARD_PAGE_MIN = 1 << 14      # buffers this large also get an inaccessible region on each side
+PAGE = mmap.PAGESIZE
+GUARD = 16 * PAGE             # the inaccessible region (address space only: no memory)
+_PATTERN = bytes(((i * 0x3B) ^ 0xC5) & 0xFF for i in range(CANARY + PAGE + ALIGN))
+_PATTERN_BUF = ctypes.create_string_buffer(_PATTERN, len(_PATTERN))
+_PATTERN_ADDR = ctypes.addressof(_PATTERN_BUF)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.memcmp.restype, _libc.memcmp.argtypes = ctypes.c_int, [ctypes.c_void_p] * 2 + [ctypes.c_size_t]
+_libc.mprotect.restype = ctypes.c_int
+_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+
+class Violation(abi.PortCallError):
+    """A call broke the calling convention: it wrote outside a buffer or changed a const one."""
+
+
+def _paged(span: int) -> np.ndarray:
+    """span bytes of fresh memory between two inaccessible GUARD regions (the array covers
+    all three)."""
+    mm = mmap.mmap(-1, span + 2 * GUARD)
+    raw = np.frombuffer(mm, np.uint8)
+    base = raw.ctypes.data
+    for at in (base, base + GUARD + span):
+        if _libc.mprotect(at, GUARD, 0) != 0:   # PROT_NONE
+            raise OSError(ctypes.get_errno(), "mprotect failed for a guard region")
+    return raw
+
+
+class _Pool:
+    """Memory of released buffers, reused by exact size: the runs of one case on every ISA x
+    thread count allocate the same buffers, and reusing them spares the allocation, the guard
+    pages' system calls and the page faults of fresh memory. At most LIMIT bytes are kept."""
+
+    LIMIT = 256 << 20
+
+    def __init__(self):
+        self.free: dict[tuple, list] = {}
+        self.bytes = 0
+
+    def take(self, key):
+        got = self.free.get(key)
+        if got:
+            self.bytes -= got[-1].nbytes
+            return got.pop()
+        return None
+
+    def put(self, key, raw) -> None:
+        if raw is not None and self.bytes + raw.nbytes <= self.LIMIT:
+            self.free.setdefault(key, []).append(raw)
+            self.bytes += raw.nbytes
+
+
+_POOL = _Pool()
+
+
+class Buffer:
+    """One guarded allocation: [guard region][canary][data][canary][guard region] (the regions only
+    from GUARD_PAGE_MIN bytes on)."""
+
+    def __init__(self, shape, dtype, kind: str, name: str = ""):
+        self.shape, self.dtype = tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) \
+            else (int(shape),), np.dtype(dtype)
+        self.kind, self.name = kind, name          # kind: output, inout or input
+        self.nbytes = math.prod(self.shape) * self.dtype.itemsize
+        self.writers: list[list] = []              # [call, entry point, argument, completed]
+        self.original = None                       # input: the fixture array it copies
+        self.paged = self.nbytes + 2 * CANARY >= GUARD_PAGE_MIN
+        if self.paged:
+            span = -(-(2 * CANARY + self.nbytes) // PAGE) * PAGE
+            self._key = (True, span)
+            self._raw = _POOL.take(self._key)
+            if self._raw is None:
+                self._raw = _paged(span)
+            base = self._raw.ctypes.data
+            off, self.zone_lo, self.zone_hi = GUARD + CANARY, base + GUARD, base + GUARD + span
+        else:
+            self._key = (False, self.nbytes + 2 * CANARY + ALIGN)
+            self._raw = _POOL.take(self._key)
+            if self._raw is None:
+                self._raw = np.empty(self._key[1], np.uint8)
+            base = self._raw.ctypes.data
+            off = CANARY + (-(base + CANARY)) % ALIGN
+            self.zone_lo, self.zone_hi = base + off - CANARY, base + off + self.nbytes + CANARY
+        raw = self._raw
+        self.lo, self.hi = base + off, base + off + self.nbytes
+        ctypes.memmove(self.zone_lo, _PATTERN_ADDR, self.lo - self.zone_lo)
+        ctypes.memmove(self.hi, _PATTERN_ADDR, self.zone_hi - self.hi)
+        self.array = raw[off:off + self.nbytes].view(self.dtype).reshape(self.shape)
+
+    def release(self) -> None:
+        """Gives the memory back to the pool; the buffer's arrays must not be used after."""
+        _POOL.put(self._key, self._raw)
+        self._raw = self.array = self.original = None
+
+    def holds(self, addr: int) -> bool:
+        return self.lo <= addr < self.hi or addr == self.lo
+
+    def zones_intact(self) -> bool:
+        return (_libc.memcmp(self.zone_lo, _PATTERN_ADDR, self.lo - self.zone_lo) == 0
+                and _libc.memcmp(self.hi, _PATTERN_ADDR, self.zone_hi - self.hi) == 0)
+
+    def zone_damage(self) -> list[str]:
+        """The changed canary bytes, as byte and element offsets from the start / the end."""
+        out, size = [], self.dtype.itemsize
+        pre = np.frombuffer(ctypes.string_at(self.zone_lo, self.lo - self.zone_lo), np.uint8)
+        bad = np.flatnonzero(pre != np.frombuffer(_PATTERN, np.uint8, len(pre)))
+        if bad.size:
+            a, b = int(bad[0]) - len(pre), int(bad[-1]) - len(pre)
+            out.append(f"bytes {a}..{b} before its start (element {a // size}"
+                       + (f"..{b // size}" if b // size != a // size else "") + ")")
+        post = np.frombuffer(ctypes.string_at(self.hi, self.zone_hi - self.hi), np.uint8)
+        bad = np.flatnonzero(post != np.frombuffer(_PATTERN, np.uint8, len(post)))
+        if bad.size:
+            a, b = int(bad[0]), int(bad[-1])
+            n = self.nbytes // size
+            out.append(f"bytes +{a}..+{b} past its end (element {n + a // size}"
+                       + (f"..{n + b // size}" if b // size != a // size else "")
+                       + f"; it has {n})")
+        return out
+
+    def describe(self, arg: str = "") -> str:
+        what = {"input": "input", "output": "output", "inout": "in/out buffer"}[self.kind]
+        name = self.name or arg
+        also = f"argument {arg}; " if arg and arg != name else ""
+        return f"{what} {name} ({also}{self.dtype}{list(self.shape)})"
+
+    def first_change(self, reference: np.ndarray) -> str | None:
+        """None when the data equals `reference` bit for bit, else where it first differs."""
+        ref = np.ascontiguousarray(reference)
+        if _libc.memcmp(self.lo, ref.ctypes.data, self.nbytes) == 0:
+            return None
+        a = self.array.reshape(-1).view(np.uint8)
+        i = int(np.flatnonzero(a != ref.reshape(-1).view(np.uint8))[0]) // self.dtype.itemsize
+        idx = [int(k) for k in np.unravel_index(i, self.shape)] if self.shape else []
+        return (f"at [{', '.join(map(str, idx))}] ({ref.reshape(-1)[i]} -> "
+                f"{self.array.reshape(-1)[i]})")
+
+
+class Arena:
+    """The guarded buffers of one layer run and the checks around each port call."""
+
+    def __init__(self):
+        self.buffers: list[Buffer] = []
+        self._los: list[int] = []                  # the buffers' start addresses, sorted
+        self._at: dict[int, Buffer] = {}
+        self.calls = 0
+        self.last = ""                             # the last entry point called
+
+    def _add(self, b: Buffer) -> Buffer:
+        self.buffers.append(b)
+        bisect.insort(self._los, b.lo)
+        self._at[b.lo] = b
+        return b
+
+    def new(self, shape, dtype, kind: str, name: str = "") -> np.ndarray:
+        return self._add(Buffer(shape, dtype, kind, name)).array
+
+    def private(self, name: str, original) -> np.ndarray:
+        """A guarded copy of the fixture input `original`, verified against it after each call."""
+        original = np.ascontiguousarray(original)
+        b = self._add(Buffer(original.shape, original.dtype, "input", name))
+        b.array[...] = original
+        b.original = original
+        return b.array
+
+    def find(self, addr: int) -> Buffer | None:
+        b = self._at.get(addr)
+        if b is None:
+            i = bisect.bisect_right(self._los, addr) - 1
+            b = self._at[self._los[i]] if i >= 0 else None
+        return b if b is not None and b.holds(addr) else None
+
+    def before(self, fn: str, args) -> list:
+        """Called before entry point `fn`: -> what after() checks."""
+        touched = []
+        for i, arg, written in _pointer_args(fn):
+            addr = args[i] if i < len(args) else None
+            b = self.find(addr) if isinstance(addr, int) and addr else None
+            if b is None:
+                continue
+            snap = None
+            if written:
+                b.writers.append([self.calls, fn, arg, False])
+            elif b.kind != "input":        # an earlier output passed back as a const argument:
+                if addr != b.lo:           # checked when passed whole (a slice's extent is the
+                    continue               # call's business: adamw's g, a view of the gradient)
+                snap = b.array.copy()
+            touched.append((b, arg, written, snap))
+        self.calls += 1
+        self.last = fn
+        return touched
+
+    def after(self, fn: str, touched: list, rc: int) -> None:
+        problems = []
+        for b, arg, written, snap in touched:
+            if not b.zones_intact():
+                problems.append(f"{fn} wrote outside {b.describe(arg)}: "
+                                + "; ".join(b.zone_damage()))
+            if not written:
+                where = b.first_change(b.original if b.kind == "input" else snap)
+                if where:
+                    problems.append(f"{fn} modified {b.describe(arg)} {where}; it is const")
+        if problems:
+            raise Violation("; ".join(dict.fromkeys(problems)))
+        if rc == 0:
+            for b, _, written, _ in touched:
+                if written:
+                    b.writers[-1][3] = True
+
+    def finish(self) -> None:
+        """After the run: every buffer's zones, every input against its fixture array."""
+        problems = []
+        for b in self.buffers:
+            if not b.zones_intact():
+                problems.append(f"{b.describe()} was written out of bounds: "
+                                + "; ".join(b.zone_damage()))
+            where = b.first_change(b.original) if b.kind == "input" else None
+            if where:
+                problems.append(f"input {b.name} was modified {where}")
+        if problems:
+            raise Violation(f"after the run (last call {self.last or 'none'}; did a call keep a "
+                            "pointer after returning?): " + "; ".join(problems))
+
+    def release(self) -> None:
+        """After the run's outputs were sent: the buffers' memory goes back to the pool."""
+        for b in self.buffers:
+            b.release()
+        self.buffers, self._los, self._at = [], [], {}
+
+    def partial(self, wanted) -> dict:
+        """After a failed call: the outputs that a single completed call wrote, by argument
+        name, for the tensors in `wanted` (e.g. the forward's when the backward failed)."""
+        out = {}
+        for b in self.buffers:
+            if b.kind == "output" and len(b.writers) == 1 and b.writers[0][3]:
+                arg = b.writers[0][2]
+                if arg in wanted and arg not in out:
+                    out[arg] = b.array.copy()
+        return out
+
+    def guard_pages(self, touched) -> str:
+        """'name zone_lo zone_hi lo hi' per paged buffer of a call (for the fault report)."""
+        return "".join(f"{b.name or arg} {b.zone_lo} {b.zone_hi} {b.lo} {b.hi}\n"
+                       for b, arg, _, _ in touched if b.paged)
+
+
+@cache
+def _pointer_args(fn: str) -> tuple:
+    return tuple(abi.pointer_args(fn)) if fn in abi.ARGS else ()
+
+
+class PrivateCase:
+    """A case as the layer module sees it in the worker: the same params and expectations,
+    and inputs copied into the arena on first use."""
+
+    def __init__(self, case, arena: Arena):
+        self.name, self.params = case.name, case.params
+        self.expected, self.floor = case.expected, case.floor
+        self.inputs = _PrivateInputs(case.inputs, arena)
+
+
+class _PrivateInputs(Mapping):
+    def __init__(self, originals: dict, arena: Arena):
+        self._originals, self._arena, self._copies = originals, arena, {}
+
+    def __getitem__(self, key):
+        if key not in self._copies:
+            self._copies[key] = self._arena.private(key, self._originals[key])
+        return self._copies[key]
+
+    def __contains__(self, key):
+        return key in self._originals
+
+    def __iter__(self):
+        return iter(self._originals)
+
+    def __len__(self):
+        return len(self._originals)
+
+
+_POISON = {np.dtype(t): poisoned((), t) for t in (np.float32, np.float64, np.int32)}
+_ACTIVE: Arena | None = None
+
+
+def activate(arena: Arena | None) -> None:
+    global _ACTIVE
+    _ACTIVE = arena
+
+
+def active() -> Arena | None:
+    return _ACTIVE
+
+
+def output(shape, dtype) -> np.ndarray:
+    """A poisoned output buffer: guarded in the worker's arena, plain outside it."""
+    if _ACTIVE is None:
+        try:
+            return poisoned(shape, dtype)
+        except TypeError:
+            return np.full(shape, 0x5A5A5A5A5A5A5A5A, np.uint64).view(dtype)
+    a = _ACTIVE.new(shape, dtype, "output")
+    p = _POISON.get(a.dtype)
+    if p is not None:
+        a[...] = p
+    else:                        # no poison value for this dtype (int64 sizes): a byte pattern
+        a.view(np.uint8)[...] = 0x5A
+    return a
+
+
+def inout(a=None, shape=None, dtype=np.float32) -> np.ndarray:
+    """A copy of `a` (or zeros of `shape`) that a call updates in place (AdamW's p, m, v;
+    clipping's grads), guarded in the worker's arena."""
+    if a is not None:
+        a = np.ascontiguousarray(a)
+        shape, dtype = a.shape, a.dtype
+    if _ACTIVE is None:
+        return a.copy() if a is not None else np.zeros(shape, dtype)
+    b = _ACTIVE.new(shape, dtype, "inout")
+    b[...] = a if a is not None else 0
+    return b
+
+
+def fault_report(addr: int, table: str) -> str:
+    """Where the fault address `addr` lies, given the guard-page table of the call."""
+    for line in table.splitlines():
+        parts = line.split()
+        if len(parts) != 5:
+            continue
+        name, zlo, zhi, lo, hi = parts[0], *map(int, parts[1:])
+        if zhi <= addr < zhi + GUARD:
+            return f"at byte +{addr - hi} past the end of {name} (in its guard region)"
+        if zlo - GUARD <= addr < zlo:
+            return f"at byte {addr - lo} before the start of {name} (in its guard region)"
+    return f"at address 0x{addr:x}"
