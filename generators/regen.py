@@ -10,6 +10,7 @@ Nothing in fixtures/ changes unless this command is asked to write it.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import tempfile
 import time
@@ -88,13 +89,17 @@ def main(only, check, out_dir, quiet, retrain):
         _retrain(Path(out_dir) if out_dir else None, quiet)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) if check else Path(out_dir or FIXTURES_DIR)
+        _writable(root)             # before minutes of generation, not after
         stale = []
         with click.progressbar(names, label="regen-fixtures", file=sys.stderr,
                                item_show_func=lambda n: n or "",
                                show_pos=True) if not quiet else _Plain(names) as bar:
             for name in bar:
                 t0 = time.perf_counter()
-                path = regenerate(name, root)
+                try:
+                    path = regenerate(name, root)
+                except OSError as e:
+                    _cannot_write(root, e)
                 dt = time.perf_counter() - t0
                 if check:
                     old = fixture_path(FIXTURES_DIR, name)
@@ -118,6 +123,22 @@ def main(only, check, out_dir, quiet, retrain):
                            "regeneration; run `regen-fixtures --only NAME` to rewrite them")
                 sys.exit(1)
             click.echo(f"all {len(names)} fixture(s) current")
+
+
+def _writable(root: Path) -> None:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=root, prefix=".regen-write-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        _cannot_write(root, e)
+
+
+def _cannot_write(root: Path, e: OSError):
+    click.echo(f"regen-fixtures: cannot write to {os.fsdecode(root)!r} ({e.strerror or e})",
+               err=True)
+    sys.exit(2)
 
 
 def _retrain(out_dir: Path | None, quiet: bool) -> None:

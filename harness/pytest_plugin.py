@@ -75,7 +75,7 @@ def _options(config):
     import click
     from crnn_conformance.ctypes_kernels import abi
     from crnn_conformance.harness import layers as L
-    from crnn_conformance.harness.cli.common import _split
+    from crnn_conformance.harness.cli.common import _split, parse_timeout
     from crnn_conformance.harness.runner import (
         FIXTURES_DIR,
         THREADS,
@@ -93,8 +93,8 @@ def _options(config):
                           or THREADS),
             tiers=tuple(_split(config.getoption("crnn_tiers"), TIERS, "tier") or TIERS),
             layers=None if available else _split(layers, L.LAYERS, "layer"),
-            case=config.getoption("crnn_case"), timeout=config.getoption("crnn_timeout"),
-            available=available)
+            case=config.getoption("crnn_case"),
+            timeout=parse_timeout(config.getoption("crnn_timeout")), available=available)
     except click.BadParameter as e:
         raise pytest.UsageError(f"crnn-conformance: {e.message}") from None
 

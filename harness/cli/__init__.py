@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from . import bench, gate, info, mutants, regen, reports
+from .common import guarded
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -15,7 +16,7 @@ def main():
 
 for _cmd in (gate.gate, reports.report, reports.diff, mutants.mutants, bench.bench, info.info,
              regen.regen_fixtures):
-    main.add_command(_cmd)
+    main.add_command(guarded(_cmd))
 
 
 if __name__ == "__main__":

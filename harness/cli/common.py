@@ -1,17 +1,29 @@
-"""What every command shares: exit codes, option parsing, the cannot-run message.
+"""What every command shares: exit codes, option parsing, the cannot-run message, the
+report-directory check, and the last-resort handler every command runs under.
 
 Exit codes of `gate`: 0 every check passed; 1 a tensor failed (or the port crashed or hung
 on a case); 2 the gate cannot run (no compiler, a port that cannot be loaded, a missing
-symbol, a wrong ABI version, a missing/corrupt/stale fixture, a bad option).
+symbol, a wrong ABI version, a missing/corrupt/stale fixture, a bad option, nothing
+selected, an internal error); 128 + N when ended by signal N (SIGINT 130, SIGTERM 143,
+SIGHUP 129).
 """
 from __future__ import annotations
 
+import math
+import os
+import signal
 import sys
+import tempfile
+import time
+import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
 EXIT_PASS, EXIT_FAIL, EXIT_CANNOT_RUN = 0, 1, 2
+MAX_TIMEOUT = 1e6     # seconds (11.6 days); more is a typo: `inf` says "no limit"
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _split(value, allowed=None, name="value", conv=str):
@@ -28,9 +40,50 @@ def _split(value, allowed=None, name="value", conv=str):
         raise click.BadParameter(f"{value!r} is not a comma-separated list of {name}s") from None
 
 
+def parse_timeout(seconds: float) -> float | None:
+    """--timeout: a number of seconds in (0, MAX_TIMEOUT], or inf for no limit (None)."""
+    if seconds == math.inf:
+        return None
+    if not (0 < seconds <= MAX_TIMEOUT):     # NaN fails both comparisons
+        raise click.BadParameter(f"--timeout {seconds!r}: give a number of seconds > 0 and "
+                                 f"<= {MAX_TIMEOUT:g}, or inf for no limit")
+    return seconds
+
+
+def stdout_bytes_as_given() -> None:
+    """A path that is not UTF-8 (kept by Python as surrogates) is printed as its own bytes, so
+    a __REPRO: line reruns exactly that path (stderr already escapes them)."""
+    try:
+        sys.stdout.reconfigure(errors="surrogateescape")
+    except (AttributeError, ValueError):
+        pass
+
+
 def cannot_run(message: str):
     click.echo(f"crnn-conformance: cannot run: {message}", err=True)
     sys.exit(EXIT_CANNOT_RUN)
+
+
+def writable_dir(path, what: str) -> None:
+    """Creates `path` if needed and proves it writable (before a run, not after it)."""
+    try:
+        p = Path(path)
+        p.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=p, prefix=".crnn-write-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        cannot_run(f"{what} {os.fsdecode(path)!r} is not a writable directory "
+                   f"({e.strerror or e})")
+
+
+def writable_file(path, what: str) -> None:
+    p = Path(path)
+    if p.is_dir():
+        cannot_run(f"{what} {os.fsdecode(path)!r} is a directory")
+    writable_dir(p.parent if str(p.parent) else Path("."), f"the directory of {what}")
+    if p.exists() and not os.access(p, os.W_OK):
+        cannot_run(f"{what} {os.fsdecode(path)!r} is not writable")
 
 
 def write_reports(doc, html_dir, junit_path, results: bool, json_path=None) -> list[Path]:
@@ -45,3 +98,72 @@ def write_reports(doc, html_dir, junit_path, results: bool, json_path=None) -> l
     if junit_path:
         written.append(junit.write(doc, junit_path))
     return written
+
+
+class Interrupted(BaseException):
+    """A signal ended the command (SIGINT, SIGTERM, SIGHUP): unwinds every `with` (the gate's
+    worker is killed on the way out), then exit 128 + the signal number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise(signum, frame):
+    raise Interrupted(signum)
+
+
+@contextmanager
+def last_resort(command: str):
+    """Every command runs under this: a signal exits 128 + N after cleaning up; an unexpected
+    exception (a bug: every expected problem has its own message) becomes one line and exit 2,
+    the traceback going to a log file under the cache directory."""
+    previous = {s: signal.signal(s, _raise) for s in SIGNALS}
+    try:
+        yield
+    except Interrupted as e:
+        click.echo(f"crnn-conformance: {command}: interrupted by {signal.Signals(e.signum).name}",
+                   err=True)
+        sys.exit(128 + e.signum)
+    except (SystemExit, click.exceptions.ClickException, click.exceptions.Exit,
+            click.exceptions.Abort):
+        raise
+    except Exception as e:
+        log = _log_traceback(command)
+        where = f"the traceback is in {log}" if log else "no log could be written"
+        click.echo(f"crnn-conformance: cannot run: internal error in {command} "
+                   f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                   f"please report it ({where})", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _log_traceback(command: str) -> str | None:
+    from crnn_conformance.ctypes_kernels.build import cache_dir
+    text = f"crnn-conformance {command}: {' '.join(map(os.fsdecode, sys.argv))}\n" + traceback.format_exc()
+    name = f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    for d in (cache_dir().parent / "logs", Path(tempfile.gettempdir())):
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            (d / name).write_text(text, errors="backslashreplace")
+            return str(d / name)
+        except OSError:
+            continue
+    return None
+
+
+def guarded(cmd: click.Command) -> click.Command:
+    """Makes `cmd` run under last_resort (every command of the CLI, and regen-fixtures)."""
+    if getattr(cmd, "_crnn_guarded", False):
+        return cmd
+    inner = cmd.invoke
+    cmd._crnn_guarded = True
+
+    def invoke(ctx):
+        with last_resort(cmd.name or "crnn-conformance"):
+            return inner(ctx)
+
+    cmd.invoke = invoke
+    return cmd

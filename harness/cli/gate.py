@@ -11,7 +11,8 @@ from crnn_conformance.generators.h5io import FixtureError
 from crnn_conformance.harness import layers as L
 from crnn_conformance.harness.runner import FIXTURES_DIR, THREADS, TIERS, GateOptions, run_gate
 
-from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run, write_reports
+from .common import (EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, _split, cannot_run, parse_timeout,
+                     stdout_bytes_as_given, writable_dir, writable_file, write_reports)
 
 
 @click.command()
@@ -34,13 +35,15 @@ from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run, write_reports
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="also write results.json to this file")
 @click.option("--timeout", type=float, default=120.0, show_default=True,
-              help="seconds one layer call on one case may take before it counts as a hang")
+              help="seconds one layer call on one case may take before it counts as a hang "
+                   "(inf: no limit)")
 @click.option("-q", "--quiet", is_flag=True, help="print only failures and the verdict")
 @click.option("-v", "--verbose", is_flag=True,
               help="also print each float64 / pytorch check's resolution")
 def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, junit_path, json_path,
          timeout, quiet, verbose):
     """Run a port against the fixtures; exit 0 pass, 1 fail, 2 cannot run."""
+    stdout_bytes_as_given()
     available = layers is not None and layers.strip() == "available"
     try:
         opts = GateOptions(
@@ -49,15 +52,18 @@ def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, junit_pa
             threads=tuple(_split(threads, None, "thread count", int)),
             tiers=tuple(_split(tiers, TIERS, "tier")),
             layers=None if available else _split(layers, L.LAYERS, "layer"),
-            case=case, timeout=timeout, available=available)
+            case=case, timeout=parse_timeout(timeout), available=available)
     except click.BadParameter as e:
         cannot_run(e.message)
     if any(t < 1 or t > 256 for t in opts.threads):
         cannot_run("thread counts must be between 1 and 256")
     if not opts.threads:
         cannot_run("--threads needs at least one thread count")
-    if not timeout > 0:
-        cannot_run("--timeout must be a positive number of seconds")
+    if report_dir:                  # before the run: a report that cannot be written fails now
+        writable_dir(report_dir, "--report-dir")
+    for path, what in ((junit_path, "--junit"), (json_path, "--json")):
+        if path:
+            writable_file(path, what)
     progress = None if quiet or not sys.stderr.isatty() else _progress
     try:
         if opts.port is None:
@@ -72,13 +78,15 @@ def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, junit_pa
                    "of the cases selected (" + "; ".join(
                        f"{k}: {v}" for k, v in doc["meta"]["not_implemented"].items()) + ")")
     click.echo(console.render(doc, quiet, verbose))
+    code = EXIT_PASS if result.passed else EXIT_FAIL
     try:
         for path in write_reports(doc, report_dir, junit_path, results=True, json_path=json_path):
             if not quiet:
                 click.echo(f"wrote {path}")
-    except OSError as e:
-        cannot_run(f"cannot write the reports: {e}")
-    sys.exit(EXIT_PASS if result.passed else EXIT_FAIL)
+    except OSError as e:            # a FAIL stays exit 1: the verdict matters more
+        click.echo(f"crnn-conformance: cannot write the reports: {e}", err=True)
+        code = code or EXIT_CANNOT_RUN
+    sys.exit(code)
 
 
 def _build_bundled() -> None:

@@ -10,7 +10,7 @@ from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.generators.h5io import FixtureError
 from crnn_conformance.harness.runner import FIXTURES_DIR
 
-from .common import EXIT_FAIL, EXIT_PASS, cannot_run
+from .common import EXIT_FAIL, EXIT_PASS, cannot_run, parse_timeout
 
 
 @click.command()
@@ -26,7 +26,8 @@ from .common import EXIT_FAIL, EXIT_PASS, cannot_run
 @click.option("--fixtures", type=click.Path(file_okay=False), default=str(FIXTURES_DIR),
               show_default="fixtures/", help="fixture directory")
 @click.option("--timeout", type=float, default=120.0, show_default=True,
-              help="seconds one layer call on one case may take before it counts as a hang")
+              help="seconds one layer call on one case may take before it counts as a hang "
+                   "(inf: no limit)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="also write the kill table as JSON to this file")
 @click.option("--list", "list_only", is_flag=True, help="list the catalogue and exit")
@@ -49,8 +50,10 @@ def mutants(only, jobs, full, skip_clean, fixtures, timeout, json_path, list_onl
     jobs = jobs if jobs is not None else max(1, min(4, os.cpu_count() or 1))
     if jobs < 1:
         cannot_run("--jobs must be at least 1")
-    if not timeout > 0:
-        cannot_run("--timeout must be a positive number of seconds")
+    try:
+        timeout = parse_timeout(timeout)
+    except click.BadParameter as e:
+        cannot_run(e.message)
     try:
         M.preflight(Path(fixtures))
     except (abi.PortError, FixtureError, ValueError) as e:
