@@ -105,7 +105,18 @@ def repro_command(opts: GateOptions, layer: str, case: str, tier: str, isa: str,
     cmd += ["--layers", layer, "--case", case, "--tiers", tier, "--isa", isa, "--threads", str(threads)]
     if opts.timeout != GateOptions.timeout:
         cmd += ["--timeout", "inf" if opts.timeout is None else f"{opts.timeout:g}"]
-    return shlex.join(cmd)
+    return " ".join(map(_shell_quote, cmd))
+
+
+def _shell_quote(arg: str) -> str:
+    """shlex.quote, but a path that is not UTF-8 (Python keeps its bytes as surrogates) becomes
+    bash's $'...' with \\xNN escapes: the line stays valid text and reruns that very path."""
+    try:
+        arg.encode("utf-8")
+    except UnicodeEncodeError:
+        return "$'" + "".join(chr(b) if 32 <= b < 127 and b not in b"'\\" else f"\\x{b:02x}"
+                              for b in os.fsencode(arg)) + "'"
+    return shlex.quote(arg)
 
 
 def _fixture_paths(opts: GateOptions, module) -> list[Path]:

@@ -54,7 +54,8 @@ def test_timeout_inf_is_no_limit_and_bad_values_are_refused(tmp_path):
 
 def test_non_utf8_paths(ports, tmp_path):
     """A report directory and a port whose paths hold the byte 0xff: the reports are written
-    (valid UTF-8, the byte shown as U+FFFD) and the __REPRO: line carries the path's bytes."""
+    (valid UTF-8, the byte shown as U+FFFD) and the __REPRO: line reruns that very path in
+    bash ($'...\\xff...')."""
     d = Path(os.fsdecode(bytes(tmp_path) + b"/r\xffport"))
     so = Path(os.fsdecode(bytes(tmp_path) + b"/lib\xff.so"))
     so.write_bytes(ports("-DTP_ERRCODE").read_bytes())
@@ -63,8 +64,12 @@ def test_non_utf8_paths(ports, tmp_path):
                        capture_output=True, timeout=120)
     assert r.returncode == 1, r.stderr
     assert b"Traceback" not in r.stdout + r.stderr
-    repro = [line for line in r.stdout.splitlines() if b"__REPRO:" in line]
-    assert repro and all(bytes(so) in line for line in repro)   # it reruns that very path
+    repro = [line.decode() for line in r.stdout.splitlines() if b"__REPRO:" in line]
+    assert repro and all("$'" + str(tmp_path) + "/lib\\xff.so'" in line for line in repro), repro
+    rerun = subprocess.run(["bash", "-c", repro[0].split("__REPRO: ", 1)[1].replace(
+        "crnn-conformance", f"{sys.executable} -m crnn_conformance.harness.cli", 1)],
+        cwd=ROOT, capture_output=True, timeout=120)
+    assert rerun.returncode == 1 and b"returned -3" in rerun.stdout, rerun.stdout + rerun.stderr
     for name in ("results.json", "index.html", "junit.xml"):
         text = (d / name).read_bytes().decode("utf-8")        # strict: valid UTF-8
         if name == "results.json":
@@ -88,13 +93,14 @@ def test_regen_out_unwritable_is_exit_2(tmp_path):
             f"regen-fixtures: cannot write to {str(out)!r} (Not a directory)"]
 
 
-def test_an_unexpected_error_is_one_line_with_the_traceback_logged(tmp_path):
+def test_an_unexpected_error_is_one_line_with_the_traceback_logged(ports, tmp_path):
+    so = ports()                 # (not the bundled port: a cold cache would say it builds it)
     code = ("import sys\n"
             "from crnn_conformance.harness import runner\n"
             "def boom(*a, **k): raise ZeroDivisionError('a bug')\n"
             "runner.run_gate = boom\n"
             "import crnn_conformance.harness.cli.gate as g; g.run_gate = boom\n"
-            "sys.argv = ['crnn-conformance', 'gate', '--layers', 'dot16']\n"
+            f"sys.argv = ['crnn-conformance', 'gate', '--port', {str(so)!r}, '--layers', 'dot16']\n"
             "from crnn_conformance.harness.cli import main; main()\n")
     env = {**os.environ, "CRNN_CACHE_DIR": str(tmp_path / "cache")}
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
