@@ -8,7 +8,6 @@ and misbehave only on the linear case T16_I37_O37 (in crnn_linear_backward).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -19,36 +18,16 @@ import h5py
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
-from testports import build_port  # noqa: E402
+from testports import ROOT, build_port, cannot_run, gate  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ["--layers", "dot16,linear"]
 BAD_CASE = "linear/T16_I37_O37"
-
-
-def gate(*args, env=None, timeout=120):
-    e = dict(os.environ)
-    e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "gate", *args], cwd=ROOT,
-                          capture_output=True, text=True, env=e, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def ports(tmp_path_factory):
     d = tmp_path_factory.mktemp("ports")
     return lambda *defines: build_port(d, *defines)
-
-
-def cannot_run(r, *fragments):
-    """Exit 2, exactly one line on stderr naming the problem, no traceback."""
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr
-    assert lines[0].startswith("crnn-conformance: cannot run: "), lines[0]
-    assert "Traceback" not in r.stderr + r.stdout
-    for f in fragments:
-        assert f in lines[0], (f, lines[0])
-    return lines[0]
 
 
 # ---- the good cases ------------------------------------------------------------------------
