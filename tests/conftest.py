@@ -1,4 +1,5 @@
-"""Shared test set-up: the --slow option, the bundled library, and the ISA x threads grid."""
+"""Shared test set-up: the --slow option, the bundled library, the ISA x threads grid, and
+the hostile test ports (tests/ports/testport.c)."""
 from __future__ import annotations
 
 import pytest
@@ -32,3 +33,14 @@ def lib():
 def isas(lib):
     from crnn_conformance.ctypes_kernels.abi import available_isas
     return available_isas(lib)
+
+
+@pytest.fixture(scope="module")
+def ports(tmp_path_factory):
+    """ports("-DTP_SEGV") -> a variant of tests/ports/testport.c, built once per module."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
+    from testports import build_port
+    d = tmp_path_factory.mktemp("ports")
+    return lambda *defines: build_port(d, *defines)

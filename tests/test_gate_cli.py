@@ -18,16 +18,10 @@ import h5py
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
-from testports import ROOT, build_port, cannot_run, gate  # noqa: E402
+from testports import ROOT, cannot_run, gate  # noqa: E402
 
 LAYERS = ["--layers", "dot16,linear"]
 BAD_CASE = "linear/T16_I37_O37"
-
-
-@pytest.fixture(scope="module")
-def ports(tmp_path_factory):
-    d = tmp_path_factory.mktemp("ports")
-    return lambda *defines: build_port(d, *defines)
 
 
 # ---- the good cases ------------------------------------------------------------------------

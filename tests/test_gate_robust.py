@@ -14,15 +14,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
-from testports import ROOT, build_port, cannot_run, gate  # noqa: E402
+from testports import ROOT, cannot_run, gate  # noqa: E402
 
 LAYERS = ["--layers", "dot16"]
-
-
-@pytest.fixture(scope="module")
-def ports(tmp_path_factory):
-    d = tmp_path_factory.mktemp("ports")
-    return lambda *defines: build_port(d, *defines)
 
 
 def unwritable(tmp_path) -> Path:
