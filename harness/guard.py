@@ -172,8 +172,8 @@ class Buffer:
         a = self.array.reshape(-1).view(np.uint8)
         i = int(np.flatnonzero(a != ref.reshape(-1).view(np.uint8))[0]) // self.dtype.itemsize
         idx = [int(k) for k in np.unravel_index(i, self.shape)] if self.shape else []
-        return (f"at [{', '.join(map(str, idx))}] ({ref.reshape(-1)[i]} -> "
-                f"{self.array.reshape(-1)[i]})")
+        return (f"at [{', '.join(map(str, idx))}] ({str(ref.reshape(-1)[i])} -> "
+                f"{str(self.array.reshape(-1)[i])})")   # str: the dtype's shortest digits
 
 
 class Arena:
