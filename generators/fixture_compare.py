@@ -39,11 +39,15 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from crnn_conformance.generators.h5io import MANIFEST_ATTRS
+
 # root attributes that say who wrote a file, not what it holds (numpy_version and h5py_version
 # are no longer written; `generator` names the builder module, which the move under one
 # import name renamed)
 PROVENANCE = ("generator", "numpy_version", "h5py_version", "generator_git_revision",
               "torch_version", "cpu_flags", "torch_cpu_capability", "machine")
+# not compared either: the manifest is a digest of the contents compared here one by one
+NOT_COMPARED = PROVENANCE + MANIFEST_ATTRS
 # PyTorch's fp32 results depend on these (its kernels dispatch on the CPU)
 TORCH_ENV_ATTRS = ("torch_version", "cpu_flags")
 F64_AGREEMENT = 2.0 ** -19
@@ -178,7 +182,7 @@ def differences(old: Path, new: Path) -> list[str]:
     except OSError as e:
         return [f"unreadable ({e})"]
     with fo, h5py.File(new, "r") as fn:
-        out = _attr_differences("", dict(fo.attrs), dict(fn.attrs), PROVENANCE)
+        out = _attr_differences("", dict(fo.attrs), dict(fn.attrs), NOT_COMPARED)
         for case in sorted(set(fo) | set(fn)):
             if case in fo and case in fn and isinstance(fn[case], h5py.Group):
                 skip = ("params", "floor") if env else ()
@@ -235,7 +239,7 @@ def compare_file(old: Path, new: Path) -> dict:
     row = {t: [0, 0] for t in TIERS}
     row["float64_max_rel"], row["float64_max_norm"], row["attrs"] = 0.0, 0.0, 0
     with h5py.File(old, "r") as fo, h5py.File(new, "r") as fn:
-        row["attrs"] = len(_attr_differences("", dict(fo.attrs), dict(fn.attrs), PROVENANCE))
+        row["attrs"] = len(_attr_differences("", dict(fo.attrs), dict(fn.attrs), NOT_COMPARED))
         for case in fn:
             if case in fo:
                 row["attrs"] += len(_attr_differences("", dict(fo[case].attrs), dict(fn[case].attrs)))
