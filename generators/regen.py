@@ -38,6 +38,18 @@ BUILDERS = {
     "clip": "crnn_conformance.generators.cases.clip",
     "adamw": "crnn_conformance.generators.cases.adamw",
     "train3": "crnn_conformance.generators.cases.train3",
+    # edge cases, exact tier only (docs/edge-cases.md): special values, boundaries, values
+    # rounded once, and the activation and DetMath entry points on fixtures of their own
+    "dot16_edges": "crnn_conformance.generators.cases.dot16_edges",
+    "linear_edges": "crnn_conformance.generators.cases.linear_edges",
+    "conv_edges": "crnn_conformance.generators.cases.conv_edges",
+    "lstm_edges": "crnn_conformance.generators.cases.lstm_edges",
+    "activations": "crnn_conformance.generators.cases.activations",
+    "ctc_edges": "crnn_conformance.generators.cases.ctc_edges",
+    "detmath": "crnn_conformance.generators.cases.detmath",
+    "step_edges": "crnn_conformance.generators.cases.step_edges",
+    "clip_edges": "crnn_conformance.generators.cases.clip_edges",
+    "adamw_edges": "crnn_conformance.generators.cases.adamw_edges",
     # the pytorch tier (generators/pytorch_ref.py): the trained crnn-v0 in PyTorch fp32 with
     # float64 Floors; each file is read by its layer's harness module (FIXTURES)
     "pytorch_conv": "crnn_conformance.generators.cases.pytorch_conv",

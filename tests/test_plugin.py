@@ -116,8 +116,9 @@ def test_under_xdist(nan_port, gate_keys, tmp_path):
 def test_bundled_port_with_the_flag(tmp_path):
     r = run_pytest(tmp_path, "--crnn-conformance", "--crnn-layers", "dot16", "-q")
     assert r.returncode == 0, r.stdout + r.stderr
-    # 5 cases (dot16.h5's 3, dot16_zeros.h5's 2) x (exact, identity) + uniform_n0_100 float64
-    assert "11 passed" in r.stdout
+    # 10 cases (dot16.h5's 3, dot16_zeros.h5's 2, dot16_edges.h5's 5) x (exact, identity)
+    # + uniform_n0_100 float64
+    assert "21 passed" in r.stdout
 
 
 ADAMW = ["--crnn-conformance", "--crnn-layers", "adamw", "--crnn-threads", "1,2"]

@@ -21,8 +21,10 @@ from ._ffi import call, f32, i32, out, ptr
 
 LAYER = "conv"
 FIXTURE = "conv"
-FIXTURES = ["conv", "pytorch_conv"]   # the second: the pytorch tier (trained crnn-v0)
+FIXTURES = ["conv", "pytorch_conv",   # the second: the pytorch tier (trained crnn-v0)
+            "conv_edges"]   # exact tier: pool NaN/zeros/ties, underflow (docs/edge-cases.md)
 INPUTS = ("x", "W", "b", "dPooled")
+TIERS = {"conv_edges": ("exact",)}
 
 GEOMETRY = ("kh", "kw", "padH", "padW", "poolH", "poolW")
 

@@ -7,10 +7,11 @@ from ._ffi import call, f32, out, ptr
 
 LAYER = "dot16"
 FIXTURE = "dot16"
-FIXTURES = ["dot16", "dot16_zeros"]   # the second: signed-zero tails (docs/mutants.md)
+FIXTURES = ["dot16", "dot16_zeros",   # the second: signed-zero tails (docs/mutants.md)
+            "dot16_edges"]   # exact tier: subnormals, -0, overflow (docs/edge-cases.md)
 INPUTS = ("a", "b", "lengths")
 # the tiers every case must hold (layers.tiers_for); the order cases have no float64 tier
-TIERS = {"dot16": ("exact",), "dot16_zeros": ("exact",)}
+TIERS = {"dot16": ("exact",), "dot16_zeros": ("exact",), "dot16_edges": ("exact",)}
 
 
 def run(lib, case) -> dict:

@@ -5,8 +5,10 @@ from ._ffi import call, f32, out, ptr
 
 LAYER = "linear"
 FIXTURE = "linear"
-FIXTURES = ["linear", "pytorch_linear"]   # the second: the pytorch tier (trained crnn-v0)
+FIXTURES = ["linear", "pytorch_linear",   # the second: the pytorch tier (trained crnn-v0)
+            "linear_edges"]   # exact tier: underflow, signed zeros (docs/edge-cases.md)
 INPUTS = ("x", "W", "b", "dY")
+TIERS = {"linear_edges": ("exact",)}
 
 
 def run(lib, case) -> dict:

@@ -1,16 +1,45 @@
 """The bidirectional LSTM layer through a port: forward (output and saved states), then the
-backward from the port's own saved states, as a training step would run it."""
+backward from the port's own saved states, as a training step would run it.
+
+A case of kind `activations` (fixtures/activations.h5) runs the layer's element-wise
+functions instead: crnn_sigmoid and crnn_tanh on consecutive segments of `x` whose `lengths`
+cover every vector tail, each segment its own output buffer."""
 from __future__ import annotations
+
+import numpy as np
 
 from ._ffi import call, f32, out, ptr
 
 LAYER = "lstm"
 FIXTURE = "lstm"
-FIXTURES = ["lstm", "pytorch_lstm"]   # the second: the pytorch tier (trained crnn-v0)
+FIXTURES = ["lstm", "pytorch_lstm",   # the second: the pytorch tier (trained crnn-v0)
+            "lstm_edges", "activations"]   # exact tier: underflow, zeros; sigmoid and tanh
 INPUTS = ("x", "W_ih", "W_hh", "b", "dOut")
+TIERS = {"lstm_edges": ("exact",), "activations": ("exact",)}
+
+
+def required_inputs(case) -> list[str]:
+    return ["x", "lengths"] if case.params.get("kind") == "activations" else list(INPUTS)
+
+
+def run_activations(lib, case) -> dict:
+    x = f32(case.inputs["x"])
+    result = {}
+    for name in ("sigmoid", "tanh"):
+        y, at = np.empty(x.size, np.float32), 0
+        for n in case.inputs["lengths"]:
+            n = int(n)
+            seg = out(n)    # its own buffer: a write past the segment hits a guard zone
+            call(lib, f"crnn_{name}", ptr(x[at:at + n]), n, ptr(seg))
+            y[at:at + n] = seg
+            at += n
+        result[name] = y
+    return result
 
 
 def run(lib, case) -> dict:
+    if case.params.get("kind") == "activations":
+        return run_activations(lib, case)
     x, W_ih, W_hh, b, dOut = (f32(case.inputs[k]) for k in ("x", "W_ih", "W_hh", "b", "dOut"))
     T, I = x.shape
     H = W_hh.shape[2]
@@ -29,4 +58,6 @@ def run(lib, case) -> dict:
 def outputs(case) -> list[str]:
     """The tensors run() returns (the pytorch fixture has references for fewer of them; the
     identity tier checks them all)."""
+    if case.params.get("kind") == "activations":
+        return ["sigmoid", "tanh"]
     return ["out", "gates", "c", "tc", "hPrev", "dW_ih", "dW_hh", "db", "dx"]

@@ -12,8 +12,10 @@ from ._ffi import call, f32, i32, out, ptr
 
 LAYER = "step"
 FIXTURE = "step"
-FIXTURES = ["step", "pytorch_step"]   # the second: the pytorch tier (trained crnn-v0)
+FIXTURES = ["step", "pytorch_step",   # the second: the pytorch tier (trained crnn-v0)
+            "step_edges"]   # exact tier: signed zeros through the batch sum (docs/edge-cases.md)
 INPUTS = ("cfg", "params", "widths", "images", "target_lens", "targets")
+TIERS = {"step_edges": ("exact",)}
 
 
 def required_inputs(case) -> list[str]:

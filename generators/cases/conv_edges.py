@@ -1,0 +1,172 @@
+"""Conv-block edge cases (fixtures/conv_edges.h5): exact tier only (docs/edge-cases.md).
+
+Pool rules (a NaN, -0, +0 or a negative never wins; a window without a positive value gives
++0 and winner -1; of equal maxima the first wins):
+  pool_nan_x_O4, pool_nan_x_O5   two input pixels NaN: the conv values that see them are NaN
+                                 and lose; dW's columns that read them are NaN (0 * NaN)
+  pool_nan_bias                  one channel's bias NaN: every window of it is dead
+  pool_signed_zeros_C16          conv values exactly -0 (a dot of underflowing negative
+                                 products plus b = -0), exactly +0, negative, and mixed
+  ties_nontwin_O6                small-integer inputs and weights: exact sums, so windows tie
+                                 between cells whose input windows differ (not twins)
+Padding columns (W's are terms of the dot, used as stored):
+  k_padding_neg_zero             K = 27: real taps' products underflow to -0, the five padding
+                                 terms fma(+0, +0, -0) = +0 turn those lanes +0 (b = -0)
+  k_padding_nan                  one channel's padding columns NaN: +0 * NaN makes its conv NaN
+Underflow in the backward's dots over p (dW, db) and o (dcol), dense and listed:
+  listed_dW_neg_zero_C16_O4      a selector channel fixes one winner per window so that every
+  listed_dW_neg_zero_C8_O5       lane mod 16 of the dots over p has one winner; its product with
+  dense_dW_neg_zero_C3_O4        the tiny other channels underflows to -0, and the losers after
+  dense_dW_neg_zero_C2_nodx      it (dC = +0) turn most lanes back to +0: the dot is +0. A port
+                                 that leaves out the zero terms keeps -0 in every lane and
+                                 must redo such dots with all terms. C = 16 and 8 take the
+                                 bundled port's listed dW (direct and im2col rows), C = 3 and 2
+                                 the dense one; C = 16 also its sparse dcol (products underflow
+                                 there too). The last one is called without dx.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from crnn_conformance.generators import exact
+from crnn_conformance.generators.cases.conv import kpadded
+from crnn_conformance.generators.edge_values import qnan32, tiny
+from crnn_conformance.generators.spec import conv as spec
+
+NAME = "conv_edges"
+LAYER = "conv"
+SEED = 3304
+F32 = np.float32
+G33 = dict(kh=3, kw=3, padH=1, padW=1, poolH=2, poolW=2)
+
+
+def _case(name, x, W, b, dPooled, g, note, dx=True):
+    x = np.ascontiguousarray(x, F32)
+    H, Wd, C = x.shape
+    params = {"H": H, "W": Wd, "C": C, "Out": int(W.shape[0]), **g, "dx": dx,
+              "KPadded": int(W.shape[1]), "note": note}
+    c = exact.case(LAYER, name, params, {"x": x, "W": np.ascontiguousarray(W, F32),
+                                         "b": np.ascontiguousarray(b, F32),
+                                         "dPooled": np.ascontiguousarray(dPooled, F32)})
+    e = c.expected["exact"]
+    c.params["dead_windows"] = int(np.sum(e["winners"] < 0))
+    c.params["negative_zero"] = {k: int(np.sum((v == 0) & np.signbit(v))) for k, v in e.items()
+                                 if np.asarray(v).dtype.kind == "f"}
+    return c
+
+
+def pooled_shape(H, W, g):
+    Hc, Wc = spec.conv_size(H, W, g["kh"], g["kw"], g["padH"], g["padW"])
+    return Hc // g["poolH"], Wc // g["poolW"]
+
+
+def weights(rng, C, Out, g, scale=None):
+    K = g["kh"] * g["kw"] * C
+    W = np.zeros((Out, kpadded(K)), F32)
+    W[:, :K] = rng.uniform(-1, 1, (Out, K)) * (scale or 1.0 / np.sqrt(K))
+    return W
+
+
+def nan_pixels(rng, Out):
+    H, Wd, C = 6, 7, 2
+    x = rng.uniform(-1, 1, (H, Wd, C)).astype(F32)
+    x[1, 2, 0] = qnan32()
+    x[4, 5, 1] = qnan32()
+    Hp, Wp = pooled_shape(H, Wd, G33)
+    return x, weights(rng, C, Out, G33), rng.uniform(-0.3, 0.3, Out).astype(F32), \
+        rng.uniform(-1, 1, (Hp, Wp, Out)).astype(F32)
+
+
+def signed_zeros(rng):
+    """1x1 conv, C = 16 = K = KPadded: x tiny > 0; channel o % 4 == 0: W tiny < 0 and b = -0
+    (conv -0), 1: W tiny > 0, b = -0 (+0 + -0 = +0), 2: W = 0, b = +0, 3: W random, b = 0."""
+    g = dict(kh=1, kw=1, padH=0, padW=0, poolH=2, poolW=2)
+    H, Wd, C, Out = 4, 6, 16, 8
+    x = tiny(rng, H * Wd * C).reshape(H, Wd, C)
+    W = np.zeros((Out, 16), F32)
+    b = np.zeros(Out, F32)
+    for o in range(Out):
+        kind = o % 4
+        W[o] = (tiny(rng, 16, -80, -1.0) if kind == 0 else tiny(rng, 16) if kind == 1
+                else 0.0 if kind == 2 else rng.uniform(-1, 1, 16) * np.ldexp(1.0, 80))
+        b[o] = -0.0 if kind in (0, 1) else 0.0
+    return _case("pool_signed_zeros_C16", x, W, b, rng.uniform(-1, 1, (2, 3, Out)), g,
+                 "conv values -0, +0, negative: dead windows give +0 and -1")
+
+
+def ties_nontwin(rng):
+    H, Wd, C, Out = 8, 9, 3, 6
+    x = rng.integers(0, 3, (H, Wd, C)).astype(F32)
+    W = np.zeros((Out, 32), F32)
+    W[:, :27] = rng.integers(-1, 2, (Out, 27))
+    b = rng.integers(-1, 2, Out).astype(F32)
+    Hp, Wp = pooled_shape(H, Wd, G33)
+    c = _case("ties_nontwin_O6", x, W, b, rng.uniform(-1, 1, (Hp, Wp, Out)), G33,
+              "integer sums: ties between cells with different input windows")
+    conv = c.expected["exact"]["conv"].reshape(H, Wd, Out)[:Hp * 2, :Wp * 2]
+    cells = conv.reshape(Hp, 2, Wp, 2, Out).transpose(0, 2, 4, 1, 3).reshape(Hp, Wp, Out, 4)
+    top = cells.max(-1)
+    c.params["tied_windows"] = int(np.sum((top > 0) & ((cells == top[..., None]).sum(-1) >= 2)))
+    return c
+
+
+def k_padding(rng, nan):
+    H, Wd, C, Out = 5, 6, 3, 4
+    x = tiny(rng, H * Wd * C).reshape(H, Wd, C)
+    W = np.zeros((Out, 32), F32)
+    if nan:
+        x = rng.uniform(0, 1, (H, Wd, C)).astype(F32)
+        W[:, :27] = rng.uniform(-0.5, 0.5, (Out, 27))
+        W[2, 27:] = qnan32()
+        b = rng.uniform(-0.1, 0.3, Out).astype(F32)
+    else:
+        W[:, :27] = tiny(rng, Out * 27, -80, -1.0).reshape(Out, 27)
+        b = np.full(Out, -0.0, F32)
+    Hp, Wp = pooled_shape(H, Wd, G33)
+    name, note = (("k_padding_nan", "channel 2's padding columns NaN") if nan else
+                  ("k_padding_neg_zero", "real taps -0, padding terms turn lanes +0"))
+    return _case(name, x, W, b, rng.uniform(-1, 1, (Hp, Wp, Out)), G33, note)
+
+
+def selector(rng, name, C, Out, dx=True):
+    """One winner per pool window, placed so that each lane p mod 16 of the 8x8 conv output
+    gets one (window (oy, ox) takes cell (dy, dx) number (oy + ox) mod 4); channel 0 selects
+    it (1 at the winner, weight 1 on the centre tap), channels 1.. are tiny."""
+    H = Wd = 8
+    x = np.zeros((H, Wd, C), F32)
+    x[:, :, 1:] = tiny(rng, H * Wd * (C - 1)).reshape(H, Wd, C - 1)
+    for oy in range(4):
+        for ox in range(4):
+            dy, ddx = divmod((oy + ox) % 4, 2)
+            x[2 * oy + dy, 2 * ox + ddx, 0] = 1.0
+    K = 9 * C
+    W = np.zeros((Out, kpadded(K)), F32)
+    taps = tiny(rng, Out * K).reshape(Out, 9, C) * rng.choice([-1, 1], (Out, 9, C)).astype(F32)
+    taps[:, :, 0] = 0.0
+    taps[:, 4, 0] = 1.0
+    W[:, :K] = taps.reshape(Out, K)
+    b = np.full(Out, 0.25, F32)
+    dPooled = tiny(rng, 16 * Out, -80, -1.0).reshape(4, 4, Out)
+    return _case(name, x, W, b, dPooled, G33, "winner products underflow to -0, losers after "
+                 "them turn lanes +0", dx=dx)
+
+
+def build():
+    rng = np.random.default_rng(SEED)
+    cases = []
+    for Out in (4, 5):
+        x, W, b, dP = nan_pixels(rng, Out)
+        cases.append(_case(f"pool_nan_x_O{Out}", x, W, b, dP, G33, "NaN pixels: NaN never wins"))
+    x, W, b, dP = nan_pixels(rng, 4)
+    x = rng.uniform(-1, 1, x.shape).astype(F32)
+    b[1] = qnan32()
+    cases.append(_case("pool_nan_bias", x, W, b, dP, G33, "channel 1 all NaN: dead windows"))
+    cases.append(signed_zeros(rng))
+    cases.append(ties_nontwin(rng))
+    cases.append(k_padding(rng, nan=False))
+    cases.append(k_padding(rng, nan=True))
+    cases.append(selector(rng, "listed_dW_neg_zero_C16_O4", 16, 4))
+    cases.append(selector(rng, "listed_dW_neg_zero_C8_O5", 8, 5))
+    cases.append(selector(rng, "dense_dW_neg_zero_C3_O4", 3, 4))
+    cases.append(selector(rng, "dense_dW_neg_zero_C2_nodx", 2, 4, dx=False))
+    return cases

@@ -1,0 +1,98 @@
+"""CTC edge cases (fixtures/ctc_edges.h5): exact tier only (docs/edge-cases.md).
+
+One line each:
+  T9_2L_plus_1_distinct   T = 2L + 1 with 4 distinct labels: every entry of the extended
+                          sequence on the one path that visits them all
+  T9_2L_plus_1_repeats    T = 2L + 1 with the target 2 2 3 3 (repeats need their blank)
+  T4_minimal_repeats      the target 2 2 3 in T = 4 = L + 1 repeat: exactly one alignment
+  T3_infeasible_repeats   the target 2 2 3 in T = 3: no alignment, loss +inf, gradient +0
+  K1_empty_T4             one class (blank only), empty target: logP is the sum of lp = 0
+  T0_K3                   no steps at all: loss +inf, an empty gradient
+many_tiny (kind `many`): every target of length 0..3 over every alphabet of K = 1..4 classes,
+  at T = 1, 2, 3 (180 combinations; 24 lines each that has an alignment, one each that has
+  none), with logits drawn from
+  N(0, 1), N(0, 4), integers in -3..3, all equal, saturated (+30 on one class, -30 on the
+  rest), gaps near logadd's cut (0, -37 .. -42) and N(0, 100), and scales 1/B for
+  B = 1, 2, 3, 4, 7: about 1700 lines, small enough that single DetMath exp and log results
+  reach the loss's last bits.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from crnn_conformance.generators import exact
+
+NAME = "ctc_edges"
+LAYER = "ctc"
+SEED = 5007
+F32 = np.float32
+
+
+def _line(name, logits, target, scale, note):
+    logits = np.ascontiguousarray(logits, F32)
+    target = np.ascontiguousarray(target, np.int32)
+    inputs = {"logits": logits, "target": target, "scale": np.array([scale], np.float64)}
+    T, K = logits.shape
+    return exact.case(LAYER, name, {"T": T, "K": K, "L": int(target.size), "scale": scale,
+                                    "note": note}, inputs)
+
+
+def logits_kind(rng, kind, T, K) -> np.ndarray:
+    if kind == "normal1":
+        return rng.normal(0, 1, (T, K))
+    if kind == "normal4":
+        return rng.normal(0, 4, (T, K))
+    if kind == "integers":
+        return rng.integers(-3, 4, (T, K)).astype(float)
+    if kind == "equal":
+        return np.full((T, K), float(rng.integers(-2, 3)))
+    if kind == "saturated":
+        z = np.full((T, K), -30.0)
+        z[np.arange(T), rng.integers(0, K, T)] = 30.0
+        return z
+    if kind == "cut":
+        return -rng.choice([0.0, 37.0, 38.0, 39.0, 40.0, 41.0, 42.0], (T, K)) + rng.uniform(-0.01, 0.01, (T, K))
+    return rng.normal(0, 100, (T, K))
+
+
+KINDS = ("normal1", "normal4", "integers", "equal", "saturated", "cut", "wide")
+
+
+def targets(K):
+    for L in range(4):
+        yield from itertools.product(range(1, K), repeat=L)
+
+
+def many(rng):
+    lines = []
+    for T in (1, 2, 3):
+        for K in (1, 2, 3, 4):
+            for tgt in targets(K):
+                repeats = sum(a == b for a, b in zip(tgt, tgt[1:]))
+                for i in range(24 if len(tgt) + repeats <= T else 1):
+                    kind = KINDS[i % len(KINDS)] if i < len(KINDS) else str(rng.choice(KINDS))
+                    scale = 1.0 / float(rng.choice([1, 2, 3, 4, 7]))
+                    lines.append((logits_kind(rng, kind, T, K), tgt, scale))
+    inputs = {"logits": np.concatenate([z.astype(F32).ravel() for z, _, _ in lines]),
+              "shapes": np.array([[z.shape[0], z.shape[1], len(t)] for z, t, _ in lines], np.int64),
+              "targets": np.array([v for _, t, _ in lines for v in t], np.int32),
+              "scales": np.array([s for _, _, s in lines], np.float64)}
+    c = exact.case(LAYER, "many_tiny", {"kind": "many", "lines": len(lines)}, inputs)
+    c.params["infeasible"] = int(np.sum(np.isinf(c.expected["exact"]["loss"])))
+    return c
+
+
+def build():
+    rng = np.random.default_rng(SEED)
+    n = lambda T, K: rng.normal(0, 2, (T, K))
+    return [
+        _line("T9_2L_plus_1_distinct", n(9, 6), [1, 2, 3, 4], 0.25, "T = 2L + 1, distinct labels"),
+        _line("T9_2L_plus_1_repeats", n(9, 5), [2, 2, 3, 3], 0.25, "T = 2L + 1, repeats"),
+        _line("T4_minimal_repeats", n(4, 5), [2, 2, 3], 1.0, "T = L + repeats: one alignment"),
+        _line("T3_infeasible_repeats", n(3, 5), [2, 2, 3], 0.5, "no alignment"),
+        _line("K1_empty_T4", n(4, 1), [], 1.0, "blank only"),
+        _line("T0_K3", np.zeros((0, 3)), [], 1.0, "no steps"),
+        many(rng),
+    ]

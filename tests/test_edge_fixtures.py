@@ -1,0 +1,195 @@
+"""The edge-case fixtures (docs/edge-cases.md) and the gate's fixture discovery.
+
+generators/exact.py must mirror the harness layer modules: it reproduces the exact tier of the
+checked-in fixtures it did not build. Each edge fixture holds what makes it an edge case (the
+mutants prove the gate catches those mistakes through them: tests/test_mutants.py). The
+bundled port passes them on every path. A fixture directory other than the packaged one runs
+the files it has, by their `layer` attribute; the packaged one must be complete."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from crnn_conformance.generators import exact
+from crnn_conformance.generators.h5io import FixtureError, read_fixture, write_fixture
+from crnn_conformance.generators.regen import BUILDERS
+from crnn_conformance.generators.spec import activations as A
+from crnn_conformance.generators.spec import detmath as D
+from crnn_conformance.generators.spec.dot16 import gemm16
+from crnn_conformance.harness import layers as L
+from crnn_conformance.harness import runner
+from crnn_conformance.harness.runner import FIXTURES_DIR, GateOptions, run_gate
+
+EDGE = ["dot16_edges", "linear_edges", "conv_edges", "lstm_edges", "activations", "ctc_edges",
+        "detmath", "step_edges", "clip_edges", "adamw_edges"]
+SLOW_CASES = {("step", "crnn_v0_b4"), ("train3", "crnn_v0_3steps")}
+
+
+def fixture(name):
+    return read_fixture(FIXTURES_DIR / f"{name}.h5")
+
+
+def case(name, case_name):
+    return next(c for c in fixture(name).cases if c.name == case_name)
+
+
+def negative_zeros(a) -> int:
+    a = np.asarray(a)
+    return int(np.sum((a == 0) & np.signbit(a)))
+
+
+@pytest.mark.parametrize("name", [n for n in BUILDERS if not n.startswith("pytorch_")])
+def test_exact_tier_is_the_spec_run_like_the_harness(name):
+    fx = fixture(name)
+    layer = fx.attrs["layer"]
+    for c in fx.cases:
+        if (layer, c.name) in SLOW_CASES:
+            continue
+        got = exact.expected(layer, c.params, c.inputs)
+        for tensor, want in c.expected["exact"].items():
+            assert np.asarray(got[tensor]).tobytes() == np.asarray(want).tobytes(), (c.name, tensor)
+
+
+def test_every_edge_fixture_is_read_by_its_layer():
+    read = {n for layer in L.available() for n in L.module(layer).FIXTURES}
+    assert set(EDGE) <= read and set(EDGE) <= set(BUILDERS)
+    for name in EDGE:
+        assert fixture(name).attrs["layer"] in L.available()
+        assert set(fixture(name).cases[0].expected) == {"exact"}
+
+
+def test_signed_zeros_are_there():
+    assert negative_zeros(case("dot16_edges", "underflow_cancel_n16_64").expected["exact"]["dot"])
+    e = case("linear_edges", "neg_zero_dW_dx_T33_I17_O16").expected["exact"]
+    assert negative_zeros(e["dW"]) and negative_zeros(e["dx"]) and not negative_zeros(e["y"])
+    e = case("lstm_edges", "neg_zero_dW_ih_dx_T17").expected["exact"]
+    assert negative_zeros(e["dW_ih"]) == e["dW_ih"].size and negative_zeros(e["dx"]) == e["dx"].size
+    for c in fixture("step_edges").cases:
+        fcW = c.expected["exact"]["fc.W"]
+        assert negative_zeros(fcW[3:]) == fcW[3:].size   # classes 3, 4: in no target
+    c = case("clip_edges", "overflow_inf_norm")
+    assert c.expected["exact"]["norm"][0] == np.inf
+    assert negative_zeros(c.expected["exact"]["t0"]) == int(np.sum(np.signbit(c.inputs["grads"][:35])))
+
+
+def test_pool_cases_hold_nan_signed_zero_and_tied_cells():
+    c = case("conv_edges", "pool_nan_x_O4")
+    e = c.expected["exact"]
+    assert np.isnan(e["conv"]).any() and not np.isnan(e["pooled"]).any()
+    assert np.isnan(e["dW"]).any()                     # 0 * NaN in dW's dots
+    c = case("conv_edges", "pool_signed_zeros_C16")
+    e = c.expected["exact"]
+    assert negative_zeros(e["conv"]) and (e["winners"] < 0).any()
+    assert negative_zeros(e["pooled"]) == 0           # a dead window gives +0
+    assert case("conv_edges", "ties_nontwin_O6").params["tied_windows"] > 0
+
+
+def test_padding_terms_decide_the_sign():
+    """k_padding_neg_zero: the dots over K taps only would be -0 where the spec's, with the
+    padding terms, are +0 (what conv_k_terms gets wrong)."""
+    from crnn_conformance.generators.spec.conv import im2col
+    c = case("conv_edges", "k_padding_neg_zero")
+    col = im2col(c.inputs["x"], 3, 3, 1, 1, 32)
+    over_k = gemm16(col[:, :27], c.inputs["W"][:, :27]) + c.inputs["b"]
+    spec = c.expected["exact"]["conv"]
+    assert negative_zeros(over_k) > 0 and negative_zeros(spec) == 0
+
+
+def test_listed_dw_cases_need_the_left_out_terms():
+    """With the ±0 dC terms left out each lane of dW's dots over p ends at -0; with them (the
+    spec) the dot is +0 (what sparse_dw_no_redo gets wrong)."""
+    from crnn_conformance.generators.spec.conv import im2col, pool_backward
+    for name in ("listed_dW_neg_zero_C16_O4", "listed_dW_neg_zero_C8_O5"):
+        c = case("conv_edges", name)
+        e = c.expected["exact"]
+        col = im2col(c.inputs["x"], 3, 3, 1, 1, c.inputs["W"].shape[1])
+        dC = pool_backward(c.inputs["dPooled"], e["winners"], col.shape[0], c.inputs["W"].shape[0])
+        centre = 4 * c.params["C"] + 1                     # a tiny channel's centre tap
+        lanes = np.zeros(16, np.float32)
+        for p in np.flatnonzero(dC[:, 0]):
+            lanes[p % 16] = np.float32(dC[p, 0]) * col[p, centre]
+        assert np.all(np.signbit(lanes)) and e["dW"][0, centre] == 0
+        assert not np.signbit(e["dW"][0, centre])
+
+
+def test_activation_and_detmath_inputs_cover_their_thresholds():
+    x = case("activations", "sigmoid_tanh").inputs["x"]
+    finite = x[np.isfinite(x) & (x != 0)]
+    assert set(range(-149, 128)) <= set(np.frexp(np.abs(finite))[1] - 1)
+    for t in (104.0, 52.0, A.TANH_SMALL, A.TANH_TINY):
+        t = np.float32(t)
+        assert {t, np.nextafter(t, np.float32(0)), np.nextafter(t, np.float32(np.inf))} <= set(x)
+    assert np.isnan(x).sum() >= 6
+    c = case("detmath", "exp_log")
+    xe, ye = c.inputs["x_exp"], c.expected["exact"]["exp"]
+    at = {float(v): float(y) for v, y in zip(xe, ye)}
+    assert np.isfinite(at[float(D.O_THRESH)]) and at[float(np.nextafter(D.O_THRESH, np.inf))] == np.inf
+    assert at[float(D.U_THRESH)] > 0 and at[float(np.nextafter(D.U_THRESH, -np.inf))] == 0
+    nan_in = xe[np.isnan(xe)]
+    assert nan_in.view(np.uint64).tolist() == ye[np.isnan(xe)].view(np.uint64).tolist()
+
+
+def test_ctc_clip_adamw_edges():
+    c = case("ctc_edges", "many_tiny")
+    shapes = c.inputs["shapes"]
+    assert len(shapes) >= 1500 and set(shapes[:, 0]) == {1, 2, 3} and set(shapes[:, 1]) == {1, 2, 3, 4}
+    assert 0 < c.params["infeasible"] < len(shapes)
+    assert case("ctc_edges", "T9_2L_plus_1_distinct").params["T"] == 2 * 4 + 1
+    assert case("clip_edges", "norm_equals_limit").params["triggered"] is False
+    assert case("clip_edges", "limit_one_ulp_below").params["triggered"] is True
+    c = case("adamw_edges", "many_hparams")
+    hp = c.inputs["hparams"]
+    assert len(hp) == 400 and len({tuple(h) for h in hp}) > 300
+
+
+def edge_dir(tmp_path, names):
+    d = tmp_path / "fx"
+    d.mkdir()
+    for n in names:
+        (d / f"{n}.h5").symlink_to(FIXTURES_DIR / f"{n}.h5")
+    return d
+
+
+def test_bundled_port_passes_the_edge_fixtures(tmp_path):
+    d = edge_dir(tmp_path, EDGE)
+    layers = sorted({fixture(n).attrs["layer"] for n in EDGE}, key=L.LAYERS.index)
+    r = run_gate(GateOptions(fixtures=d, layers=layers))
+    assert r.passed, [r_ for r_ in r.records if not r_.passed][:3]
+    assert {f for f in r.meta["fixtures"]} == {f"{n}.h5" for n in EDGE}
+
+
+def test_a_custom_directory_runs_the_files_it_has(tmp_path):
+    d = edge_dir(tmp_path, ["clip_edges"])
+    c = case("clip", "three_four")
+    write_fixture(d / "fuzz-clip-abc.h5", "clip", "test", 0, [c])
+    write_fixture(d / "other-layer.h5", "dot16", "test", 0, [case("dot16", "order_n0_100")])
+    s = runner.GateSession(GateOptions(fixtures=d, layers=["clip"]))
+    assert [p.name for p in runner._fixture_paths(s.opts, L.module("clip"))] == \
+        ["clip_edges.h5", "fuzz-clip-abc.h5"]
+    assert {j.case.name for j in s.jobs} >= {"three_four", "norm_equals_limit"}
+    with pytest.raises(FixtureError, match="no fixtures for layer conv in"):
+        runner.GateSession(GateOptions(fixtures=d, layers=["conv"]))
+    (d / "broken.h5").write_bytes(b"not hdf5")
+    with pytest.raises(FixtureError, match="broken.h5 cannot be read"):
+        runner.GateSession(GateOptions(fixtures=d, layers=["clip"]))
+
+
+def test_the_packaged_directory_must_be_complete(monkeypatch):
+    monkeypatch.setattr(L.module("clip"), "FIXTURES", ["clip", "clip_no_such_fixture"])
+    with pytest.raises(FixtureError, match="clip_no_such_fixture.h5"):
+        runner.GateSession(GateOptions(layers=["clip"]))
+
+
+def test_gate_cli_names_a_layer_without_fixtures(tmp_path):
+    d = edge_dir(tmp_path, ["clip_edges"])
+    r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "gate",
+                        "--fixtures", str(d), "--layers", "clip,adamw"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "no fixtures for layer adamw in" in r.stderr and "Traceback" not in r.stderr
+    with h5py.File(d / "clip_edges.h5", "r") as f:
+        assert f.attrs["layer"] == "clip"
