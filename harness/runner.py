@@ -119,8 +119,44 @@ def _shell_quote(arg: str) -> str:
     return shlex.quote(arg)
 
 
+def _standard(module) -> list[str]:
+    return list(getattr(module, "FIXTURES", [module.FIXTURE]))
+
+
 def _fixture_paths(opts: GateOptions, module) -> list[Path]:
-    return [Path(opts.fixtures) / f"{name}.h5" for name in getattr(module, "FIXTURES", [module.FIXTURE])]
+    """The packaged directory must hold every standard fixture of the layer (a missing one is
+    a FixtureError, exit 2). Any other directory runs the standard files it has, then every
+    other *.h5 whose root `layer` attribute names this layer (e.g. fuzz findings,
+    fuzz-<layer>-<digest>.h5); none at all is a FixtureError too."""
+    root = Path(opts.fixtures)
+    if not root.is_dir():
+        raise FixtureError(f"fixture directory not found: {root}")
+    if root.resolve() == Path(FIXTURES_DIR).resolve():
+        return [root / f"{name}.h5" for name in _standard(module)]
+    paths = [root / f"{name}.h5" for name in _standard(module) if (root / f"{name}.h5").exists()]
+    paths += [p for p in _other_fixtures(root) if _layer_attr(p) == module.LAYER]
+    if not paths:
+        raise FixtureError(f"no fixtures for layer {module.LAYER} in {root} (expected "
+                           f"{', '.join(n + '.h5' for n in _standard(module))} or other *.h5 "
+                           f"files whose `layer` attribute is {module.LAYER!r})")
+    return paths
+
+
+def _other_fixtures(root: Path) -> list[Path]:
+    """The *.h5 files of a fixture directory that are no layer's standard fixture."""
+    standard = {n for name in L.available() for n in _standard(L.module(name))}
+    return sorted(p for p in root.glob("*.h5") if p.stem not in standard)
+
+
+def _layer_attr(path: Path) -> str | None:
+    import h5py
+    try:
+        with h5py.File(path, "r") as f:
+            v = f.attrs.get("layer")
+    except OSError as e:
+        raise FixtureError(f"fixture {path} cannot be read ({e}); it is corrupt or not a "
+                           "crnn-conformance fixture") from None
+    return v.decode() if isinstance(v, bytes) else (None if v is None else str(v))
 
 
 def _tier_records(opts, module, case, tier, ours, isa) -> list[Record]:
@@ -386,6 +422,16 @@ def _check_selection(opts) -> None:
         raise ValueError("no checks selected: --tiers names nothing")
     if not opts.threads:
         raise ValueError("no checks selected: --threads names nothing")
+
+
+def check_case(opts: GateOptions, executor, module, fixture_path, case, isas) -> list[Record]:
+    """The gate's records of one case (every tier it holds, identity over isas x threads):
+    what run_gate does per case, for a caller with its own cases (harness/fuzz)."""
+    return _run_case(opts, executor, module, fixture_path, case, isas, isas[0])
+
+
+def select_isas(opts: GateOptions, available) -> list[str]:
+    return _select_isas(opts, available)
 
 
 def _select_isas(opts, available) -> list[str]:

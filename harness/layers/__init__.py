@@ -36,6 +36,8 @@ def tiers_for(mod, fixture_name: str) -> tuple:
     declared = getattr(mod, "TIERS", {})
     if fixture_name in declared:
         return tuple(declared[fixture_name])
+    if fixture_name.startswith("fuzz-"):   # a fuzz finding (harness/fuzz/writer.py)
+        return ("exact",)
     return ("pytorch",) if fixture_name.startswith("pytorch_") else ("exact", "float64")
 
 
