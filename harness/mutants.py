@@ -108,6 +108,24 @@ CATALOGUE: list[Mutant] = [
        "of B", "exact,float64"),
     _m("norm_float", "gradient norm summed in float instead of double", "exact"),
     _m("adamw_decay_all", "AdamW decaying biases (every tensor) by default", MATH),
+    # ---- edge rules (issue 16): special values, boundaries, scalars rounded once, the
+    # primitives; killed by the edge-case fixtures (docs/edge-cases.md) and by `fuzz` alone
+    _m("ctc_libm", "CTC with the C library's exp and log instead of DetMath", "exact"),
+    _m("pool_maxps", "pool value kept with maxps(m, v), which returns v on equality and NaN "
+       "(-0 after +0, NaN)", "exact"),
+    _m("conv_k_terms", "conv forward dots over the K real taps, the padding columns skipped",
+       "exact"),
+    _m("sparse_dw_no_redo", "conv dW without its ±0 dC terms, a lane left at -0 not redone",
+       "exact"),
+    _m("batch_sum_zero_start", "batch gradient summed from +0 (a zero's sign lost)", "exact"),
+    _m("clip_ge", "clipping when norm >= limit instead of >", "exact"),
+    _m("clip_factor_float", "clip factor limit / (norm + 1e-6) computed in float", "exact"),
+    _m("adamw_decay_float", "AdamW's decay factor 1 - lr*wd computed in float from float lr "
+       "and wd (rounded three times instead of once)", "exact"),
+    _m("sigmoid_clamp_88", "sigmoid's exp argument clamped at -88 (float exp's underflow) "
+       "instead of -104: no subnormal results", "exact"),
+    _m("exp_threshold_ge", "DetMath exp's overflow and underflow tests >= and <= instead of > "
+       "and <", "exact"),
 ]
 BY_NAME = {m.name: m for m in CATALOGUE}
 

@@ -39,7 +39,11 @@ ACT_INLINE float exp_neg(float v)
 ACT_INLINE float sigmoid_def(float x)
 {
     float a = x < 0.0f ? x : -x;                     /* -|x| */
+#if defined(CRNN_MUTANT_SIGMOID_CLAMP_88)   /* mutant (docs/mutants.md): clamped at -88 */
+    float v = a >= -88.0f ? a : -88.0f;
+#else
     float v = a >= ACT_EXP_MIN ? a : ACT_EXP_MIN;    /* clamp; NaN becomes -104 */
+#endif
     float e = exp_neg(v);
     float d = 1.0f + e;
     float pos = 1.0f / d, neg = e / d;

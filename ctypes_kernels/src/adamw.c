@@ -70,6 +70,15 @@ int32_t crnn_adamw(float *p, float *m, float *v, const float *g, int64_t n,
 #if defined(CRNN_MUTANT_ADAMW_DECAY_ALL)   /* mutant (docs/mutants.md): every tensor decays */
     decay = 1;
 #endif
+#if defined(CRNN_MUTANT_ADAMW_DECAY_FLOAT)   /* mutant: the decay factor computed in float */
+    const float omb1 = (float)(1.0 - beta1);
+    const float b2 = (float)beta2;
+    const float omb2 = (float)(1.0 - beta2);
+    const float epsf = (float)eps;
+    const float dec = 1.0f - (float)lr * (float)wd;
+    const float stepSize = (float)(lr / (1.0 - b1t));
+    const float sqrtC2 = (float)sqrt(1.0 - b2t);
+#else
     const float omb1 = (float)(1.0 - beta1);
     const float b2 = (float)beta2;
     const float omb2 = (float)(1.0 - beta2);
@@ -77,6 +86,7 @@ int32_t crnn_adamw(float *p, float *m, float *v, const float *g, int64_t n,
     const float dec = (float)(1.0 - lr * wd);
     const float stepSize = (float)(lr / (1.0 - b1t));
     const float sqrtC2 = (float)sqrt(1.0 - b2t);
+#endif
     adamw_job j = {p, m, v, g, n, decay, omb1, b2, omb2, epsf, dec, stepSize, sqrtC2};
     if (n >= 16 * ADAMW_BLOCK) crnn_parallel_for((n + ADAMW_BLOCK - 1) / ADAMW_BLOCK, adamw_blocks, &j);
     else adamw_range(&j, 0, n);

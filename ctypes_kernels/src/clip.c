@@ -32,8 +32,16 @@ int32_t crnn_clip_gradients(float *grads, const int64_t *sizes, int32_t nTensors
     }
     double n = sqrt(sumsq);
     *norm = n;
+#if defined(CRNN_MUTANT_CLIP_GE)   /* mutant (docs/mutants.md): a norm equal to the limit clips */
+    if (enabled && n >= limit) {
+#else
     if (enabled && n > limit) {
+#endif
+#if defined(CRNN_MUTANT_CLIP_FACTOR_FLOAT)   /* mutant: the factor computed in float */
+        float f = (float)limit / ((float)n + 1e-6f);
+#else
         float f = (float)(limit / (n + 1e-6));
+#endif
         for (int64_t k = 0; k < total; k++) grads[k] = grads[k] * f;
     }
     return CRNN_OK;

@@ -251,7 +251,12 @@ static void pool_rows(void *ctx, int64_t oy0, int64_t oy1)
 #else
                             int better = v > m[o];
 #endif
+#if defined(CRNN_MUTANT_POOL_MAXPS)   /* mutant: the value by maxps(m, v), which returns v
+                                       * when m > v is false: on equality (-0 after +0), NaN */
+                            m[o] = m[o] > v ? m[o] : v;
+#else
                             m[o] = better ? v : m[o];
+#endif
                             w[o] = better ? base + (int32_t)o : w[o];
                         }
                     }
@@ -327,7 +332,11 @@ int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
     (void)bias_rows;
 #else
     /* term k of conv[p][o]: col[p][k] * Wt[o][k] (B(k, o) = Wt[o*KP + k]) */
+#if defined(CRNN_MUTANT_CONV_K_TERMS)   /* mutant: the dots over the K real taps only */
+    crnn_gemm16_kn(g.P, g.Out, g.K, col, g.KP, 1, Wt, 1, g.KP, conv, g.Out);
+#else
     crnn_gemm16_kn(g.P, g.Out, g.KP, col, g.KP, 1, Wt, 1, g.KP, conv, g.Out);
+#endif
     fwd_job j = {&g, b, conv, pooled, winners};
     crnn_parallel_for(g.P, bias_rows, &j);
 #endif
@@ -511,7 +520,7 @@ static void gather_rows(void *ctx, int64_t iy0, int64_t iy1)
         }
 }
 
-#if !defined(CRNN_MUTANT)
+#if !defined(CRNN_MUTANT) || defined(CRNN_MUTANT_SPARSE_DW_NO_REDO)
 /* ---- dW and db from the listed terms of dC ---------------------------------------------
  * dC is +0 away from the pool winners (3 of 4 positions for a 2x2 pool), and a term with
  * dC = ±0 and a finite window value has an exact zero product. dW[o][k] and db[o] are
@@ -662,7 +671,11 @@ static int dW_listed(const geom_t *g, const float *x, const float *dC, float *dW
     list_terms(g, &cs, dC, cap, terms, start, len, roff);
     crnn_gemm16_listed(Out, nb, terms, start, len, B, coff, dW, KP, negz);
     for (int64_t o = 0; o < Out; o++) {
+#if !defined(CRNN_MUTANT_SPARSE_DW_NO_REDO)   /* mutant: a -0 lane is kept (no redo) */
         if (negz[o]) dW_row_dense(g, &cs, coff, dC, o, dW + o * KP);
+#else
+        (void)dW_row_dense;
+#endif
         db[o] = db_listed(g, dC, terms, start, len, o);
     }
     return 1;
@@ -689,7 +702,7 @@ int32_t crnn_conv_backward(const float *x, int32_t H, int32_t W, int32_t C,
     if (!buf) return CRNN_E_NOMEM;
     float *col = buf, *dC = col + P * KP, *ones = dC + P * Out;
     if (!scatter_winners(&g, dPooled, winners, dC)) return CRNN_E_ARG;
-#if !defined(CRNN_MUTANT)
+#if !defined(CRNN_MUTANT) || defined(CRNN_MUTANT_SPARSE_DW_NO_REDO)
     int listed = dW_listed(&g, x, dC, dW, db);
     if (listed < 0) return CRNN_E_NOMEM;
     if (!listed)

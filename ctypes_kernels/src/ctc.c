@@ -6,6 +6,10 @@
 #include <stdlib.h>
 #include "core.h"
 #include "detmath.h"
+#if defined(CRNN_MUTANT_CTC_LIBM)   /* mutant (docs/mutants.md): the C library's exp and log */
+#define crnn_detmath_exp1 exp
+#define crnn_detmath_log1 log
+#endif
 
 #define NEG_INF (-INFINITY)
 

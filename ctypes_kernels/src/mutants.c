@@ -29,7 +29,13 @@
       defined(CRNN_MUTANT_CTC_MEAN_BY_LENGTH) || defined(CRNN_MUTANT_CTC_GRAD_FLOAT) ||     \
       defined(CRNN_MUTANT_LOGSOFTMAX_DESCENDING) || defined(CRNN_MUTANT_BATCH_SUM_REVERSE) || \
       defined(CRNN_MUTANT_BATCH_LOSS_FINITE_ONLY) || defined(CRNN_MUTANT_NORM_FLOAT) ||     \
-      defined(CRNN_MUTANT_ADAMW_DECAY_ALL))
+      defined(CRNN_MUTANT_ADAMW_DECAY_ALL) ||                                               \
+      /* edge rules (issue 16) */                                                           \
+      defined(CRNN_MUTANT_CTC_LIBM) || defined(CRNN_MUTANT_POOL_MAXPS) ||                    \
+      defined(CRNN_MUTANT_CONV_K_TERMS) || defined(CRNN_MUTANT_SPARSE_DW_NO_REDO) ||         \
+      defined(CRNN_MUTANT_BATCH_SUM_ZERO_START) || defined(CRNN_MUTANT_CLIP_GE) ||           \
+      defined(CRNN_MUTANT_CLIP_FACTOR_FLOAT) || defined(CRNN_MUTANT_ADAMW_DECAY_FLOAT) ||  \
+      defined(CRNN_MUTANT_SIGMOID_CLAMP_88) || defined(CRNN_MUTANT_EXP_THRESHOLD_GE))
 #error "unknown CRNN_MUTANT: add it to the catalogue (mutants.c, harness/mutants.py, docs/mutants.md)"
 #endif
 
