@@ -237,6 +237,8 @@ def _compare_bits(ours, ref, tier, mask, cols=None) -> Comparison:
     if ours.dtype != ref.dtype:
         return Comparison(float("inf"), float("inf"), int(ref.size), int(ref.size), False,
                           note=f"dtype {ours.dtype} != reference {ref.dtype}")
+    if mask is None and ours.tobytes() == ref.tobytes():   # the common case, decided at once
+        return Comparison(0.0, 0.0, 0, int(ours.size), True, max_ulp=0)
     bad = ~within(ours, ref, tier)
     if mask is not None:
         bad &= mask

@@ -184,14 +184,27 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
             return
         if msg is None:
             return
-        os.ftruncate(shared.out_fd, 0)
-        shared.table.value = b""
-        arena = guard.Arena()
-        reply = _run_one(traced, arena, cases, *msg)
-        fflush(None)
-        conn.send(reply)
-        del reply
-        arena.release()
+        if msg[0] == "inline":   # cases sent whole (the fuzzer): run like a fixture's
+            cases[msg[1]] = {c.name: c for c in msg[2]}
+            conn.send(("ok", None))
+            continue
+        batch = msg[0] == "batch"   # one case on several (isa, threads): one answer, a list
+        runs = [(*msg[1:4], isa, threads) for isa, threads in msg[4]] if batch else [msg]
+        arenas, answers = [], []
+        for run in runs:
+            os.ftruncate(shared.out_fd, 0)
+            shared.table.value = b""
+            arenas.append(guard.Arena())
+            answers.append(_run_one(traced, arenas[-1], cases, *run))
+            fflush(None)
+            if batch:
+                answers[-1] = (answers[-1], shared.output())
+                if answers[-1][0][0] == "fpenv":
+                    break
+        conn.send(("batch", answers) if batch else answers[0])
+        del answers
+        for arena in arenas:
+            arena.release()
 
 
 def _run_one(lib, arena, cases, layer, fixture_path, case_name, isa, threads) -> tuple:
@@ -268,10 +281,49 @@ class Executor:
             raise abi.PortError(payload)
         return payload
 
+    def add_cases(self, key: str, cases: list) -> None:
+        """In-memory cases (harness/fuzz): run(layer, key, case.name, ...) then runs them as if
+        `key` were a fixture file holding them (a restarted worker inherits them)."""
+        self.cases[key] = {c.name: c for c in cases}
+        if self.proc is not None and self.proc.is_alive():
+            self.conn.send(("inline", key, list(cases)))
+            if not self.conn.poll(self.timeout):
+                raise PortCrash("the worker did not take the cases")
+            self.conn.recv()
+
+    def prefetch(self, layer: str, fixture_path, case_name: str, runs: list) -> None:
+        """Runs the case on every (isa, threads) of `runs` in one round trip and keeps the
+        answers for the run() calls that ask for them (the fuzzer: 16 runs of a small case
+        cost more in round trips than in the port). A crash or hang here keeps nothing: the
+        run() calls then redo each run alone and report it as usual."""
+        self._prefetched = {}
+        if self.proc is None or not self.proc.is_alive():
+            self._start()
+        self.shared.fault[0] = self.shared.fault[1] = 0
+        self.conn.send(("batch", layer, str(fixture_path), case_name, list(runs)))
+        if not self.conn.poll(self.timeout):
+            self.proc.kill()
+            self._reap()
+            self.proc = None
+            return
+        try:
+            _, answers = self.conn.recv()
+        except (EOFError, ConnectionResetError):
+            self._reap()
+            self.proc = None
+            return
+        for (isa, threads), answer in zip(runs, answers):
+            self._prefetched[(layer, str(fixture_path), case_name, isa, threads)] = answer
+
     def run(self, layer: str, fixture_path: Path, case_name: str, isa: str, threads: int) -> dict:
         """The outputs of one run; raises PortCrash, abi.PortCallError (with `.partial`: the
         outputs of the calls that completed) or abi.PortError (the floating-point
         environment)."""
+        hit = getattr(self, "_prefetched", {}).pop(
+            (layer, str(fixture_path), case_name, isa, threads), None)
+        if hit is not None:
+            (kind, payload), self.last_output = hit
+            return self._reply(kind, payload)
         if self.proc is None or not self.proc.is_alive():
             self._start()
         self.shared.fault[0] = self.shared.fault[1] = 0
@@ -296,6 +348,9 @@ class Executor:
             where = self._where()
             self.proc = None
             raise PortCrash(f"the port crashed{where}: {_describe(code)}{self._fault(code)}") from None
+        return self._reply(kind, payload)
+
+    def _reply(self, kind, payload) -> dict:
         if kind == "ok":
             return payload
         if kind == "callerror":

@@ -1,0 +1,64 @@
+"""`crnn-conformance fuzz`: property-based differential testing of a port (docs/fuzz.md)."""
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import click
+
+from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.generators.h5io import FixtureError
+from crnn_conformance.harness.runner import THREADS
+
+from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run
+
+
+@click.command()
+@click.option("--port", type=click.Path(dir_okay=False), default=None,
+              help="shared library implementing crnn_port.h (default: the bundled kernels)")
+@click.option("--layers", default=None, help="comma list of layers (default: every layer)")
+@click.option("--seconds", type=float, default=60.0, show_default=True,
+              help="wall-clock time to fuzz (shrinking a finding may add up to --shrink-seconds)")
+@click.option("--seed", type=int, default=None,
+              help="makes the run's cases deterministic (default: a random seed, printed)")
+@click.option("--jobs", type=int, default=1, show_default=True,
+              help="processes, each fuzzing its share of the layers")
+@click.option("--out", type=click.Path(file_okay=False), default="fuzz-findings",
+              show_default=True, help="directory the findings are written to, as fixtures")
+@click.option("--isa", "isa", default=None, help="comma list of ISA paths (default: all available)")
+@click.option("--threads", default=",".join(map(str, THREADS)), show_default=True,
+              help="comma list of thread counts for the identity checks")
+@click.option("--timeout", type=float, default=30.0, show_default=True,
+              help="seconds one layer call on one case may take before it counts as a hang")
+@click.option("--shrink-seconds", type=float, default=20.0, show_default=True,
+              help="time Hypothesis may spend shrinking a finding")
+@click.option("--no-database", is_flag=True,
+              help="neither replay nor save failures in the example database (cache dir)")
+def fuzz(port, layers, seconds, seed, jobs, out, isa, threads, timeout, shrink_seconds,
+         no_database):
+    """Fuzz a port against the executable spec; exit 0 nothing found, 1 found, 2 cannot run."""
+    from crnn_conformance.harness import fuzz as F
+    from crnn_conformance.harness.fuzz import strategies
+    try:
+        opts = F.FuzzOptions(
+            port=port, layers=_split(layers, strategies.available(), "layer"),
+            seconds=seconds, seed=random.randrange(2 ** 31) if seed is None else seed,
+            out=Path(out), isas=_split(isa, abi.ISA_NAMES, "ISA"),
+            threads=tuple(_split(threads, None, "thread count", int)), timeout=timeout,
+            database=not no_database, shrink_seconds=shrink_seconds)
+    except click.BadParameter as e:
+        cannot_run(e.message)
+    if not opts.threads or any(t < 1 or t > 256 for t in opts.threads):
+        cannot_run("thread counts must be between 1 and 256")
+    if not seconds > 0 or not timeout > 0 or shrink_seconds < 0 or jobs < 1:
+        cannot_run("need --seconds > 0, --timeout > 0, --shrink-seconds >= 0, --jobs >= 1")
+    if port and not Path(port).is_file():
+        cannot_run(f"port library not found: {port}")
+    click.echo(f"fuzz: seed {opts.seed}, {seconds:g} s, findings to {out}", err=True)
+    try:
+        result = F.run(opts, jobs)
+    except (abi.PortError, FixtureError, ValueError, OSError) as e:
+        cannot_run(str(e))
+    click.echo(F.render(result))
+    sys.exit(EXIT_FAIL if result.findings else EXIT_PASS)

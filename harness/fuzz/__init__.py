@@ -1,0 +1,93 @@
+"""`crnn-conformance fuzz`: property-based differential testing of a port (docs/fuzz.md).
+
+    strategies/<layer>.py  what a case of each layer looks like (Hypothesis strategies)
+    values.py              arrays as short, shrinkable recipes; special values
+    engine.py              the loop: draw, run in the gate's worker, compare, shrink
+    writer.py              a finding as a one-case fixture and the gate's failure lines
+
+`run(opts)` fuzzes every requested layer for opts.seconds, in opts.jobs processes, and returns
+a FuzzResult; the command prints it and exits like the gate (0 nothing found, 1 found, 2 cannot
+run)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from .engine import CHUNK, Finding, FuzzOptions, Fuzzer, LayerStats  # noqa: F401 (the API)
+from . import strategies, writer
+
+
+@dataclass
+class FuzzResult:
+    stats: dict                      # layer -> LayerStats
+    seconds: float
+    seed: int
+    isas: list = field(default_factory=list)
+
+    @property
+    def findings(self) -> list:
+        return [s.finding for s in self.stats.values() if s.finding is not None]
+
+
+def _job(opts: FuzzOptions, layers: list[str], end_wall: float, print_findings: bool):
+    """One process: fuzz `layers` until end_wall (time.time()); findings written to opts.out."""
+    fz = Fuzzer(opts, layers)
+    end = time.monotonic() + max(0.0, end_wall - time.time())
+
+    def found(f):
+        writer.write(opts.out, f, opts.seed, opts.port)
+        if print_findings:
+            print("\n".join(writer.report(f, opts.port, opts.out)), flush=True)
+    try:
+        stats = fz.run(end, found)
+    finally:
+        fz.close()
+    return stats, fz.isas
+
+
+def split(layers: list[str], jobs: int) -> list[list[str]]:
+    """Layers dealt to min(jobs, len(layers)) processes in turn (the slow ones spread)."""
+    n = max(1, min(jobs, len(layers)))
+    return [layers[i::n] for i in range(n)]
+
+
+def run(opts: FuzzOptions, jobs: int = 1) -> FuzzResult:
+    layers = opts.layers or strategies.available()
+    unknown = [n for n in layers if n not in strategies.available()]
+    if unknown:
+        raise ValueError(f"no fuzz strategy for layer(s) {', '.join(unknown)}; fuzzable: "
+                         f"{', '.join(strategies.available())}")
+    opts = replace(opts, layers=list(layers), out=Path(opts.out))
+    t0 = time.time()
+    end_wall = t0 + opts.seconds
+    parts = split(list(layers), jobs)
+    stats, isas = {}, []
+    if len(parts) == 1:
+        s, isas = _job(opts, parts[0], end_wall, True)
+        stats.update(s)
+    else:
+        import concurrent.futures as cf
+        import multiprocessing as mp
+        with cf.ProcessPoolExecutor(len(parts), mp_context=mp.get_context("spawn")) as pool:
+            futures = [pool.submit(_job, opts, p, end_wall, True) for p in parts]
+            for f in futures:
+                s, isas = f.result()
+                stats.update(s)
+    ordered = {layer: stats[layer] for layer in layers}
+    return FuzzResult(ordered, time.time() - t0, opts.seed, isas)
+
+
+def render(result: FuzzResult) -> str:
+    lines = []
+    for s in result.stats.values():
+        what = (f"FOUND after {s.finding.found_s:.1f} s -> {s.finding.path}" if s.finding
+                else "no failure")
+        lines.append(f"fuzz {s.layer:<7} {s.cases:>7} cases in {s.seconds:6.1f} s "
+                     f"({s.rate:6.1f}/s): {what}")
+    total = sum(s.cases for s in result.stats.values())
+    n = len(result.findings)
+    verdict = (f"FAIL: {n} finding(s)" if n else "PASS: no failure") + (
+        f" in {total} cases ({result.seconds:.1f} s; ISA {','.join(result.isas)}; "
+        f"seed {result.seed})")
+    return "\n".join(lines + [verdict])

@@ -1,0 +1,128 @@
+"""conv: one block of any geometry the ABI takes (kernels and pools 1..3, padding below the
+kernel, C and Out up to 32, inputs up to 12 x 12), forward then backward with the winners.
+
+Families: ordinary data (NaN, ±0 among the specials of x, b and W's padding columns: the pool
+rules); integer data (exact sums: ties between twins and non-twins); underflowing forward
+products (x > 0 tiny against tiny weights, b = ±0: the dots' signed zeros, padding terms
+included); underflowing backward products (channel 0 ordinary, the others tiny, dPooled tiny:
+dW's lanes over p end at signed zeros, listed and dense, and so do dcol's over o); sparse
+winners (one per window, placed by one channel: the zero terms a sparse dW leaves out)."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from crnn_conformance.generators.model import kpadded
+
+from ..values import array, f32_specials
+
+F32 = np.float32
+CHANNELS = (1, 2, 3, 16, 4, 8, 5, 32)
+OUTS = (1, 4, 2, 3, 5, 8, 16, 20)
+
+
+@st.composite
+def geometry(draw, channels=CHANNELS):
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    padH, padW = draw(st.integers(0, kh - 1)), draw(st.integers(0, kw - 1))
+    poolH, poolW = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    # H + 2 padH - kh + 1 >= poolH: the smallest H (at least 1) and some more
+    H = max(1, poolH + kh - 1 - 2 * padH) + draw(st.integers(0, 8))
+    W = max(1, poolW + kw - 1 - 2 * padW) + draw(st.integers(0, 8))
+    return dict(H=H, W=W, C=draw(st.sampled_from(channels)), Out=draw(st.sampled_from(OUTS)),
+                kh=kh, kw=kw, padH=padH, padW=padW, poolH=poolH, poolW=poolW,
+                dx=draw(st.booleans()))
+
+
+def sizes(g):
+    Hc, Wc = g["H"] + 2 * g["padH"] - g["kh"] + 1, g["W"] + 2 * g["padW"] - g["kw"] + 1
+    return Hc // g["poolH"], Wc // g["poolW"], g["kh"] * g["kw"] * g["C"]
+
+
+@st.composite
+def ordinary(draw):
+    g = draw(geometry())
+    Hp, Wp, K = sizes(g)
+    sp = f32_specials(nan=True)
+    x = draw(array((g["H"], g["W"], g["C"]), specials=sp))
+    W = np.zeros((g["Out"], kpadded(K)), F32)
+    W[:, :K] = draw(array((g["Out"], K), specials=sp))
+    W[:, K:] = draw(array((g["Out"], kpadded(K) - K), kinds=("zero",), specials=sp))
+    b = draw(array(g["Out"], specials=sp))
+    dP = draw(array((Hp, Wp, g["Out"]), specials=sp))
+    return g, x, W, b, dP
+
+
+@st.composite
+def integers(draw):
+    g = draw(geometry())
+    Hp, Wp, K = sizes(g)
+    W = np.zeros((g["Out"], kpadded(K)), F32)
+    W[:, :K] = draw(array((g["Out"], K), kinds=("int", "one", "zero"), scales=False))
+    return (g, draw(array((g["H"], g["W"], g["C"]), kinds=("int", "one"), scales=False)), W,
+            draw(array(g["Out"], kinds=("int", "zero"), scales=False)),
+            draw(array((Hp, Wp, g["Out"]))))
+
+
+@st.composite
+def forward_underflow(draw):
+    g = draw(geometry())
+    Hp, Wp, K = sizes(g)
+    W = np.zeros((g["Out"], kpadded(K)), F32)
+    W[:, :K] = draw(array((g["Out"], K), kinds=("tiny",)))
+    return (g, draw(array((g["H"], g["W"], g["C"]), kinds=("tiny",))), W,
+            draw(array(g["Out"], kinds=("zero",), specials=f32_specials())),
+            draw(array((Hp, Wp, g["Out"]))))
+
+
+@st.composite
+def backward_underflow(draw):
+    g = draw(geometry(channels=(8, 16, 2, 3, 32)))
+    Hp, Wp, K = sizes(g)
+    x = draw(array((g["H"], g["W"], g["C"]), kinds=("tiny",)))
+    x[:, :, 0] = draw(array((g["H"], g["W"])))
+    taps = draw(array((g["Out"], g["kh"] * g["kw"], g["C"]), kinds=("tiny",)))
+    taps[:, :, 0] = draw(array((g["Out"], g["kh"] * g["kw"])))
+    W = np.zeros((g["Out"], kpadded(K)), F32)
+    W[:, :K] = taps.reshape(g["Out"], K)
+    b = draw(array(g["Out"], kinds=("one", "uniform")))
+    return g, x, W, b, draw(array((Hp, Wp, g["Out"]), kinds=("tiny",)))
+
+
+@st.composite
+def sparse_winners(draw):
+    """One winner per window, placed by channel 0 (1 at the winner, a weight of 1 on the
+    centre tap, bias 1/4); the other channels tiny and > 0, dPooled tiny and < 0. dW's dots
+    over p then hold a few products that underflow to -0 among the losers' exact zero terms
+    (+0, which turn a -0 lane back to +0): what a port that leaves out zero terms must still
+    get right (generators/cases/conv_edges.py). C >= 8 takes the bundled port's listed dW."""
+    C, Out = draw(st.sampled_from((8, 16, 32))), draw(st.sampled_from((4, 1, 5, 8)))
+    poolH, poolW = draw(st.sampled_from(((1, 2), (2, 1), (2, 2))))
+    Wd = draw(st.sampled_from((16, 8, 12)))
+    H = draw(st.integers(4, 8)) * poolH
+    Hp, Wp = H // poolH, Wd // poolW          # 3x3, pad 1: the conv output is H x Wd
+    cells = poolH * poolW
+    picks = draw(st.lists(st.integers(0, cells - 1), min_size=Hp * Wp, max_size=Hp * Wp))
+    x = np.zeros((H, Wd, C), F32)
+    x[:, :, 1:] = np.abs(draw(array((H, Wd, C - 1), kinds=("tiny",))))
+    for oy in range(Hp):
+        for ox in range(Wp):
+            cell = picks[oy * Wp + ox]
+            x[oy * poolH + cell // poolW, ox * poolW + cell % poolW, 0] = 1.0
+    taps = draw(array((Out, 9, C), kinds=("tiny",)))
+    taps[:, :, 0] = 0.0
+    taps[:, 4, 0] = 1.0
+    W = np.zeros((Out, kpadded(9 * C)), F32)
+    W[:, :9 * C] = taps.reshape(Out, 9 * C)
+    g = dict(H=H, W=Wd, C=C, Out=Out, kh=3, kw=3, padH=1, padW=1, poolH=poolH, poolW=poolW,
+             dx=draw(st.booleans()))
+    dP = -np.abs(draw(array((Hp, Wp, Out), kinds=("tiny",))))
+    return g, x, W, np.full(Out, 0.25, F32), dP
+
+
+@st.composite
+def cases(draw):
+    g, x, W, b, dP = draw(st.one_of(ordinary(), integers(), forward_underflow(),
+                                    backward_underflow(), sparse_winners()))
+    params = {**g, "KPadded": int(W.shape[1])}
+    return params, {"x": x, "W": W, "b": b, "dPooled": dP}

@@ -1,0 +1,109 @@
+"""Value strategies: arrays drawn as a short recipe that Hypothesis shrinks towards plain values.
+
+An array is not drawn element by element (slow to generate, slow to shrink) but as
+
+    kind     zero, one, int, uniform, normal, pow2, tiny, subnormal, huge, wide   (shrinks to zero)
+    sign     mixed, positive, negative                                           (to mixed)
+    scale    2^e, e in [-8, 8]                                                   (to 2^0)
+    seed     the NumPy generator's seed for the kind's random part               (to 0)
+    specials up to a few (index, value) overrides from a list of special values  (to none)
+
+so a shrunk failure reads like "x all zero except x[0] = NaN" or "W = 1 everywhere". `tiny`
+values (2^-80 * [1, 2)) make products underflow to a zero of the product's sign, `subnormal`
+ones live below 2^-126, `huge` ones overflow products (where the layer's NaN rules allow it,
+see generators/edge_values.py: input NaNs and NaNs made by an operation are never mixed).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+from hypothesis import strategies as st
+
+F32, F64 = np.float32, np.float64
+KINDS = ("zero", "one", "int", "uniform", "normal", "pow2", "tiny", "subnormal", "huge", "wide")
+PLAIN = ("zero", "one", "int", "uniform", "normal", "pow2")
+
+
+def _base(kind: str, n: int, rng, huge_exp: int) -> np.ndarray:
+    if kind == "zero":
+        return np.zeros(n)
+    if kind == "one":
+        return np.ones(n)
+    if kind == "int":
+        return rng.integers(-3, 4, n).astype(float)
+    if kind == "uniform":
+        return rng.uniform(-1, 1, n)
+    if kind == "normal":
+        return rng.normal(0, 1, n)
+    if kind == "pow2":
+        return np.ldexp(rng.choice([-1.0, 1.0], n), rng.integers(-3, 4, n))
+    if kind == "tiny":
+        return np.ldexp(rng.uniform(1, 2, n), -80) * rng.choice([-1.0, 1.0], n)
+    if kind == "subnormal":
+        return np.ldexp(rng.uniform(1, 2, n), rng.integers(-149, -126, n)) * rng.choice([-1.0, 1.0], n)
+    if kind == "huge":
+        return np.ldexp(rng.uniform(1, 2, n), rng.integers(huge_exp - 20, huge_exp, n)) * \
+            rng.choice([-1.0, 1.0], n)
+    return np.ldexp(rng.uniform(1, 2, n), rng.integers(-149, huge_exp, n)) * rng.choice([-1.0, 1.0], n)
+
+
+@lru_cache(maxsize=None)
+def _sampled(options: tuple):
+    return st.sampled_from(options)
+
+
+@lru_cache(maxsize=None)
+def _ints(lo: int, hi: int):
+    return st.integers(lo, hi)
+
+
+@lru_cache(maxsize=None)
+def _overrides(n: int, specials: tuple, most: int):
+    return st.lists(st.tuples(_ints(0, n - 1), _sampled(specials)), max_size=most)
+
+
+SIGNS = ("mixed", "positive", "negative")
+
+
+@st.composite
+def array(draw, shape, dtype=F32, kinds=KINDS, specials=(), max_specials=3, huge_exp=50,
+          scales=True):
+    """A float array of `shape`; `specials` are values that may replace a few elements.
+    (The sub-strategies are cached: building strategy objects per draw costs more than the
+    draw.)"""
+    shape = tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),)
+    n = int(np.prod(shape))
+    kind = draw(_sampled(tuple(kinds)))
+    sign = draw(_sampled(SIGNS))
+    e = draw(_ints(-8, 8)) if scales and kind not in ("zero", "tiny", "subnormal") else 0
+    seed = draw(_ints(0, 2 ** 16))
+    with np.errstate(over="ignore"):   # "huge" beyond the dtype's range is +-inf
+        v = (_base(kind, n, np.random.default_rng(seed), huge_exp) * np.ldexp(1.0, e)).astype(dtype)
+    if sign == "positive":
+        v = np.abs(v)
+    elif sign == "negative":
+        v = -np.abs(v)
+    if specials and n:
+        for i, x in draw(_overrides(n, tuple(specials), max_specials)):
+            v[i] = x
+    return v.reshape(shape)
+
+
+def f32_specials(nan=False, inf=False, extra=()) -> tuple:
+    """Special float32 values: signed zeros, subnormal and normal extremes, values whose
+    products underflow; NaN (the canonical quiet NaN) and infinities on request."""
+    info = np.finfo(F32)
+    v = [0.0, -0.0, 1.0, -1.0, float(info.smallest_subnormal), -float(info.smallest_subnormal),
+         float(info.tiny), float(np.nextafter(F32(info.tiny), F32(0))), 2.0 ** -80, -2.0 ** -80,
+         float(info.max) / 4]
+    if inf:
+        v += [float("inf"), float("-inf")]
+    if nan:
+        v += [float(np.array([0x7FC00000], np.uint32).view(F32)[0])]
+    return tuple(F32(x) for x in list(v) + list(extra))
+
+
+def shape_int(lo: int, hi: int):
+    """A size in [lo, hi] that shrinks towards lo."""
+    return st.integers(lo, hi)
