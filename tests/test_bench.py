@@ -83,7 +83,7 @@ def test_cli_json_and_table(tmp_path):
     isa = abi.available_isas(abi.load(build(), layers=()))[-1]
     r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "bench", "--isa", isa, "--threads", "1,2",
                         "--width", "32", "--batch", "2", "--reps", "2", "--warmup", "1",
-                        "--no-gate", "--no-memory", "--json", str(out)],
+                        "--no-gate", "--no-memory", "--fuzz-seconds", "0", "--json", str(out)],
                        capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
     assert "ratio" in r.stdout and "GFLOP/s" in r.stdout and "conv1 bwd" in r.stdout
@@ -100,7 +100,8 @@ def test_cli_json_and_table(tmp_path):
 def test_cli_without_torch(tmp_path):
     r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "bench", "--isa", "scalar", "--threads", "1",
                         "--width", "32", "--batch", "1", "--reps", "1", "--warmup", "0", "--no-torch",
-                        "--no-layers", "--no-gate", "--no-memory", "--json", str(tmp_path / "b.json")],
+                        "--no-layers", "--no-gate", "--no-memory", "--fuzz-seconds", "0",
+                        "--json", str(tmp_path / "b.json")],
                        capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
     assert "ours alone" in r.stdout
@@ -117,11 +118,21 @@ def test_cli_bad_options_exit_2(args):
 
 
 def test_without_torch_installed_says_so(monkeypatch):
-    monkeypatch.setattr(bench, "torch_available", lambda: False)
+    monkeypatch.setattr("crnn_conformance.harness.bench.measure.torch_available", lambda: False)
     res = bench.run(["scalar"], (1,), width=32, batch=1, reps=1, warmup=0, layers=False,
                     memory=False, gate=False)
     assert res.cases[0]["torch_s"] is None and res.cases[0]["ratio"] is None
     assert "not installed" in bench.render(res)
+
+
+def test_fuzz_throughput_is_measured_and_shown():
+    rates = bench.fuzz_rates(seconds=1.0, jobs=1, layers=["dot16", "clip"])
+    assert set(rates) == {"dot16", "clip"}
+    assert all(r["cases"] > 0 and r["per_s"] > 0 and not r["found"] for r in rates.values())
+    res = bench.BenchResult(meta={"batch": 1, "width": 32, "weights": "-", "reps": 1, "warmup": 0,
+                                  "step_flops": 1e6, "cpu": "-", "nproc": 2, "torch": None},
+                            fuzz={"seconds_per_layer": 1.0, "jobs": 1, "layers": rates})
+    assert "fuzz throughput" in bench.render(res) and "dot16 " in bench.render(res)
 
 
 def test_cli_against_another_port(tmp_path):

@@ -137,7 +137,7 @@ def test_bad_options_exit_2_without_a_traceback(tmp_path):
 
 def test_jobs_share_the_layers():
     assert F.split(["a", "b", "c", "d", "e"], 2) == [["a", "c", "e"], ["b", "d"]]
-    assert F.split(["a"], 4) == [["a"]]
+    assert F.split(["a"], 3) == [["a"], ["a"], ["a"]]
     assert set(engine.CHUNK) == set(strategies.available())
 
 

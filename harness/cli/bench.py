@@ -31,10 +31,12 @@ from .common import _split, cannot_run
 @click.option("--no-layers", is_flag=True, help="skip the per-layer timings")
 @click.option("--no-memory", is_flag=True, help="skip the peak-memory measurement")
 @click.option("--no-gate", is_flag=True, help="skip timing the gate")
+@click.option("--fuzz-seconds", type=float, default=2.0, show_default=True,
+              help="seconds of `fuzz` per layer for its cases per second (0: skip)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="also write the results as JSON")
 def bench(isa, threads, width, batch, reps, warmup, port, cc, opt, against, seconds, no_torch,
-          no_layers, no_memory, no_gate, json_path):
+          no_layers, no_memory, no_gate, fuzz_seconds, json_path):
     """Time the whole training step per ISA path x threads, side by side with PyTorch fp32."""
     import json
 
@@ -71,7 +73,7 @@ def bench(isa, threads, width, batch, reps, warmup, port, cc, opt, against, seco
     try:
         res = B.run(isas, tuple(ths), width, batch, reps, warmup, port, cc, opt,
                     with_torch=not no_torch, layers=not no_layers, memory=not no_memory,
-                    gate=not no_gate, progress=progress)
+                    gate=not no_gate, progress=progress, fuzz_seconds=max(0.0, fuzz_seconds))
     except (abi.PortError, ValueError) as e:
         cannot_run(str(e))
     except abi.PortCallError as e:

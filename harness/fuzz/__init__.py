@@ -47,9 +47,25 @@ def _job(opts: FuzzOptions, layers: list[str], end_wall: float, print_findings: 
 
 
 def split(layers: list[str], jobs: int) -> list[list[str]]:
-    """Layers dealt to min(jobs, len(layers)) processes in turn (the slow ones spread)."""
-    n = max(1, min(jobs, len(layers)))
-    return [layers[i::n] for i in range(n)]
+    """Layers dealt to the processes in turn; with more processes than layers, every process
+    fuzzes every layer (each with its own seed)."""
+    if jobs > len(layers):
+        return [list(layers) for _ in range(jobs)]
+    return [layers[i::jobs] for i in range(max(1, jobs))]
+
+
+def merge(parts: list[dict]) -> dict:
+    """Per layer over the processes: cases summed, the wall time the longest, the earliest
+    finding (a later one of the same layer is written too, but not reported first)."""
+    out = {}
+    for stats in parts:
+        for layer, s in stats.items():
+            m = out.setdefault(layer, LayerStats(layer))
+            m.cases += s.cases
+            m.seconds = max(m.seconds, s.seconds)
+            if s.finding and (m.finding is None or s.finding.found_s < m.finding.found_s):
+                m.finding = s.finding
+    return out
 
 
 def run(opts: FuzzOptions, jobs: int = 1) -> FuzzResult:
@@ -62,18 +78,20 @@ def run(opts: FuzzOptions, jobs: int = 1) -> FuzzResult:
     t0 = time.time()
     end_wall = t0 + opts.seconds
     parts = split(list(layers), jobs)
-    stats, isas = {}, []
     if len(parts) == 1:
         s, isas = _job(opts, parts[0], end_wall, True)
-        stats.update(s)
+        results = [s]
     else:
         import concurrent.futures as cf
         import multiprocessing as mp
         with cf.ProcessPoolExecutor(len(parts), mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(_job, opts, p, end_wall, True) for p in parts]
+            futures = [pool.submit(_job, replace(opts, seed=opts.seed + i) if len(parts) > len(layers)
+                                   else opts, p, end_wall, True) for i, p in enumerate(parts)]
+            results = []
             for f in futures:
                 s, isas = f.result()
-                stats.update(s)
+                results.append(s)
+    stats = merge(results)
     ordered = {layer: stats[layer] for layer in layers}
     return FuzzResult(ordered, time.time() - t0, opts.seed, isas)
 
@@ -85,6 +103,8 @@ def render(result: FuzzResult) -> str:
                 else "no failure")
         lines.append(f"fuzz {s.layer:<7} {s.cases:>7} cases in {s.seconds:6.1f} s "
                      f"({s.rate:6.1f}/s): {what}")
+    # (with several processes on one layer, its time is the longest of theirs: cases/s is
+    # the layer's throughput on all of them together)
     total = sum(s.cases for s in result.stats.values())
     n = len(result.findings)
     verdict = (f"FAIL: {n} finding(s)" if n else "PASS: no failure") + (

@@ -66,15 +66,25 @@ def _overrides(n: int, specials: tuple, most: int):
 SIGNS = ("mixed", "positive", "negative")
 
 
-@st.composite
-def array(draw, shape, dtype=F32, kinds=KINDS, specials=(), max_specials=3, huge_exp=50,
+def array(shape, dtype=F32, kinds=KINDS, specials=(), max_specials=3, huge_exp=50,
           scales=True):
     """A float array of `shape`; `specials` are values that may replace a few elements.
-    (The sub-strategies are cached: building strategy objects per draw costs more than the
-    draw.)"""
+    (The strategy objects are cached: building and validating one per draw costs more than
+    the draw.)"""
     shape = tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),)
+    return _array(shape, np.dtype(dtype), tuple(kinds), tuple(specials), max_specials, huge_exp,
+                  scales)
+
+
+@lru_cache(maxsize=8192)
+def _array(shape, dtype, kinds, specials, max_specials, huge_exp, scales):
+    return _draw_array(shape, dtype, kinds, specials, max_specials, huge_exp, scales)
+
+
+@st.composite
+def _draw_array(draw, shape, dtype, kinds, specials, max_specials, huge_exp, scales):
     n = int(np.prod(shape))
-    kind = draw(_sampled(tuple(kinds)))
+    kind = draw(_sampled(kinds))
     sign = draw(_sampled(SIGNS))
     e = draw(_ints(-8, 8)) if scales and kind not in ("zero", "tiny", "subnormal") else 0
     seed = draw(_ints(0, 2 ** 16))
@@ -85,7 +95,7 @@ def array(draw, shape, dtype=F32, kinds=KINDS, specials=(), max_specials=3, huge
     elif sign == "negative":
         v = -np.abs(v)
     if specials and n:
-        for i, x in draw(_overrides(n, tuple(specials), max_specials)):
+        for i, x in draw(_overrides(n, specials, max_specials)):
             v[i] = x
     return v.reshape(shape)
 

@@ -1,0 +1,65 @@
+"""The bench's tables."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .measure import BenchResult
+
+
+def render_paired(rows, name_a, name_b) -> str:
+    lines = [f"paired training steps, warm blocks: A = {name_a}", f"{'':30s}B = {name_b}", "",
+             f"{'isa':8s} {'threads':>7s} {'A ms':>8s} {'B ms':>8s} {'B - A ms':>9s} "
+             f"{'(quartiles)':>17s} {'pairs':>6s}", "-" * 66]
+    for r in rows:
+        lines.append(f"{r['isa']:8s} {r['threads']:7d} {r['a_s'] * 1e3:8.2f} {r['b_s'] * 1e3:8.2f} "
+                     f"{r['diff_s'] * 1e3:+9.3f} {r['diff_q1_s'] * 1e3:+8.3f}/{r['diff_q3_s'] * 1e3:+.3f} "
+                     f"{r['pairs']:6d}")
+    return "\n".join(lines)
+
+
+def render(res: BenchResult) -> str:
+    m = res.meta
+    lines = [f"crnn-v0 training step: batch {m['batch']} x 32x{m['width']} "
+             f"(forward, CTC, backward, batch sum, clip, AdamW); weights {m['weights']}",
+             f"median of {m['reps']} after {m['warmup']} warm-up; {m['step_flops'] / 1e6:.0f} MFLOP "
+             f"per step (2 per multiply-add of every dot); cpu {m['cpu']}, {m['nproc']} cores"]
+    if m["torch"]:
+        lines.append(f"PyTorch {m['torch']} fp32 in the same process, same threads")
+    else:
+        lines.append(f"{m.get('torch_note') or 'PyTorch not run'}: ours alone, no ratios")
+    lines.append("")
+    hdr = f"{'isa':<8}{'threads':>8}{'ours ms':>10}{'torch ms':>10}{'ratio':>8}{'GFLOP/s':>9}"
+    lines += [hdr, "-" * len(hdr)]
+    for c in res.cases:
+        tt = f"{c['torch_s'] * 1e3:10.2f}" if c["torch_s"] else f"{'-':>10}"
+        ra = f"{c['ratio']:8.2f}" if c["ratio"] else f"{'-':>8}"
+        lines.append(f"{c['isa']:<8}{c['threads']:>8}{c['ours_s'] * 1e3:10.2f}{tt}{ra}{c['gflops']:9.1f}")
+    if res.cases and "layers_s" in res.cases[0]:
+        lines += ["", "layer entry points on one line (ms, median):"]
+        keys = list(res.cases[0]["layers_s"])
+        cols = [f"{c['isa']}x{c['threads']}" for c in res.cases]
+        w = max(9, max(len(c) for c in cols) + 1)
+        lines.append(f"{'':<12}" + "".join(f"{c:>{w}}" for c in cols))
+        for k in keys:
+            lines.append(f"{k:<12}" + "".join(f"{c['layers_s'][k] * 1e3:{w}.3f}" for c in res.cases))
+        lines.append(f"{'sum':<12}" + "".join(f"{sum(c['layers_s'].values()) * 1e3:{w}.3f}"
+                                               for c in res.cases))
+    if res.memory:
+        mm = res.memory
+        f = lambda d, k: "?" if not d else f"{d[k] / 2 ** 20:.1f} MiB"
+        lines += ["", f"memory of a step ({mm['isa']}; {mm['method']}):"]
+        for t, d in mm["by_threads"].items():
+            lines.append(f"  {t} thread{'s' if t != '1' else ''}: peak {f(d['line'], 'peak')} for one line, "
+                         f"{f(d['batch'], 'peak')} for the batch of {mm['batch']} "
+                         f"(kept for the next step: {f(d['batch'], 'kept')})")
+    if res.gate:
+        lines.append(f"gate wall time (crnn-conformance gate -q, every layer x ISA x threads 1,2,3,7): "
+                     f"{res.gate['wall_s']:.1f} s (exit {res.gate['exit_code']})")
+    if res.fuzz:
+        fz = res.fuzz
+        lines += ["", f"fuzz throughput (crnn-conformance fuzz, {fz['jobs']} processes, "
+                      f"{fz['seconds_per_layer']:g} s a layer, every ISA x threads 1,2,3,7 per case):"]
+        lines.append("  " + "  ".join(f"{k} {v['per_s']:.0f}/s" + (" (FOUND)" if v["found"] else "")
+                                      for k, v in fz["layers"].items()))
+    return "\n".join(lines)
