@@ -193,3 +193,20 @@ def test_gate_cli_names_a_layer_without_fixtures(tmp_path):
     assert "no fixtures for layer adamw in" in r.stderr and "Traceback" not in r.stderr
     with h5py.File(d / "clip_edges.h5", "r") as f:
         assert f.attrs["layer"] == "clip"
+
+
+def test_tanh_branches_agree_at_their_thresholds():
+    """Why no mutant tests tanh's `<`: at |x| = 0.55 and 2^-12 both branches give the same
+    bits, so `<=` there is not a mistake (docs/edge-cases.md)."""
+    from crnn_conformance.generators.spec.fma import fma
+    F = np.float32
+    x = np.array([A.TANH_SMALL, -A.TANH_SMALL, A.TANH_TINY, -A.TANH_TINY], F)
+    e = A.exp_neg(-(np.abs(x) + np.abs(x)))
+    large = F(1) - (e + e) / (F(1) + e)
+    large = np.where(x < 0, -large, large)
+    s = x * x
+    P = fma(fma(fma(fma(A.T10, s, A.T8), s, A.T6), s, A.T4), s, A.T2)
+    small = fma(x * s, P, x)
+    assert small[:2].tobytes() == large[:2].tobytes()       # 0.55: polynomial = exp form
+    assert small[2:].tobytes() == x[2:].tobytes()            # 2^-12: polynomial = x
+    assert A.tanh(x).tobytes() == small.tobytes()

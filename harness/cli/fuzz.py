@@ -31,12 +31,14 @@ from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run
               help="comma list of thread counts for the identity checks")
 @click.option("--timeout", type=float, default=30.0, show_default=True,
               help="seconds one layer call on one case may take before it counts as a hang")
-@click.option("--shrink-seconds", type=float, default=20.0, show_default=True,
+@click.option("--shrink-seconds", type=float, default=10.0, show_default=True,
               help="time Hypothesis may spend shrinking a finding")
+@click.option("--first", "stop_at_first", is_flag=True,
+              help="stop at the first finding (every process)")
 @click.option("--no-database", is_flag=True,
               help="neither replay nor save failures in the example database (cache dir)")
 def fuzz(port, layers, seconds, seed, jobs, out, isa, threads, timeout, shrink_seconds,
-         no_database):
+         stop_at_first, no_database):
     """Fuzz a port against the executable spec; exit 0 nothing found, 1 found, 2 cannot run."""
     from crnn_conformance.harness import fuzz as F
     from crnn_conformance.harness.fuzz import strategies
@@ -46,7 +48,7 @@ def fuzz(port, layers, seconds, seed, jobs, out, isa, threads, timeout, shrink_s
             seconds=seconds, seed=random.randrange(2 ** 31) if seed is None else seed,
             out=Path(out), isas=_split(isa, abi.ISA_NAMES, "ISA"),
             threads=tuple(_split(threads, None, "thread count", int)), timeout=timeout,
-            database=not no_database, shrink_seconds=shrink_seconds)
+            database=not no_database, shrink_seconds=shrink_seconds, stop_at_first=stop_at_first)
     except click.BadParameter as e:
         cannot_run(e.message)
     if not opts.threads or any(t < 1 or t > 256 for t in opts.threads):

@@ -30,9 +30,9 @@ class FuzzResult:
         return [s.finding for s in self.stats.values() if s.finding is not None]
 
 
-def _job(opts: FuzzOptions, layers: list[str], end_wall: float, print_findings: bool):
+def _job(opts: FuzzOptions, layers: list[str], end_wall: float, print_findings: bool, stop=None):
     """One process: fuzz `layers` until end_wall (time.time()); findings written to opts.out."""
-    fz = Fuzzer(opts, layers)
+    fz = Fuzzer(opts, layers, stop)
     end = time.monotonic() + max(0.0, end_wall - time.time())
 
     def found(f):
@@ -79,14 +79,18 @@ def run(opts: FuzzOptions, jobs: int = 1) -> FuzzResult:
     end_wall = t0 + opts.seconds
     parts = split(list(layers), jobs)
     if len(parts) == 1:
-        s, isas = _job(opts, parts[0], end_wall, True)
+        import threading
+        s, isas = _job(opts, parts[0], end_wall, True, threading.Event())
         results = [s]
     else:
         import concurrent.futures as cf
         import multiprocessing as mp
-        with cf.ProcessPoolExecutor(len(parts), mp_context=mp.get_context("spawn")) as pool:
+        ctx = mp.get_context("spawn")
+        with ctx.Manager() as manager, \
+                cf.ProcessPoolExecutor(len(parts), mp_context=ctx) as pool:
+            stop = manager.Event()
             futures = [pool.submit(_job, replace(opts, seed=opts.seed + i) if len(parts) > len(layers)
-                                   else opts, p, end_wall, True) for i, p in enumerate(parts)]
+                                   else opts, p, end_wall, True, stop) for i, p in enumerate(parts)]
             results = []
             for f in futures:
                 s, isas = f.result()

@@ -29,10 +29,11 @@ from crnn_conformance.harness.executor import Executor
 from . import strategies
 
 INLINE = "<fuzz>"   # the executor's name for the cases this process sends it
-# cases per Hypothesis run, per layer: about a second each on the 2-core machine
-CHUNK = {"dot16": 150, "linear": 100, "conv": 60, "lstm": 60, "ctc": 150, "step": 12,
-         "clip": 150, "adamw": 150, "train3": 6}
-SHRINK_SECONDS = 20.0
+# cases per Hypothesis run, per layer: about half a second to a second each on the 2-core
+# machine (a ctc case holds up to 48 lines, a step or train3 case a whole small model)
+CHUNK = {"dot16": 150, "linear": 100, "conv": 60, "lstm": 60, "ctc": 30, "step": 8,
+         "clip": 100, "adamw": 150, "train3": 6}
+SHRINK_SECONDS = 10.0
 
 
 @dataclass
@@ -47,6 +48,7 @@ class FuzzOptions:
     timeout: float = 30.0
     database: bool = True
     shrink_seconds: float = SHRINK_SECONDS
+    stop_at_first: bool = False          # end the run (every process) at the first finding
 
 
 @dataclass
@@ -108,9 +110,10 @@ def database_dir() -> Path:
 class Fuzzer:
     """One process's fuzzing: its worker (the gate's Executor) and its layers."""
 
-    def __init__(self, opts: FuzzOptions, layers: list[str]):
+    def __init__(self, opts: FuzzOptions, layers: list[str], stop=None):
         self.opts = opts
         self.layers = layers
+        self.stop = stop                  # an Event shared by the processes, or None
         self.gate = runner.GateOptions(port=opts.port, fixtures=Path(opts.out), isas=opts.isas,
                                        threads=tuple(opts.threads), tiers=("exact", "identity"),
                                        layers=list(layers), timeout=opts.timeout)
@@ -149,7 +152,7 @@ class Fuzzer:
             params, inputs = drawn
             now = time.monotonic()
             key = None
-            if hunt.best is None and now >= end:
+            if hunt.best is None and (now >= end or self.stopped()):
                 return                                   # out of time: let the run finish
             if hunt.best is not None and now >= hunt.shrink_stop:
                 key = inputs_key(layer, params, inputs)
@@ -185,20 +188,25 @@ class Fuzzer:
         return Finding(layer, case, fails, hunt.first_s, hunt.cases_before,
                        time.monotonic() - self.t0 - hunt.first_s)
 
+    def stopped(self) -> bool:
+        return self.stop is not None and self.stop.is_set()
+
     def run(self, end: float, on_finding=None) -> dict:
-        """Layers in turn, a chunk each, until `end` (time.monotonic()) or every layer has a
-        finding. -> {layer: LayerStats}."""
+        """Layers in turn, a chunk each, until `end` (time.monotonic()), every layer has a
+        finding, or (stop_at_first) any process has one. -> {layer: LayerStats}."""
         active = list(self.layers)
         round_ = 0
-        while active and time.monotonic() < end:
+        while active and time.monotonic() < end and not self.stopped():
             for layer in list(active):
-                if time.monotonic() >= end:
+                if time.monotonic() >= end or self.stopped():
                     break
                 f = self.chunk(layer, CHUNK.get(layer, 50),
                                chunk_seed(self.opts.seed, layer, round_), end)
                 if f is not None:
                     self.stats[layer].finding = f
                     active.remove(layer)
+                    if self.opts.stop_at_first and self.stop is not None:
+                        self.stop.set()
                     if on_finding:
                         on_finding(f)
             round_ += 1

@@ -22,8 +22,10 @@ OUTS = (1, 4, 2, 3, 5, 8, 16, 20)
 
 
 @st.composite
-def geometry(draw, channels=CHANNELS):
-    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+def geometry(draw, channels=CHANNELS, kernels=None):
+    """kernels: the kernel sizes to choose from (None: 1..3, shrinking to 1)."""
+    size = st.sampled_from(kernels) if kernels else st.integers(1, 3)
+    kh, kw = draw(size), draw(size)
     padH, padW = draw(st.integers(0, kh - 1)), draw(st.integers(0, kw - 1))
     poolH, poolW = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     # H + 2 padH - kh + 1 >= poolH: the smallest H (at least 1) and some more
@@ -66,13 +68,17 @@ def integers(draw):
 
 @st.composite
 def forward_underflow(draw):
-    g = draw(geometry())
+    """x and W tiny, their products of one sign (negative: every lane ends at -0) or mixed,
+    b = -0 (the dot's sign shows in conv) or +0; mostly C that leaves padding columns."""
+    g = draw(geometry(channels=(3, 5, 2, 16), kernels=(3, 2)))
     Hp, Wp, K = sizes(g)
+    sx, sw = draw(st.sampled_from(((1, -1), (-1, 1), (1, 1), (0, 0))))
+    fix = lambda a, s: np.abs(a) * F32(s) if s else a          # noqa: E731
     W = np.zeros((g["Out"], kpadded(K)), F32)
-    W[:, :K] = draw(array((g["Out"], K), kinds=("tiny",)))
-    return (g, draw(array((g["H"], g["W"], g["C"]), kinds=("tiny",))), W,
-            draw(array(g["Out"], kinds=("zero",), specials=f32_specials())),
-            draw(array((Hp, Wp, g["Out"]))))
+    W[:, :K] = fix(draw(array((g["Out"], K), kinds=("tiny",))), sw)
+    x = fix(draw(array((g["H"], g["W"], g["C"]), kinds=("tiny",))), sx)
+    b = np.full(g["Out"], draw(st.sampled_from((-0.0, 0.0))), F32)
+    return g, x, W, b, draw(array((Hp, Wp, g["Out"])))
 
 
 @st.composite

@@ -28,6 +28,8 @@ def _near(points, k=2) -> np.ndarray:
     return np.concatenate(out)
 
 
+EXP_CRITICAL = tuple(_near(np.array([D.O_THRESH, D.U_THRESH, -1022 * LN2, np.log(2.0 ** -1022)]),
+                           1).tolist()) + (0.0, -0.0, float("inf"), float("-inf"))
 EXP_POINTS = tuple(_near(np.concatenate([
     [D.O_THRESH, D.U_THRESH, -1022 * LN2, np.log(2.0 ** -1022), 0.0, 709.0, -708.0, -745.0],
     (np.arange(-64, 65) + 0.5) * LN2 / 32])).tolist()) + tuple(nan64_variants().tolist())
@@ -39,12 +41,16 @@ LOG_POINTS = tuple(_near(np.concatenate([
 
 @st.composite
 def detmath(draw):
-    def one(points):
+    def one(points, critical=()):
         n = draw(st.integers(1, 40))
         x = draw(array(n, dtype=F64, specials=points, max_specials=8, huge_exp=1024))
-        e = draw(st.integers(-30, 10))
-        return (x * np.ldexp(1.0, e)).astype(F64) if draw(st.booleans()) else x
-    return {"kind": "detmath"}, {"x_exp": one(EXP_POINTS), "x_log": one(LOG_POINTS)}
+        if draw(st.booleans()):
+            x = (x * np.ldexp(1.0, draw(st.integers(-30, 10)))).astype(F64)
+        if critical and draw(st.booleans()):   # the special-case bounds themselves
+            picks = draw(st.lists(st.sampled_from(critical), min_size=1, max_size=n))
+            x[:len(picks)] = picks
+        return x
+    return {"kind": "detmath"}, {"x_exp": one(EXP_POINTS, EXP_CRITICAL), "x_log": one(LOG_POINTS)}
 
 
 @st.composite
@@ -77,7 +83,7 @@ def tiny_line(draw):
 
 @st.composite
 def many(draw):
-    lines = [draw(tiny_line()) for _ in range(draw(st.integers(1, 48)))]
+    lines = [draw(tiny_line()) for _ in range(draw(st.integers(1, 32)))]
     inputs = {"logits": np.concatenate([z.ravel() for z, _, _ in lines]).astype(np.float32),
               "shapes": np.array([[z.shape[0], z.shape[1], len(t)] for z, t, _ in lines], np.int64),
               "targets": np.array([v for _, t, _ in lines for v in t], np.int32),
