@@ -13,7 +13,6 @@ import sys
 import h5py
 import numpy as np
 import pytest
-
 from crnn_conformance.generators import exact
 from crnn_conformance.generators.h5io import FixtureError, read_fixture, write_fixture
 from crnn_conformance.generators.regen import BUILDERS
@@ -210,3 +209,30 @@ def test_tanh_branches_agree_at_their_thresholds():
     assert small[:2].tobytes() == large[:2].tobytes()       # 0.55: polynomial = exp form
     assert small[2:].tobytes() == x[2:].tobytes()            # 2^-12: polynomial = x
     assert A.tanh(x).tobytes() == small.tobytes()
+
+
+# Each edge mutant (docs/mutants.md) and the one edge fixture that kills it on its own.
+KILLED_BY = {"ctc_libm": "ctc_edges", "pool_maxps": "conv_edges", "conv_k_terms": "conv_edges",
+             "sparse_dw_no_redo": "conv_edges", "batch_sum_zero_start": "step_edges",
+             "clip_ge": "clip_edges", "clip_factor_float": "clip_edges",
+             "adamw_decay_float": "adamw_edges", "sigmoid_clamp_88": "activations",
+             "exp_threshold_ge": "detmath"}
+
+
+def test_every_edge_mutant_has_its_fixture():
+    from crnn_conformance.harness import mutants as M
+    names = [m.name for m in M.CATALOGUE]
+    assert names[names.index("ctc_libm"):] == list(KILLED_BY)
+
+
+@pytest.mark.parametrize("name", list(KILLED_BY))
+def test_the_edge_fixture_alone_kills_the_mutant(tmp_path, name):
+    """The gate kills each edge mutant through its edge fixture, with nothing else: the base
+    run's exact tier (the slow tests/test_mutants.py gates it with everything)."""
+    from crnn_conformance.ctypes_kernels.build import build
+    fx = KILLED_BY[name]
+    d = edge_dir(tmp_path, [fx])
+    r = run_gate(GateOptions(port=str(build(mutant=name)), fixtures=d,
+                             layers=[fixture(fx).attrs["layer"]], tiers=("exact",),
+                             isas=["scalar"], threads=(1,)))
+    assert not r.passed, f"{name} survived {fx}.h5"

@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import click
-
 from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.generators.h5io import FixtureError
 from crnn_conformance.harness.runner import THREADS
@@ -62,5 +61,7 @@ def fuzz(port, layers, seconds, seed, jobs, out, isa, threads, timeout, shrink_s
         result = F.run(opts, jobs)
     except (abi.PortError, FixtureError, ValueError, OSError) as e:
         cannot_run(str(e))
+    except Exception as e:   # a harness bug (a strategy the spec rejects, ...): say so, exit 2
+        cannot_run(f"harness error, please report it: {type(e).__name__}: {e}")
     click.echo(F.render(result))
     sys.exit(EXIT_FAIL if result.findings else EXIT_PASS)

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .engine import CHUNK, Finding, FuzzOptions, Fuzzer, LayerStats  # noqa: F401 (the API)
 from . import strategies, writer
+from .engine import CHUNK, Finding, Fuzzer, FuzzOptions, LayerStats  # noqa: F401 (the API)
 
 
 @dataclass
@@ -30,9 +30,10 @@ class FuzzResult:
         return [s.finding for s in self.stats.values() if s.finding is not None]
 
 
-def _job(opts: FuzzOptions, layers: list[str], end_wall: float, print_findings: bool, stop=None):
+def _job(opts: FuzzOptions, layers: list[str], started: float, end_wall: float,
+         print_findings: bool, stop=None):
     """One process: fuzz `layers` until end_wall (time.time()); findings written to opts.out."""
-    fz = Fuzzer(opts, layers, stop)
+    fz = Fuzzer(opts, layers, stop, started)
     end = time.monotonic() + max(0.0, end_wall - time.time())
 
     def found(f):
@@ -80,7 +81,7 @@ def run(opts: FuzzOptions, jobs: int = 1) -> FuzzResult:
     parts = split(list(layers), jobs)
     if len(parts) == 1:
         import threading
-        s, isas = _job(opts, parts[0], end_wall, True, threading.Event())
+        s, isas = _job(opts, parts[0], t0, end_wall, True, threading.Event())
         results = [s]
     else:
         import concurrent.futures as cf
@@ -90,7 +91,8 @@ def run(opts: FuzzOptions, jobs: int = 1) -> FuzzResult:
                 cf.ProcessPoolExecutor(len(parts), mp_context=ctx) as pool:
             stop = manager.Event()
             futures = [pool.submit(_job, replace(opts, seed=opts.seed + i) if len(parts) > len(layers)
-                                   else opts, p, end_wall, True, stop) for i, p in enumerate(parts)]
+                                   else opts, p, t0, end_wall, True, stop)
+                       for i, p in enumerate(parts)]
             results = []
             for f in futures:
                 s, isas = f.result()
@@ -101,14 +103,15 @@ def run(opts: FuzzOptions, jobs: int = 1) -> FuzzResult:
 
 
 def render(result: FuzzResult) -> str:
+    """A line per layer (cases, time, cases per second: with several processes on a layer,
+    its time is the longest of theirs, so the rate is the layer's on all of them), then the
+    verdict."""
     lines = []
     for s in result.stats.values():
         what = (f"FOUND after {s.finding.found_s:.1f} s -> {s.finding.path}" if s.finding
                 else "no failure")
         lines.append(f"fuzz {s.layer:<7} {s.cases:>7} cases in {s.seconds:6.1f} s "
                      f"({s.rate:6.1f}/s): {what}")
-    # (with several processes on one layer, its time is the longest of theirs: cases/s is
-    # the layer's throughput on all of them together)
     total = sum(s.cases for s in result.stats.values())
     n = len(result.findings)
     verdict = (f"FAIL: {n} finding(s)" if n else "PASS: no failure") + (

@@ -110,7 +110,8 @@ def database_dir() -> Path:
 class Fuzzer:
     """One process's fuzzing: its worker (the gate's Executor) and its layers."""
 
-    def __init__(self, opts: FuzzOptions, layers: list[str], stop=None):
+    def __init__(self, opts: FuzzOptions, layers: list[str], stop=None, started=None):
+        """started: time.time() of the run's start (the times reported count from it)."""
         self.opts = opts
         self.layers = layers
         self.stop = stop                  # an Event shared by the processes, or None
@@ -123,7 +124,7 @@ class Fuzzer:
         self.runs = [(i, t) for i in self.isas for t in self.gate.threads]
         self.db = DirectoryBasedExampleDatabase(str(database_dir())) if opts.database else None
         self.stats = {layer: LayerStats(layer) for layer in layers}
-        self.t0 = time.monotonic()
+        self.t0 = time.monotonic() - (time.time() - started if started else 0.0)
 
     def close(self) -> None:
         self.executor.close()

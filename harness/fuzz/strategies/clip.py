@@ -16,7 +16,8 @@ def cases(draw):
     count = draw(st.integers(1, 4))
     tensors = [draw(array(draw(st.integers(0, 40)), specials=f32_specials(), huge_exp=100))
                for _ in range(count)]
-    norm = spec.global_norm(tensors)
+    with np.errstate(over="ignore"):   # an overflowing dot16(g, g) is the +inf norm it means
+        norm = spec.global_norm(tensors)
     how = draw(st.sampled_from(("fraction", "equal", "ulp_below", "ulp_above", "off", "fixed")))
     limit = {"fraction": norm * draw(st.floats(0.001, 1.0)), "equal": norm,
              "ulp_below": float(np.nextafter(norm, 0.0)), "ulp_above": float(np.nextafter(norm, np.inf)),

@@ -17,8 +17,8 @@ from crnn_conformance.generators.model import kpadded
 from ..values import array, f32_specials
 
 F32 = np.float32
-CHANNELS = (1, 2, 3, 16, 4, 8, 5, 32)
-OUTS = (1, 4, 2, 3, 5, 8, 16, 20)
+CHANNELS = (1, 2, 3, 16, 4, 8, 5, 32, 64)
+OUTS = (1, 4, 2, 3, 5, 8, 16, 20, 65, 68)
 
 
 @st.composite
