@@ -134,7 +134,7 @@ def test_shared_case_names_get_unique_ids_and_the_gates_verdicts(tmp_path, xdist
     want = gate_verdicts(tmp_path, "--layers", "adamw", "--threads", "1,2")
     fixtures = {k[0] for k in want}
     shared = {k[1] for k in want if k[0] == "adamw"} & {k[1] for k in want if k[0] != "adamw"}
-    assert fixtures == {"adamw", "pytorch_adamw"} and shared      # the collision is exercised
+    assert fixtures == {"adamw", "pytorch_adamw", "adamw_edges"} and shared   # the collision
     args = [*ADAMW, "-q", f"--junitxml={tmp_path / 'j.xml'}"] + (["-n", "2"] if xdist else [])
     r = run_pytest(tmp_path, *args)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
@@ -156,8 +156,9 @@ def test_the_layer_is_a_keyword(tmp_path):
     r = run_pytest(tmp_path, "--crnn-conformance", "--crnn-layers", "dot16,linear", "--co", "-q",
                    "-k", "linear and not identity")
     ids = [l for l in r.stdout.splitlines() if l.startswith("crnn-conformance::")]
-    assert ids and all(i.split("::")[1] in ("linear", "pytorch_linear") for i in ids)
-    assert {i.split("::")[1] for i in ids} == {"linear", "pytorch_linear"}
+    linear = {"linear", "pytorch_linear", "linear_edges"}
+    assert ids and all(i.split("::")[1] in linear for i in ids)
+    assert {i.split("::")[1] for i in ids} == linear
 
 
 def test_only_the_conformance_suite_inside_a_project(tmp_path):
@@ -174,12 +175,12 @@ def test_only_the_conformance_suite_inside_a_project(tmp_path):
                         capture_output=True, text=True, timeout=180)
     for res in (r, r2):
         assert res.returncode == 0, res.stdout + res.stderr
-        assert "11 passed" in res.stdout and "test_own" not in res.stdout
+        assert "21 passed" in res.stdout and "test_own" not in res.stdout
     r3 = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                          "--crnn-conformance", "--crnn-layers", "dot16", "-q",
                          "tests/test_own.py"], cwd=tmp_path, capture_output=True, text=True,
                         timeout=180)
-    assert r3.returncode == 1 and "1 failed, 11 passed" in r3.stdout, r3.stdout
+    assert r3.returncode == 1 and "1 failed, 21 passed" in r3.stdout, r3.stdout
 
 
 @pytest.mark.slow
