@@ -145,7 +145,7 @@ def test_jobs_share_the_layers():
 @pytest.mark.parametrize("name", EDGE_MUTANTS)
 def test_fuzz_alone_kills_each_edge_mutant_within_60_s(tmp_path, name):
     r = cli("fuzz", "--port", str(build(mutant=name)), "--seconds", "60", "--jobs", "2",
-            "--seed", "16", "--no-database", "--out", str(tmp_path))
+            "--seed", "16", "--no-database", "--first", "--out", str(tmp_path))
     assert r.returncode == 1, r.stdout + r.stderr
     found = [float(m) for m in re.findall(r"FOUND after ([\d.]+) s", r.stdout)]
     assert found and min(found) < 60, r.stdout
