@@ -535,10 +535,14 @@ int32_t crnn_step_gradients(const int32_t *cfg, const float *params, int32_t B,
     if (rc == CRNN_OK) {
         /* g = g_0, then g = g + g_b in line order */
 #if defined(CRNN_MUTANT_BATCH_SUM_ZERO_START)   /* mutant: g = +0, then g = g + g_b, b = 0.. */
-        for (int64_t i = 0; i < m.nParams; i++) grads[i] = 0.0f;
-        for (int32_t b = 0; b < B; b++)
-            for (int64_t i = 0; i < m.nParams; i++)
-                grads[i] = grads[i] + lineGrads[(int64_t)b * m.nParams + i];
+        if (B == 1)                     /* the one line's gradient was written into grads */
+            for (int64_t i = 0; i < m.nParams; i++) grads[i] = 0.0f + grads[i];
+        else {
+            for (int64_t i = 0; i < m.nParams; i++) grads[i] = 0.0f;
+            for (int32_t b = 0; b < B; b++)
+                for (int64_t i = 0; i < m.nParams; i++)
+                    grads[i] = grads[i] + lineGrads[(int64_t)b * m.nParams + i];
+        }
         if (0) {
 #else
         if (B > 1) {
