@@ -138,6 +138,7 @@ def test_ctc_clip_adamw_edges():
     assert len(shapes) >= 1500 and set(shapes[:, 0]) == {1, 2, 3} and set(shapes[:, 1]) == {1, 2, 3, 4}
     assert 0 < c.params["infeasible"] < len(shapes)
     assert case("ctc_edges", "T9_2L_plus_1_distinct").params["T"] == 2 * 4 + 1
+    assert case("ctc_edges", "rounding_T1_K2").params["lines"] == 120
     assert case("clip_edges", "norm_equals_limit").params["triggered"] is False
     assert case("clip_edges", "limit_one_ulp_below").params["triggered"] is True
     c = case("adamw_edges", "many_hparams")

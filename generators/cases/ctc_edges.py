@@ -15,6 +15,11 @@ many_tiny (kind `many`): every target of length 0..3 over every alphabet of K = 
   rest), gaps near logadd's cut (0, -37 .. -42) and N(0, 100), and scales 1/B for
   B = 1, 2, 3, 4, 7: about 1700 lines, small enough that single DetMath exp and log results
   reach the loss's last bits.
+rounding_T1_K2 (kind `many`): 120 lines z = (0, d), loss log(1 + e^d), with d chosen (from
+  float32 values in [-0.69, 0]) where DetMath's exp or log is not the correctly rounded value
+  and the loss with correctly rounded exp and log differs from the spec's: a port whose exp and
+  log are the C library's (about correctly rounded) fails them whatever its library's version.
+  Found with mpmath (the dev and pytorch extras), which regenerating this fixture needs.
 """
 from __future__ import annotations
 
@@ -84,6 +89,34 @@ def many(rng):
     return c
 
 
+def rounding_lines(rng, want=120):
+    """(0, d) lines whose loss log(1 + e^d) changes when exp and log are correctly rounded
+    (the spec's loss of such a line is exactly DetMath's log(1 + exp(d)))."""
+    import mpmath
+    from crnn_conformance.generators.spec import detmath
+    mpmath.mp.prec = 120
+    cr_exp = lambda x: float(mpmath.exp(mpmath.mpf(float(x))))            # noqa: E731
+    cr_log = lambda x: float(mpmath.log(mpmath.mpf(float(x))))            # noqa: E731
+    found = []
+    while len(found) < want:
+        d = rng.uniform(-0.69, 0.0, 4000).astype(F32).astype(np.float64)
+        e = detmath.exp(d)
+        s = 1.0 + e
+        spec_loss = detmath.log(s)                 # -lp[0] for z = (0, d): -((0 - 0) - log s)
+        for di, si, li in zip(d, s, spec_loss):
+            if len(found) < want and cr_log(1.0 + cr_exp(di)) != float(li):
+                found.append(di)
+    return found
+
+
+def rounding(rng):
+    ds = rounding_lines(rng)
+    z = np.array([[0.0, d] for d in ds], np.float32)
+    inputs = {"logits": z.ravel(), "shapes": np.array([[1, 2, 0]] * len(ds), np.int64),
+              "targets": np.zeros(0, np.int32), "scales": np.ones(len(ds))}
+    return exact.case(LAYER, "rounding_T1_K2", {"kind": "many", "lines": len(ds)}, inputs)
+
+
 def build():
     rng = np.random.default_rng(SEED)
     n = lambda T, K: rng.normal(0, 2, (T, K))
@@ -95,4 +128,5 @@ def build():
         _line("K1_empty_T4", n(4, 1), [], 1.0, "blank only"),
         _line("T0_K3", np.zeros((0, 3)), [], 1.0, "no steps"),
         many(rng),
+        rounding(rng),
     ]
