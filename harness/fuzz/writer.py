@@ -1,5 +1,5 @@
-"""A finding becomes a one-case fixture (the fixtures format, every dataset checksummed, written
-by generators/h5io.py), named fuzz-<layer>-<digest>.h5, and the gate's failure lines whose
+"""A finding becomes a one-case fixture (the fixtures format with its manifest, written by
+generators/h5io.py), named fuzz-<layer>-<digest>.h5, and the gate's failure lines whose
 __REPRO: commands rerun it from that directory: `crnn-conformance gate --fixtures DIR` finds
 it by its root `layer` attribute (harness/runner.py)."""
 from __future__ import annotations
