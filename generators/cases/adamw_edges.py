@@ -1,7 +1,7 @@
 """AdamW edge cases (fixtures/adamw_edges.h5): exact tier only (docs/edge-cases.md).
 
-  many_hparams   (kind `many`) 400 small tensors (1-12 elements), each its own crnn_adamw
-                 calls with its own hyper-parameters and 1-30 steps (most of them few): lr log-uniform in
+  many_hparams   (kind `many`) 300 small tensors (1-12 elements), each its own crnn_adamw
+                 calls with its own hyper-parameters and 1-16 steps (most of them few): lr log-uniform in
                  [1e-6, 1], beta1 in {0, 0.5, 0.9, 0.99} or uniform in (0, 0.999), beta2 in
                  {0.9, 0.99, 0.999, 0.9999} or uniform in (0.5, 0.99999), eps log-uniform in
                  [1e-12, 1e-3], wd 0 or uniform in [0, 0.5], decay on or off. Every scalar
@@ -43,7 +43,7 @@ def hparams(rng) -> list[float]:
 
 def many(rng, n):
     sizes = rng.integers(1, 13, n)
-    steps = np.floor(np.exp(rng.uniform(0, np.log(30), n))).astype(np.int64)
+    steps = np.floor(np.exp(rng.uniform(0, np.log(16), n))).astype(np.int64)
     p = [values(rng, int(k)) for k in sizes]
     g = [values(rng, int(k) * int(s)) for k, s in zip(sizes, steps)]
     inputs = {"p": np.concatenate(p), "grads": np.concatenate(g), "sizes": sizes.astype(np.int64),
@@ -54,4 +54,4 @@ def many(rng, n):
 
 
 def build():
-    return [many(np.random.default_rng(SEED), 400)]
+    return [many(np.random.default_rng(SEED), 300)]

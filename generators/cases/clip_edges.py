@@ -10,7 +10,7 @@
   neg_zero_kept              -0 elements, clipped: -0 * f stays -0
   neg_zero_disabled          -0 elements, clipping off: unchanged
   empty_tensors              tensors of 0 elements among the others
-  many_factors               (kind `many`) 1500 small problems, each its own call: 1-3 tensors
+  many_factors               (kind `many`) 1000 small problems, each its own call: 1-3 tensors
                              of 1-40 elements at a random scale (2^-60 .. 2^60), the limit
                              below the norm by a random factor (the factor rounded once from
                              the double quotient; any other rounding shows in every element),
@@ -95,5 +95,5 @@ def build():
         _case("neg_zero_disabled", [signed], 0.5, False, "clipping off: -0 unchanged"),
         _case("empty_tensors", [np.zeros(0), rng.normal(0, 2, 5), np.zeros(0)], 1.0, True,
               "tensors of 0 elements"),
-        many(rng, 1500),
+        many(rng, 1000),
     ]
