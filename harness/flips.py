@@ -15,9 +15,10 @@ A window whose winners differ is classified:
         port's conv values of those cells, and the margin is |value_port - value_pytorch|.
 
 Rounding bound of a flip in block n: bound = allowance(a) + allowance(b), the pytorch-tier
-allowances of the two candidates' conv values, 2*Atol + 2*Floor_n + 2*Rtol*|v| each (Atol,
-Rtol: the conv tolerance entry; Floor_n: max |fp32 - float64| of block n's conv values in the
-whole-model run, params.conv_floor). A conforming port's conv values lie within that
+allowances of the two candidates' conv values, 2*Atol + 2*Floor_n each (Atol: the error
+model's per-element bound of that conv value in the whole-model run, harness/allowance/step.py;
+Floor_n: max |fp32 - float64| of block n's conv values in the whole-model run,
+params.conv_floor). A conforming port's conv values lie within that
 allowance of PyTorch's; the port ranks a above b and PyTorch b above a, so
 v_a - v_b <= (v_a - pt_a) + (pt_b - v_b) <= allowance(a) + allowance(b): a flip with a margin
 above the bound cannot come from rounding.
@@ -33,10 +34,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-
 from crnn_conformance.generators import model
 from crnn_conformance.harness.compare import Comparison, compare, within
-from crnn_conformance.harness.tolerances import lookup
 
 DEAD, TWIN, FLIP = "dead", "twin", "flip"
 
@@ -138,7 +137,8 @@ def classify_block(ours_w, pt_w, pt_pooled, conv, x, geo: dict, line: int, block
 
     ours_w, pt_w: int [Hp][Wp][Out] winners (port; PyTorch's index as p*Out + o);
     pt_pooled: PyTorch's pooled values [Hp][Wp][Out]; conv: the port's conv values [P][Out];
-    x: the port's block input [H][W][C]; bound_fn(v_a, v_b) -> the rounding bound."""
+    x: the port's block input [H][W][C]; bound_fn(a, b) -> the rounding bound of the two
+    candidate cells (flat conv indices, -1 for 'none')."""
     ours_w, pt_w = np.asarray(ours_w), np.asarray(pt_w)
     pt_pooled = np.asarray(pt_pooled)
     conv = np.asarray(conv, np.float32)
@@ -170,17 +170,19 @@ def classify_block(ours_w, pt_w, pt_pooled, conv, x, geo: dict, line: int, block
                 kind = TWIN
         margin = 0.0 if kind == TWIN else abs(va - vb)
         out.append(WindowDiff(kind, line, block, [int(i) for i in idx], int(idx[2]), a, b, va, vb,
-                              float(pt_pooled[idx]), margin, float(bound_fn(va, vb))))
+                              float(pt_pooled[idx]), margin, float(bound_fn(a, b))))
     return out
 
 
-def conv_bound_fn(conv_floor: float):
-    """bound(v_a, v_b) = allowance(v_a) + allowance(v_b), the conv tolerance's pytorch-tier
-    allowance with the block's conv Floor."""
-    tol = lookup("conv", "conv")
+def conv_bound_fn(conv_floor: float, atol):
+    """bound(a, b) = allowance(a) + allowance(b): each candidate's pytorch-tier conv allowance
+    2*Atol + 2*Floor, Atol the model's bound of that cell's conv value (`atol`, flat over the
+    block's [P][Out]; a 'none' candidate is the exact +0)."""
+    atol = np.asarray(atol, np.float64).ravel()
 
-    def bound(va, vb):
-        return (4 * tol.atol + 4 * conv_floor + 2 * tol.rtol * (abs(va) + abs(vb)))
+    def bound(a, b):
+        cell = lambda w: 0.0 if w < 0 else 2 * float(atol[w]) + 2 * conv_floor
+        return cell(a) + cell(b)
     return bound
 
 
@@ -203,8 +205,9 @@ def layout(config: dict, widths) -> list[list[dict]]:
     return out
 
 
-def analyse_step(case, ours: dict, ref: dict) -> Verdict:
-    """Every differing window of every block of every line of a pytorch_step case."""
+def analyse_step(case, ours: dict, ref: dict, conv_atol=None) -> Verdict:
+    """Every differing window of every block of every line of a pytorch_step case;
+    conv_atol: the model's Atol of every conv value (layout()'s concatenation)."""
     config = case.params["config"]
     widths = [int(w) for w in case.inputs["widths"]]
     lay = layout(config, widths)
@@ -216,6 +219,7 @@ def analyse_step(case, ours: dict, ref: dict) -> Verdict:
     ow, pw = np.asarray(ours["winners"]), np.asarray(ref["winners"])
     pp = np.asarray(case.inputs["pt_pooled"])
     conv = np.asarray(ours["conv_out"], np.float32)
+    conv_atol = np.zeros(conv.size) if conv_atol is None else np.asarray(conv_atol).ravel()
     floors = case.params["conv_floor"]
     v = Verdict()
     for line, per in enumerate(lay):
@@ -226,7 +230,8 @@ def analyse_step(case, ours: dict, ref: dict) -> Verdict:
             cv = conv[g["c_at"]:g["c_at"] + g["c_n"]].reshape(-1, g["out"])
             wn = ow[sl].reshape(shp)
             v.diffs += classify_block(wn, pw[sl].reshape(shp), pp[sl].reshape(shp), cv, x, g,
-                                      line, n, conv_bound_fn(float(floors[n])))
+                                      line, n, conv_bound_fn(float(floors[n]),
+                                                             conv_atol[g["c_at"]:g["c_at"] + g["c_n"]]))
             # the port's pooled output is the next block's input
             x = np.where(wn >= 0, cv.ravel()[np.maximum(wn, 0)], np.float32(0)).astype(np.float32)
     return v
@@ -235,13 +240,13 @@ def analyse_step(case, ours: dict, ref: dict) -> Verdict:
 _CACHE: dict = {}
 
 
-def _verdict(case, ours, ref) -> Verdict:
+def _verdict(case, ours, ref, conv_atol=None) -> Verdict:
     """analyse_step once per case run (compare_step is called once per tensor)."""
     key = (case.name, id(ours), id(ref))
     hit = _CACHE.get(key)
     if hit is None or hit[0] is not ours or hit[1] is not ref:
         _CACHE.clear()
-        hit = (ours, ref, analyse_step(case, ours, ref))
+        hit = (ours, ref, analyse_step(case, ours, ref, conv_atol))
         _CACHE[key] = hit
     return hit[2]
 
@@ -288,7 +293,8 @@ def compare_step(case, tensor: str, ours: dict, ref: dict, tol, floor) -> Compar
     flips for the report's meta), conv gradients may use the one flip, the rest compare
     normally."""
     atol, rtol = (tol.atol, tol.rtol) if tol else (0.0, 0.0)
-    v = _verdict(case, ours, ref)
+    arrays = getattr(tol, "arrays", None) or {}
+    v = _verdict(case, ours, ref, arrays.get("conv_out"))
     if tensor == "winners":
         f = v.flips
         usage = 0.0 if not f else (f[0].margin / f[0].bound if len(f) == 1 and f[0].bound > 0

@@ -25,7 +25,7 @@ from crnn_conformance.generators.h5io import FixtureError, read_fixture
 from crnn_conformance.harness import layers as L
 from crnn_conformance.harness.compare import Comparison, compare
 from crnn_conformance.harness.executor import Executor, PortCrash
-from crnn_conformance.harness.tolerances import lookup
+from crnn_conformance.harness.tolerances import elementwise, lookup
 
 FIXTURES_DIR = fixtures.directory()
 TIERS = ("exact", "float64", "pytorch", "identity")
@@ -159,6 +159,17 @@ def _layer_attr(path: Path) -> str | None:
     return v.decode() if isinstance(v, bytes) else (None if v is None else str(v))
 
 
+def tier_tolerance(layer: str, case, tier: str, tensor: str):
+    """The allowance of one tensor in a tolerance tier: the error model's per-element Atol on
+    the case's inputs (harness/allowance/) joined with the table's entry; None for the bit
+    tiers."""
+    if tier not in ("float64", "pytorch"):
+        return None
+    from crnn_conformance.harness import allowance
+    arrays = allowance.allowances(layer, case) if layer in allowance.LAYERS else {}
+    return elementwise(lookup(layer, tensor), arrays.get(tensor), arrays)
+
+
 def _tier_records(opts, module, case, tier, ours, isa) -> list[Record]:
     out = []
     ref = case.expected[tier]
@@ -166,7 +177,7 @@ def _tier_records(opts, module, case, tier, ours, isa) -> list[Record]:
     for tensor, r in ref.items():
         if tensor not in ours:
             continue
-        tol = lookup(module.LAYER, tensor) if tier in ("float64", "pytorch") else None
+        tol = tier_tolerance(module.LAYER, case, tier, tensor)
         floor = float(case.floor.get(tensor, 0.0)) if tier == "pytorch" else None
         if hook is not None:
             c = hook(case, tier, tensor, ours, ref, tol, floor)
@@ -183,7 +194,7 @@ def _tier_records(opts, module, case, tier, ours, isa) -> list[Record]:
 def _record(opts, layer, case, tensor, tier, isa, threads, c: Comparison, tol=None, floor=None) -> Record:
     return Record(case, layer, tensor, tier, isa, threads, c.usage, c.max_abs_diff, c.mismatches,
                   c.elements, c.passed, c.max_ulp, c.worst, c.note,
-                  tol.atol if tol else None, tol.rtol if tol else None, floor,
+                  tol.atol_max if tol else None, tol.rtol if tol else None, floor,
                   "" if c.passed else repro_command(opts, layer, case, tier, isa, threads),
                   c.hist, c.heatmap, resolution=c.resolution)
 
@@ -266,6 +277,7 @@ class GateSession:
         except BaseException:
             self.executor.close(force=True)
             raise
+        self._prefetch()   # (after _drop_missing: only the cases that will run)
         return self
 
     def _drop_missing(self, symbols) -> None:
@@ -279,9 +291,19 @@ class GateSession:
                                 "layers asked for")
         self.jobs = [j for j in self.jobs if j.layer not in self.not_implemented]
 
+    def _prefetch(self) -> None:
+        """Starts computing the error model's allowances the cache lacks (harness/allowance)."""
+        if not any(t in self.opts.tiers for t in ("float64", "pytorch")):
+            return
+        from crnn_conformance.harness import allowance
+        allowance.prefetch([(j.layer, j.fixture, j.case) for j in self.jobs
+                            if any(t in j.case.expected for t in ("float64", "pytorch"))])
+
     def close(self, force: bool = False) -> None:
         if self.executor is not None:
             self.executor.close(force)
+        from crnn_conformance.harness import allowance
+        allowance.shutdown()
 
     def __enter__(self):
         return self.open()

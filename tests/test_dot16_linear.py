@@ -2,6 +2,8 @@
 the spec stays within the float64 tier's allowance."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -10,7 +12,7 @@ from crnn_conformance.generators.spec import linear as spec
 from crnn_conformance.generators.spec.dot16 import dot16, gemm16
 from crnn_conformance.harness.compare import compare
 from crnn_conformance.harness.layers import linear as linear_layer
-from crnn_conformance.harness.tolerances import lookup
+from crnn_conformance.harness.runner import tier_tolerance
 
 from crnn_conformance.harness.runner import THREADS
 
@@ -123,8 +125,9 @@ def test_linear_spec_within_float64_allowance():
     dY = rng.uniform(-1, 1, (T, O)).astype(np.float32)
     ours = dict(zip(("dx", "dW", "db"), spec.backward(x, W, dY)), y=spec.forward(x, W, b))
     ref = dict(zip(("dx", "dW", "db"), ref64.backward(x, W, dY)), y=ref64.forward(x, W, b))
+    case = SimpleNamespace(name="t", params={}, inputs={"x": x, "W": W, "b": b, "dY": dY})
     for k in ours:
-        tol = lookup("linear", k)
+        tol = tier_tolerance("linear", case, "float64", k)
         c = compare(ours[k], ref[k], "float64", tol.atol, tol.rtol)
         assert c.passed and c.usage < 0.5, (k, c)
 

@@ -1,0 +1,161 @@
+"""The conv block's error model: conv (+ bias) as one sum per output, the pool's selection (no
+rounding), db, dW over the conv positions, dx as one sum over every (tap, output channel) term
+(docs/tolerances.md, "Conv block").
+
+Pool decisions: the winners are the float64 reference's, and a window whose decision rounding
+could change is a near-tie: another candidate (a cell, or the +0 start of a dead window) lies
+within the two conv values' allowances of the winner. A port may pick it: the pooled value's
+bound then includes the difference, and dC's bound includes the window's gradient at both
+cells (one may get it instead of the other); everything computed from dC carries that. (The
+conv fixtures keep every window 2e-5 from a near-tie, so none of theirs is one.)
+"""
+from __future__ import annotations
+
+import numpy as np
+from crnn_conformance.generators.float64 import conv as conv64
+
+from . import params
+from .errors import Err, where
+from .sums import add_term, products, rounded, terms
+
+
+def conv_size(H, W, kh, kw, padH, padW):
+    return H + 2 * padH - kh + 1, W + 2 * padW - kw + 1
+
+
+def im2col(x: Err, kh, kw, padH, padW, KPadded) -> Err:
+    return x.map(lambda a: conv64.im2col(a, kh, kw, padH, padW, KPadded))
+
+
+def forward(x: Err, W: Err, b: Err, kh, kw, padH, padW, poolH, poolW):
+    """-> (col, conv [P][Out], pooled [Hp][Wp][Out], winners): conv[p][o] is one sum of the
+    KPadded terms col[p][k]*W[o][k] and the bias; pooled is the winner's conv value."""
+    H, Wd, _ = x.shape
+    Hc, Wc = conv_size(H, Wd, kh, kw, padH, padW)
+    col = im2col(x, kh, kw, padH, padW, W.shape[1])
+    conv = rounded(add_term(products(col, W.T, mixing=True), b))
+    _, winners = conv64.relu_maxpool(conv.v, Hc, Wc, poolH, poolW)
+    flat = conv.reshape(-1)
+    live = winners >= 0
+    pooled = where(live, flat[np.maximum(winners, 0)], Err.exact(np.zeros(winners.shape)))
+    dec = near_ties(conv, winners, Hc, Wc, poolH, poolW)
+    return col, conv, pooled.plus_systematic(dec.pooled_bound), dec
+
+
+class Decisions:
+    """The pool decisions of one block: winners [Hp][Wp][Out] (-1: none) and, for each window,
+    the cells a port could pick instead (`bump`, [P*Out]: the flat conv cells whose dC may
+    hold the window's gradient or lose it) and the pooled value's extra bound."""
+
+    def __init__(self, winners, bump_cells, bump_windows, pooled_bound):
+        self.winners = winners
+        self.bump_cells = bump_cells          # flat conv indices
+        self.bump_windows = bump_windows      # the window (flat pooled index) of each
+        self.pooled_bound = pooled_bound
+
+    @property
+    def near_ties(self) -> int:
+        return int(np.unique(self.bump_windows).size)
+
+
+def near_ties(conv: Err, winners, Hc, Wc, poolH, poolW) -> Decisions:
+    """Candidates within rounding of each window's winner (module docstring)."""
+    P, Out = conv.shape
+    Hp, Wp = Hc // poolH, Wc // poolW
+    A = conv.allowance(params.lam)
+    oy, ox, o = np.meshgrid(np.arange(Hp), np.arange(Wp), np.arange(Out), indexing="ij")
+    cells = np.stack([((oy * poolH + dy) * Wc + ox * poolW + dx) * Out + o
+                      for dy in range(poolH) for dx in range(poolW)], -1)   # [Hp][Wp][Out][n]
+    v = conv.v.ravel()[cells]
+    a = A.ravel()[cells]
+    win = winners
+    vb = np.where(win >= 0, conv.v.ravel()[np.maximum(win, 0)], 0.0)
+    ab = np.where(win >= 0, A.ravel()[np.maximum(win, 0)], 0.0)
+    low = vb - ab
+    alt = (v + a >= low[..., None]) & (cells != win[..., None])
+    alt_zero = (win >= 0) & (low <= 0.0)               # the +0 start (nothing positive)
+    pooled_bound = np.maximum(np.max(np.where(alt, np.abs(vb[..., None] - v), 0.0), -1),
+                              np.where(alt_zero, np.abs(vb), 0.0))
+    uncertain = alt.any(-1) | alt_zero
+    pool_flat = np.arange(win.size).reshape(win.shape)
+    bc, bw = [cells[alt]], [np.broadcast_to(pool_flat[..., None], alt.shape)[alt]]
+    keep = uncertain & (win >= 0)
+    bc.append(win[keep])
+    bw.append(pool_flat[keep])
+    return Decisions(winners, np.concatenate(bc), np.concatenate(bw), pooled_bound)
+
+
+def backward(x: Err, col: Err, W: Err, dec, dPooled: Err, kh, kw, padH, padW, want_dx=True):
+    """-> (dW, db, dx or None)."""
+    dW, db, dx = backward_parts(x, col, W, dec, dPooled, kh, kw, padH, padW, want_dx)
+    return rounded(dW), rounded(db, products_rounded=False), dx
+
+
+def backward_parts(x: Err, col: Err, W: Err, dec, dPooled: Err, kh, kw, padH, padW,
+                   want_dx=True):
+    """-> (dW and db as the statistics of their sums over positions, dx as Err or None).
+    dC[p][o] is dPooled at the window's winner, exact 0 elsewhere (no rounding: zero terms
+    add nothing to any sum); near-tie cells carry the window's gradient as a bound."""
+    winners = dec.winners
+    H, Wd, C = x.shape
+    Out = W.shape[0]
+    Hc, Wc = conv_size(H, Wd, kh, kw, padH, padW)
+    P = Hc * Wc
+    live = winners.ravel() >= 0
+    idx = winners.ravel()[live]
+    dP = dPooled.reshape(-1)
+
+    def scatter(a):
+        out = np.zeros(P * Out)
+        out[idx] = a[live]
+        return out.reshape(P, Out)
+
+    dC = dP.map(scatter)
+    if dec.bump_cells.size:
+        bump = np.zeros(P * Out)
+        np.add.at(bump, dec.bump_cells, np.abs(dP.v)[dec.bump_windows])
+        dC = dC.plus_systematic(bump.reshape(P, Out))
+    db, dW = terms(dC, 0), products(dC.T, col)
+    if not want_dx:
+        return dW, db, None
+    return dW, db, rounded(tap_sums(products(dC, W, mixing=True), H, Wd, C, kh, kw, padH, padW))
+
+
+def tap_sums(parts: dict, H, W, C, kh, kw, padH, padW) -> dict:
+    """The statistics of dx[i] = sum over the taps covering input element i of dcol, as one
+    sum whose blocks are (tap, block of output channels): from dcol's statistics [P][KPadded]."""
+    Hc, Wc = conv_size(H, W, kh, kw, padH, padW)
+    KP = np.shape(parts["R"])[-1]
+
+    def gather(a):
+        a = np.broadcast_to(a, (Hc * Wc, KP)).reshape(Hc, Wc, KP)
+        out = np.zeros((kh * kw, H + 2 * padH, W + 2 * padW, C))
+        for ky in range(kh):
+            for kx in range(kw):
+                t = ky * kw + kx
+                out[t, ky:ky + Hc, kx:kx + Wc] = a[:, :, t * C:(t + 1) * C]
+        return out[:, padH:padH + H, padW:padW + W]
+
+    def tap_major(blocks):                       # [tap][block of o] in the spec's order
+        g = np.stack([gather(b) for b in blocks], 1)
+        return g.reshape((-1,) + g.shape[2:])
+
+    blocks = {k: tap_major(parts[k]) for k in ("R", "Qb", "nb")}
+    rest = {k: gather(parts[k]).sum(0) for k in ("Aabs", "g", "f", "s", "w")}
+    return {**blocks, **rest}
+
+
+def case_errors(case) -> dict:
+    """{tensor: Err} of a conv fixture case (its inputs are exact binary32 values)."""
+    p = case.params
+    geo = [int(p[k]) for k in ("kh", "kw", "padH", "padW", "poolH", "poolW")]
+    x = np.asarray(case.inputs["x"], np.float64)
+    x = Err.exact(x[:, :, None] if x.ndim == 2 else x)
+    W, b = Err.exact(case.inputs["W"]), Err.exact(case.inputs["b"])
+    col, conv, pooled, winners = forward(x, W, b, *geo)
+    dW, db, dx = backward(x, col, W, winners, Err.exact(case.inputs["dPooled"]), *geo[:4],
+                          want_dx=bool(p.get("dx", True)))
+    out = {"conv": conv, "pooled": pooled, "dW": dW, "db": db}
+    if dx is not None:
+        out["dx"] = dx
+    return out

@@ -1,0 +1,45 @@
+"""The error model's few parameters, read from harness/tolerances.toml ([[parameter]]
+entries, each with its reason)."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+from crnn_conformance.harness.tolerances import parameters
+
+from . import tails
+
+
+def value(name: str) -> float:
+    try:
+        return parameters()[name].value
+    except KeyError:
+        raise KeyError(f"harness/tolerances.toml has no model parameter {name!r}") from None
+
+
+def lam(phi) -> np.ndarray:
+    """lambda(phi) at the table's per-element probability (tails.py)."""
+    return tails.lam(phi, value("p_element"))
+
+
+def ulp(y) -> np.ndarray:
+    """The binary32 spacing at |y| (2^-149 below the normal range)."""
+    _, e = np.frexp(np.abs(np.asarray(y, np.float64)))
+    return np.where(np.abs(y) >= 2.0 ** -126, np.ldexp(1.0, e - 24), 2.0 ** -149)
+
+
+def act_bound(y, which: str) -> np.ndarray:
+    """The error bound of an accurate sigmoid or tanh with exact result y: K ulps of y plus
+    a tiny absolute floor (the subnormal range)."""
+    return value(f"{which}_ulps") * ulp(y) + value("activation_floor")
+
+
+def act_coherent(y) -> np.ndarray:
+    """The part of an activation's error that may keep its sign over many evaluations."""
+    return value("activation_coherent_ulps") * ulp(y)
+
+
+@lru_cache(maxsize=1)
+def all_values() -> tuple:
+    """(name, value) of every parameter: part of the cache key."""
+    return tuple(sorted((k, p.value) for k, p in parameters().items()))
