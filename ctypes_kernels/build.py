@@ -74,6 +74,19 @@ def sources() -> list[Path]:
     return sorted(SRC.glob("*.c")) + sorted((SRC / "isa").glob("*.c"))
 
 
+# A mutant whose mistake is in the compiler flags (docs/mutants.md): contract_fast builds the
+# whole port with contraction on and FMA instructions everywhere (a*b + c fused wherever the
+# compiler likes), the one build that check_flags would refuse. Never used for a normal build.
+MUTANT_FLAGS = {"contract_fast": ({"-ffp-contract=off": "-ffp-contract=fast"}, ["-mfma"])}
+
+
+def _mutant_flags(flags: list[str], mutant: str | None) -> list[str]:
+    if mutant not in MUTANT_FLAGS:
+        return flags
+    swap, extra = MUTANT_FLAGS[mutant]
+    return [swap.get(f, f) for f in flags] + extra
+
+
 def _flags_for(src: Path, opt: str) -> list[str]:
     isa = src.stem.rsplit("_", 1)[-1] if src.parent.name == "isa" else "scalar"
     return [opt, *BASE_FLAGS, *ISA_FLAGS.get(isa, [])]
@@ -133,7 +146,7 @@ def build(cc: str | None = None, opt: str = DEFAULT_OPT, mutant: str | None = No
             probe = probe_fp(cc, opt)
             tmp = cache.fresh_dir(cache_dir())
             try:
-                _compile(cc, opt, defines, tmp, verbose)
+                _compile(cc, opt, defines, tmp, verbose, mutant)
                 (tmp / "build.txt").write_text(
                     f"cc: {cc}\nversion: {compiler_version(cc)}\nopt: {opt}\ndefines: {defines}\n"
                     f"base flags: {' '.join(BASE_FLAGS)}\nprobe: {json.dumps(probe)}\n")
@@ -145,12 +158,13 @@ def build(cc: str | None = None, opt: str = DEFAULT_OPT, mutant: str | None = No
     return out
 
 
-def _compile(cc: str, opt: str, defines: list[str], tmp: Path, verbose: bool) -> None:
+def _compile(cc: str, opt: str, defines: list[str], tmp: Path, verbose: bool,
+             mutant: str | None = None) -> None:
     """Compiles and links tmp/libcrnn.so (the objects in tmp/obj, removed after)."""
     (tmp / "obj").mkdir()
     jobs = [(src, tmp / "obj" / (src.parent.name + "_" + src.stem + ".o")) for src in sources()]
-    _run_all([[cc, *_flags_for(src, opt), *defines, "-c", str(src), "-o", str(obj)]
-              for src, obj in jobs], verbose)
+    _run_all([[cc, *_mutant_flags(_flags_for(src, opt), mutant), *defines, "-c", str(src),
+               "-o", str(obj)] for src, obj in jobs], verbose)
     _run([cc, "-shared", "-pthread", "-o", str(tmp / "libcrnn.so"), *(str(o) for _, o in jobs),
           "-lm"], verbose)
     shutil.rmtree(tmp / "obj")

@@ -40,8 +40,13 @@ from crnn_conformance.harness.runner import FIXTURES_DIR, THREADS, TIERS, GateOp
 # first of these that failed it.
 TOLERANT_FIRST = ("pytorch", "float64", "exact", "identity")
 BASE_TIERS = ("exact", "float64", "pytorch")
-# The clean port's margin: every float64/pytorch tensor within half its allowance.
-MARGIN = 0.5
+# The clean port's margin: every float64/pytorch tensor within 0.7 of its allowance. The
+# allowances are per-element error bounds of every legal order (harness/allowance/); the
+# spec's own order must stay clear of them, because the legal orders whose errors are larger
+# than the spec's (sequential sums, other lane counts) use more (up to 0.75, docs/mutants.md).
+# 0.7 is issue 15's target for the clean port. (It was 0.5 when one loose Atol per tensor put
+# the clean port at 0.001 median: half was then a generous margin.)
+MARGIN = 0.7
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,26 @@ CATALOGUE: list[Mutant] = [
        "instead of -104: no subnormal results", "exact"),
     _m("exp_threshold_ge", "DetMath exp's overflow and underflow tests >= and <= instead of > "
        "and <", "exact"),
+    # ---- issue 15: legal orders. The same operations in another order or at a higher
+    # precision; every tolerance tier must pass them (only the exact tier sees the bits).
+    _m("dot_f64_acc", "every dot accumulated in binary64 and rounded once", "exact"),
+    _m("dot_kahan", "every dot a compensated (Kahan) sum of the binary32 products", "exact"),
+    _m("dot_random_order", "every dot in L lanes (L = 2..40, pseudo-random per call shape) "
+       "combined by a pseudo-random tree", "exact"),
+    _m("contract_fast", "the whole port built with -ffp-contract=fast -mfma: fma wherever the "
+       "compiler fuses a*b + c", "exact", needs=("avx2",)),
+    # ---- issue 15: precision bugs. Reduced precision somewhere (relative errors from about
+    # 1e-3 down to 1e-6): the float64 tier must catch them, and the pytorch tier where the
+    # layer has pytorch fixtures.
+    _m("dot_bf16", "the dots' operands rounded to bfloat16 (8 significant bits)", MATH),
+    _m("dot_tf32", "the dots' operands rounded to TF32 (11 significant bits)", MATH),
+    _m("lstm_c_fp16", "the LSTM cell state kept at binary16 precision (11 significant bits)", MATH),
+    _m("exp_poly_short", "sigmoid/tanh's exponential polynomial two terms short (relative error "
+       "of e^r up to 4e-5)", MATH),
+    _m("adamw_state_bf16", "AdamW's moments m and v stored as bfloat16", MATH),
+    _m("master_fp16", "the master weights kept at binary16 precision after every step", MATH),
+    _m("ctc_float32", "the CTC recursion kept in binary32 (log-probabilities, alpha, beta, acc, "
+       "logP)", MATH),
 ]
 BY_NAME = {m.name: m for m in CATALOGUE}
 
@@ -163,7 +188,7 @@ class Kill:
     error: str | None = None          # could not build or gate it (not a kill)
     skipped: str | None = None        # not exercised on this CPU (why)
     margin: list = field(default_factory=list)   # clean port: records above MARGIN usage
-    worst_usage: dict = field(default_factory=dict)   # float64/pytorch: max usage of a failure
+    worst_usage: dict = field(default_factory=dict)   # float64/pytorch: max usage of any record
 
     @property
     def as_expected(self) -> bool:
@@ -190,8 +215,10 @@ def _summarise(name, expect, result, seconds) -> Kill:
     caught = next((t for t in TOLERANT_FIRST if t in tiers), None)
     first = next((r for r in fails if r.tier == caught), None)
     layers = tuple(dict.fromkeys(r.layer for r in fails))
-    worst = {t: _finite(max(r.usage for r in fails if r.tier == t))
-             for t in ("float64", "pytorch") if t in tiers}
+    # the largest usage of each tolerance tier over all its records, passing or not: for a
+    # legal order how close it comes to its allowances, for a real bug how far beyond
+    worst = {t: _finite(max(r.usage for r in result.records if r.tier == t))
+             for t in ("float64", "pytorch") if any(r.tier == t for r in result.records)}
     return Kill(name, expect, bool(fails), seconds, tiers, caught,
                 _brief(first) if first else None, len(fails), layers, len(result.records),
                 worst_usage=worst)
@@ -350,7 +377,7 @@ def _usage_cell(k: Kill) -> str:
 def render(clean: Kill | None, kills: list[Kill]) -> str:
     """The kill table: per mutant the verdict, the expected and the failed tiers, the first
     failing record of the most tolerant tier that failed, the largest float64/pytorch usage
-    among its failures, and the time (build + gate); then the clean port, problems, a total."""
+    of its records, and the time (build + gate); then the clean port, problems, a total."""
     head = (f"{'mutant':<23} {'result':<8} {'expected':<21} {'failed tiers':<21} "
             f"{'first failure (most tolerant tier)':<56} {'max usage':<22} {'time':>6}")
     lines = [head, "-" * len(head)]

@@ -8,6 +8,9 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(CRNN_MUTANT)   /* mutant builds only (docs/mutants.md) */
+#include "mutants.h"
+#endif
 
 typedef struct {
     float *p, *m, *v;
@@ -90,5 +93,14 @@ int32_t crnn_adamw(float *p, float *m, float *v, const float *g, int64_t n,
     adamw_job j = {p, m, v, g, n, decay, omb1, b2, omb2, epsf, dec, stepSize, sqrtC2};
     if (n >= 16 * ADAMW_BLOCK) crnn_parallel_for((n + ADAMW_BLOCK - 1) / ADAMW_BLOCK, adamw_blocks, &j);
     else adamw_range(&j, 0, n);
+#if defined(CRNN_MUTANT_ADAMW_STATE_BF16)   /* mutant: the moments stored as bfloat16 */
+    for (int64_t i = 0; i < n; i++) {
+        m[i] = crnn_mutant_round_mantissa(m[i], 7);
+        v[i] = crnn_mutant_round_mantissa(v[i], 7);
+    }
+#endif
+#if defined(CRNN_MUTANT_MASTER_FP16)   /* mutant: the master weights kept at binary16 precision */
+    for (int64_t i = 0; i < n; i++) p[i] = crnn_mutant_round_mantissa(p[i], 10);
+#endif
     return CRNN_OK;
 }

@@ -12,6 +12,11 @@
 #endif
 
 #define NEG_INF (-INFINITY)
+#if defined(CRNN_MUTANT_CTC_FLOAT32)   /* mutant (docs/mutants.md): the recursion kept in float */
+#define KEEP(x) ((double)(float)(x))
+#else
+#define KEEP(x) (x)
+#endif
 
 /* hi + log(1 + exp(lo - hi)), hi/lo the larger/smaller argument; hi when lo is -inf or
  * lo - hi < -40 (log(1 + e^-40) = 4.2e-18: under half an ulp of any |hi| >= 1/16). */
@@ -60,7 +65,7 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
         for (int32_t k = 0; k < K; k++) s = s + crnn_detmath_exp1((double)z[k] - m);
 #endif
         double ls = crnn_detmath_log1(s);
-        for (int32_t k = 0; k < K; k++) lp[t * K + k] = ((double)z[k] - m) - ls;
+        for (int32_t k = 0; k < K; k++) lp[t * K + k] = KEEP(((double)z[k] - m) - ls);
     }
 
     /* 2. alpha and beta, both including their own step's emission */
@@ -72,7 +77,7 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
         for (int64_t s = 0; s < S; s++) {
             double one = s >= 1 ? a[s - 1] : NEG_INF;
             double two = (s >= 2 && ext[s] != 0 && ext[s] != ext[s - 2]) ? a[s - 2] : NEG_INF;
-            out[s] = logadd(logadd(a[s], one), two) + lp[t * K + ext[s]];
+            out[s] = KEEP(logadd(logadd(a[s], one), two) + lp[t * K + ext[s]]);
         }
     }
     for (int64_t s = 0; s < S; s++)
@@ -83,13 +88,13 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
         for (int64_t s = 0; s < S; s++) {
             double one = s + 1 < S ? bn[s + 1] : NEG_INF;
             double two = (s + 2 < S && ext[s + 2] != 0 && ext[s + 2] != ext[s]) ? bn[s + 2] : NEG_INF;
-            out[s] = logadd(logadd(bn[s], one), two) + lp[t * K + ext[s]];
+            out[s] = KEEP(logadd(logadd(bn[s], one), two) + lp[t * K + ext[s]]);
         }
     }
 
     /* 3. logP and the loss */
     const double *last = alpha + (T - 1) * S;
-    double logP = S == 1 ? last[0] : logadd(last[S - 1], last[S - 2]);
+    double logP = KEEP(S == 1 ? last[0] : logadd(last[S - 1], last[S - 2]));
     if (logP == NEG_INF) {
         *loss = INFINITY;
         free(lp); free(ext);
@@ -106,7 +111,7 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
     for (int64_t t = 0; t < T; t++)
         for (int64_t s = 0; s < S; s++) {
             double *ak = acc + t * K + ext[s];
-            *ak = logadd(*ak, alpha[t * S + s] + beta[t * S + s]);
+            *ak = KEEP(logadd(*ak, alpha[t * S + s] + beta[t * S + s]));
         }
     for (int64_t i = 0; i < nTK; i++) {
         double occ = crnn_detmath_exp1((acc[i] - lp[i]) - logP);

@@ -117,6 +117,9 @@ static void forward_dir(fwd_ctx *k, int d)
                 float fc = f[j] * (cp ? cp[j] : 0.0f);
                 ct[j] = fc + i[j] * g[j];
 #endif
+#if defined(CRNN_MUTANT_LSTM_C_FP16)   /* mutant: the cell state kept at binary16 precision */
+                ct[j] = crnn_mutant_round_mantissa(ct[j], 10);
+#endif
             }
             crnn_tanh_n(ct, tct, H);
             float *ht = k->out[li] + (size_t)t * 2 * H + (size_t)d * H;

@@ -13,7 +13,9 @@
 #if defined(CRNN_MUTANT)
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* The catalogue (harness/mutants.py lists the same names): a define for any other name is
  * a typo that would silently build the correct port, so it is an error. */
@@ -35,7 +37,15 @@
       defined(CRNN_MUTANT_CONV_K_TERMS) || defined(CRNN_MUTANT_SPARSE_DW_NO_REDO) ||         \
       defined(CRNN_MUTANT_BATCH_SUM_ZERO_START) || defined(CRNN_MUTANT_CLIP_GE) ||           \
       defined(CRNN_MUTANT_CLIP_FACTOR_FLOAT) || defined(CRNN_MUTANT_ADAMW_DECAY_FLOAT) ||  \
-      defined(CRNN_MUTANT_SIGMOID_CLAMP_88) || defined(CRNN_MUTANT_EXP_THRESHOLD_GE))
+      defined(CRNN_MUTANT_SIGMOID_CLAMP_88) || defined(CRNN_MUTANT_EXP_THRESHOLD_GE) || \
+      /* issue 15: legal orders */                                                          \
+      defined(CRNN_MUTANT_DOT_F64_ACC) || defined(CRNN_MUTANT_DOT_KAHAN) ||                 \
+      defined(CRNN_MUTANT_DOT_RANDOM_ORDER) || defined(CRNN_MUTANT_CONTRACT_FAST) ||        \
+      /* issue 15: precision bugs */                                                        \
+      defined(CRNN_MUTANT_DOT_BF16) || defined(CRNN_MUTANT_DOT_TF32) ||                     \
+      defined(CRNN_MUTANT_LSTM_C_FP16) || defined(CRNN_MUTANT_EXP_POLY_SHORT) ||            \
+      defined(CRNN_MUTANT_ADAMW_STATE_BF16) || defined(CRNN_MUTANT_MASTER_FP16) ||          \
+      defined(CRNN_MUTANT_CTC_FLOAT32))
 #error "unknown CRNN_MUTANT: add it to the catalogue (mutants.c, harness/mutants.py, docs/mutants.md)"
 #endif
 
@@ -72,7 +82,20 @@ enum { TREE_HALVING, TREE_PAIRS };
 #define EMUL_PAD 0
 #endif
 
+#if defined(CRNN_MUTANT_DOT_BF16) || defined(CRNN_MUTANT_DOT_TF32)
+#define EMUL_LANES 16           /* the right lanes and tree; the operands rounded first */
+#define EMUL_TREE TREE_HALVING
+#define EMUL_PAD 0
+#endif
+
 #if defined(EMUL_LANES)
+#if defined(CRNN_MUTANT_DOT_BF16)
+#define EMUL_OPERAND(x) crnn_mutant_round_mantissa(x, 7)     /* bfloat16: 8 significant bits */
+#elif defined(CRNN_MUTANT_DOT_TF32)
+#define EMUL_OPERAND(x) crnn_mutant_round_mantissa(x, 10)    /* TF32: 11 significant bits */
+#else
+#define EMUL_OPERAND(x) (x)
+#endif
 /* p[k mod LANES] = fma(a[k], b[k], p[k mod LANES]) from +0 (lane 0 from init0), the tail
  * padded with fma(0, 0, p) up to a multiple of 16 when EMUL_PAD, then the tree. */
 MUT_INLINE float emul_dot(const float *a, const float *b, int64_t n, float init0)
@@ -80,7 +103,7 @@ MUT_INLINE float emul_dot(const float *a, const float *b, int64_t n, float init0
     float p[16] = {0};
     p[0] = init0;
     for (int64_t k = 0; k < n; k++)
-        p[k % EMUL_LANES] = fmaf(a[k], b[k], p[k % EMUL_LANES]);
+        p[k % EMUL_LANES] = fmaf(EMUL_OPERAND(a[k]), EMUL_OPERAND(b[k]), p[k % EMUL_LANES]);
     if (EMUL_PAD)
         for (int64_t k = n; k % 16 != 0; k++)
             p[k % 16] = fmaf(0.0f, 0.0f, p[k % 16]);   /* +0 + -0 = +0: a -0 lane turns +0 */
@@ -137,6 +160,57 @@ static void gemm_emulated(int64_t M, int64_t N, int64_t K, const float *A, int64
     emul_gemm(M, N, K, A, lda, B, ldb, NULL, C, ldc);
 }
 #endif /* EMUL_LANES */
+
+#if defined(CRNN_MUTANT_DOT_F64_ACC) || defined(CRNN_MUTANT_DOT_KAHAN) || \
+    defined(CRNN_MUTANT_DOT_RANDOM_ORDER)
+/* Legal orders of the same sum (issue 15): each dot accumulated in binary64 and rounded once;
+ * compensated (Kahan) summation of the binary32 products; or L lanes (L from 2 to 40, a
+ * pseudo-random function of the call's shape) combined by a pseudo-random tree. */
+#if defined(CRNN_MUTANT_DOT_RANDOM_ORDER)
+static uint32_t lcg(uint32_t *s) { *s = *s * 1664525u + 1013904223u; return *s >> 8; }
+#endif
+
+MUT_INLINE float other_dot(const float *a, const float *b, int64_t n, uint32_t seed)
+{
+#if defined(CRNN_MUTANT_DOT_F64_ACC)
+    (void)seed;
+    double s = 0.0;
+    for (int64_t k = 0; k < n; k++) s += (double)a[k] * (double)b[k];
+    return (float)s;
+#elif defined(CRNN_MUTANT_DOT_KAHAN)
+    (void)seed;
+    float s = 0.0f, c = 0.0f;
+    for (int64_t k = 0; k < n; k++) {
+        float y = a[k] * b[k] - c;
+        float t = s + y;
+        c = (t - s) - y;
+        s = t;
+    }
+    return s;
+#else
+    float p[40] = {0};
+    int L = 2 + (int)(lcg(&seed) % 39);
+    for (int64_t k = 0; k < n; k++) p[k % L] = fmaf(a[k], b[k], p[k % L]);
+    for (int m = L; m > 1; m--) {          /* add two lanes chosen at random, m lanes left */
+        int i = (int)(lcg(&seed) % (uint32_t)m), j = (int)(lcg(&seed) % (uint32_t)(m - 1));
+        if (j >= i) j++;
+        if (i > j) { int t = i; i = j; j = t; }
+        p[i] = p[i] + p[j];
+        p[j] = p[m - 1];
+    }
+    return p[0];
+#endif
+}
+
+static void gemm_other(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                       const float *B, int64_t ldb, float *C, int64_t ldc)
+{
+    uint32_t seed = (uint32_t)(K * 2654435761u + (uint64_t)M * 40503u + (uint64_t)N * 977u);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++)
+            C[i * ldc + j] = other_dot(A + i * lda, B + j * ldb, K, seed);
+}
+#endif
 
 #if defined(CRNN_MUTANT_BIAS_FIRST)
 void crnn_mutant_gemm16_bias_first(int64_t M, int64_t N, int64_t K,
@@ -224,8 +298,12 @@ static void avx2_tail_overread(int64_t M, int64_t N, int64_t K, const float *A, 
 crnn_gemm16_fn crnn_mutant_gemm16(int isa, crnn_gemm16_fn normal)
 {
     (void)isa;
-#if defined(CRNN_MUTANT_DOT8) || defined(CRNN_MUTANT_SEQUENTIAL) || defined(CRNN_MUTANT_TREE_PAIRS)
+#if defined(CRNN_MUTANT_DOT8) || defined(CRNN_MUTANT_SEQUENTIAL) || defined(CRNN_MUTANT_TREE_PAIRS) || \
+    defined(CRNN_MUTANT_DOT_BF16) || defined(CRNN_MUTANT_DOT_TF32)
     return gemm_emulated;                     /* every path */
+#elif defined(CRNN_MUTANT_DOT_F64_ACC) || defined(CRNN_MUTANT_DOT_KAHAN) || \
+    defined(CRNN_MUTANT_DOT_RANDOM_ORDER)
+    return gemm_other;                        /* every path */
 #elif defined(CRNN_MUTANT_VEC_TAIL_ZERO_PAD)
     static const crnn_gemm16_fn k[CRNN_NISA] = {NULL, tailpad_sse, tailpad_avx2, tailpad_avx512};
     return isa > 0 && isa < CRNN_NISA ? k[isa] : normal;   /* the vector paths only */
@@ -239,6 +317,21 @@ crnn_gemm16_fn crnn_mutant_gemm16(int isa, crnn_gemm16_fn normal)
 #else
     return normal;
 #endif
+}
+
+/* x rounded to nearest even at `bits` explicit mantissa bits (bfloat16: 7, TF32 and binary16:
+ * 10), exponent range unchanged: the reduced-precision storage of the precision mutants. */
+float crnn_mutant_round_mantissa(float x, int bits)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u) return x;          /* inf, NaN */
+    int drop = 23 - bits;
+    uint32_t half = 1u << (drop - 1), low = u & ((1u << drop) - 1);
+    u &= ~((1u << drop) - 1);
+    if (low > half || (low == half && (u >> drop & 1u))) u += 1u << drop;
+    memcpy(&x, &u, 4);
+    return x;
 }
 
 #if defined(CRNN_MUTANT_SIGMOID_EXPF)

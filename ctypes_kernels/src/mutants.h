@@ -14,6 +14,10 @@
  * Used by the gemm16 dispatcher (dot16.c) and the LSTM's per-step products (lstm.c). */
 crnn_gemm16_fn crnn_mutant_gemm16(int isa, crnn_gemm16_fn normal);
 
+/* x rounded to `bits` explicit mantissa bits (round to nearest even): the reduced-precision
+ * storage of the precision mutants (bfloat16 7, TF32 and binary16 10). */
+float crnn_mutant_round_mantissa(float x, int bits);
+
 /* sigmoid_expf: 1/(1 + expf(-x)) with the C library's expf, for every ISA path. */
 void crnn_mutant_sigmoid_expf(const float *x, float *y, int64_t n);
 

@@ -34,7 +34,7 @@ from .common import EXIT_FAIL, EXIT_PASS, cannot_run, parse_timeout
 def mutants(only, jobs, full, skip_clean, fixtures, timeout, json_path, list_only):
     """Build each mutant (a realistic porting mistake, docs/mutants.md), gate it and print the
     kill table; exit 0 when every mutant is killed by its expected tiers and the clean port
-    passes within half its allowances, 1 otherwise, 2 when it cannot run."""
+    passes within 0.7 of its allowances, 1 otherwise, 2 when it cannot run."""
     import json
     import os
 

@@ -1,0 +1,485 @@
+"""The per-element error model (harness/allowance/, docs/tolerances.md): its tail multiplier,
+the activations' bounds it assumes, random legal orders of summation through the gate's own
+comparison, sharpness (a uniform relative error a little above a check's resolution fails it),
+and the cache."""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from crnn_conformance.generators.float64 import conv as conv64
+from crnn_conformance.generators.float64 import lstm as lstm64
+from crnn_conformance.generators.h5io import read_fixture
+from crnn_conformance.generators.spec import activations as act
+from crnn_conformance.generators.spec import conv as spec_conv
+from crnn_conformance.harness import allowance
+from crnn_conformance.harness import layers as L
+from crnn_conformance.harness.allowance import params, tails
+from crnn_conformance.harness.compare import compare
+from crnn_conformance.harness.runner import FIXTURES_DIR, tier_tolerance
+from crnn_conformance.reports.summary import resolution
+
+F32 = np.float32
+
+
+# ---------------------------------------------------------------- the tail multiplier
+
+def test_lambda_is_gaussian_without_fluctuation_and_grows_with_it():
+    p = params.value("p_element")
+    t = tails.table(p)
+    assert t[0] == pytest.approx(np.sqrt(2 * np.log(2 / p)), rel=1e-6)
+    assert np.all(np.diff(t) > 0)                                   # more fluctuation, larger
+    assert 20 < t[-1] < 30                                          # all fluctuation
+    phi = np.linspace(0, 1, 997)
+    assert np.all(tails.lam(phi, p) >= np.interp(phi, np.linspace(0, 1, tails.GRID), t) - 1e-12)
+
+
+def test_lambda_bounds_the_mixture_tail_by_simulation():
+    """The Chernoff bound holds for the model it is derived from: rho^2 = (1 - phi) +
+    6 phi int B^2 times a Gaussian; at p = 1e-3 the simulated exceedance stays below p."""
+    rng = np.random.default_rng(0)
+    n, steps = 200000, 64
+    for phi in (0.0, 0.5, 1.0):
+        lam = tails.lam(np.array([phi]), 1e-3)[0]
+        w = np.cumsum(rng.normal(size=(n, steps)), 1) / np.sqrt(steps)
+        bridge = w - np.linspace(1 / steps, 1, steps) * w[:, -1:]
+        rho2 = (1 - phi) + 6 * phi * np.mean(bridge ** 2, 1)
+        z = rng.normal(size=n) * np.sqrt(rho2)
+        assert np.mean(np.abs(z) > lam) < 1e-3, phi
+
+
+# ---------------------------------------------------------------- the activations' bounds
+
+def _ulp(y):
+    return params.ulp(y)
+
+
+def _exact_sigmoid(x):
+    return lstm64.sigmoid(x)
+
+
+def test_activation_bounds_cover_ours_and_libm():
+    """sigmoid_ulps / tanh_ulps (+ the floor) cover the project's approximations and
+    libm-based ones on a dense sample of every range, and the part that keeps its sign over a
+    window of arguments stays within activation_coherent_ulps."""
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.uniform(-20, 20, 200000), rng.uniform(-1, 1, 100000),
+                        rng.uniform(-100, 100, 50000),
+                        np.sign(rng.uniform(-1, 1, 50000)) * 10 ** rng.uniform(-8, 1.5, 50000)])
+    x = x.astype(F32)
+    xd = x.astype(np.float64)
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    libm.expf.restype, libm.expf.argtypes = ctypes.c_float, [ctypes.c_float]
+    sig_true, tanh_true = _exact_sigmoid(xd), np.tanh(xd)
+    sub = x[::7]
+    expf = np.array([libm.expf(float(-v)) for v in sub], F32)
+    candidates = {
+        "sigmoid": (sig_true, [act.sigmoid(x).astype(np.float64)],
+                    [(sub, (F32(1) / (F32(1) + expf)).astype(np.float64))]),
+        "tanh": (tanh_true, [act.tanh(x).astype(np.float64), np.tanh(x).astype(np.float64)], []),
+    }
+    for which, (true, full, sampled) in candidates.items():
+        bound = params.act_bound(true, which)
+        for y in full:
+            err = np.abs(y - true)
+            assert (err <= bound).all(), (which, float((err / bound).max()))
+        for xs, y in sampled:
+            t = true[::7]
+            assert (np.abs(y - t) <= params.act_bound(t, which)).all(), which
+    # coherence: the project's errors averaged over windows of 256 neighbouring arguments
+    los = np.arange(-30, 30, 0.25)
+    for which, fn, exact in (("sigmoid", act.sigmoid, _exact_sigmoid), ("tanh", act.tanh, np.tanh)):
+        for span in (2.0 ** -22, 2.0 ** -14):
+            xs = (los[:, None] + np.arange(256)[None, :] * span).astype(F32)
+            y = exact(xs.astype(np.float64))
+            e = (fn(xs.ravel()).reshape(xs.shape).astype(np.float64) - y) / _ulp(y)
+            mean = float(np.abs(e.mean(1)).max())
+            assert mean <= params.value("activation_coherent_ulps"), (which, span, mean)
+
+
+# ---------------------------------------------------------------- random legal orders
+
+class RandomOrders:
+    """A port in NumPy whose every sum runs in a random legal order: per call a random lane
+    count (1..64), tree (halving, chain, random pairs), fma or separate products, forward or
+    reversed terms, or binary64 accumulation rounded once."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def config(self):
+        r = self.rng
+        return {"f64": r.random() < 0.15, "lanes": int(r.integers(1, 65)),
+                "tree": str(r.choice(["halving", "chain", "random"])), "fma": bool(r.random() < 0.7),
+                "reverse": bool(r.random() < 0.3), "seed": int(r.integers(1 << 30))}
+
+    def sum_terms(self, a, b, extra=None):
+        """sum_k a[..., k] * b[..., k] (+ extra, one more term) in binary32 in a random order."""
+        c = self.config()
+        a, b = np.broadcast_arrays(np.asarray(a, F32), np.asarray(b, F32))
+        if extra is not None:
+            e = np.asarray(extra, F32)[..., None]
+            a = np.concatenate([a, np.broadcast_to(e, a.shape[:-1] + (1,))], -1)
+            b = np.concatenate([b, np.ones(b.shape[:-1] + (1,), F32)], -1)
+        if c["reverse"]:
+            a, b = a[..., ::-1], b[..., ::-1]
+        prod = a.astype(np.float64) * b.astype(np.float64)          # exact
+        if c["f64"]:
+            return prod.sum(-1).astype(F32)
+        L, n = c["lanes"], a.shape[-1]
+        R = -(-n // L) if n else 0
+        pad = np.zeros(prod.shape[:-1] + (R * L - n,))
+        terms = np.concatenate([prod, pad], -1).reshape(prod.shape[:-1] + (R, L))
+        lanes = np.zeros(prod.shape[:-1] + (L,), F32)
+        for r in range(R):
+            t = terms[..., r, :]
+            if c["fma"]:
+                lanes = (lanes.astype(np.float64) + t).astype(F32)   # one rounding (twice: legal)
+            else:
+                lanes = (lanes + t.astype(F32)).astype(F32)
+        return self._tree(lanes, c)
+
+    def _tree(self, lanes, c):
+        parts = [lanes[..., j] for j in range(lanes.shape[-1])]
+        rng = np.random.default_rng(c["seed"])
+        while len(parts) > 1:
+            if c["tree"] == "chain":
+                parts = [(parts[0] + parts[1]).astype(F32)] + parts[2:]
+            elif c["tree"] == "halving":
+                h = (len(parts) + 1) // 2
+                parts = [(parts[i] + parts[i + h]).astype(F32) if i + h < len(parts) else parts[i]
+                         for i in range(h)]
+            else:
+                i, j = sorted(rng.choice(len(parts), 2, replace=False))
+                parts[i] = (parts[i] + parts[j]).astype(F32)
+                del parts[j]
+        return parts[0]
+
+    def matmul(self, A, B, extra=None):
+        """A [M][K] @ B [K][N] (+ extra [N]) with one random order for the call."""
+        A, B = np.asarray(A, F32), np.asarray(B, F32)
+        return self.sum_terms(A[:, None, :], B.T[None, :, :],
+                              None if extra is None else np.broadcast_to(extra, (A.shape[0], B.shape[1])))
+
+
+def linear_port(o: RandomOrders, x, W, b, dY):
+    return {"y": o.matmul(x, W.T, b), "dx": o.matmul(dY, W), "dW": o.matmul(dY.T, x),
+            "db": o.matmul(dY.T, np.ones((dY.shape[0], 1), F32))[:, 0]}
+
+
+def conv_port(o: RandomOrders, case):
+    p = case.params
+    geo = [int(p[k]) for k in ("kh", "kw", "padH", "padW", "poolH", "poolW")]
+    x = np.asarray(case.inputs["x"], F32)
+    x = x[:, :, None] if x.ndim == 2 else x
+    W, b, dPooled = (np.asarray(case.inputs[k], F32) for k in ("W", "b", "dPooled"))
+    H, Wd, C = x.shape
+    Out, KP = W.shape
+    col = spec_conv.im2col(x, *geo[:4], KP)
+    Hc, Wc = spec_conv.conv_size(H, Wd, *geo[:4])
+    conv = o.matmul(col, W.T, b)
+    pooled, winners = spec_conv.relu_maxpool(conv, Hc, Wc, geo[4], geo[5])
+    dC = spec_conv.pool_backward(dPooled, winners, Hc * Wc, Out)
+    out = {"conv": conv, "pooled": pooled, "winners": winners, "dW": o.matmul(dC.T, col),
+           "db": o.matmul(dC.T, np.ones((Hc * Wc, 1), F32))[:, 0]}
+    if p.get("dx", True):
+        dcol = o.matmul(dC, W).reshape(Hc, Wc, KP)
+        taps = [(ky, kx) for ky in range(geo[0]) for kx in range(geo[1])]
+        o.rng.shuffle(taps)                                 # the taps added in any order
+        dxp = np.zeros((H + 2 * geo[2], Wd + 2 * geo[3], C), F32)
+        for ky, kx in taps:
+            k = (ky * geo[1] + kx) * C
+            dxp[ky:ky + Hc, kx:kx + Wc] = (dxp[ky:ky + Hc, kx:kx + Wc] + dcol[:, :, k:k + C]).astype(F32)
+        out["dx"] = dxp[geo[2]:geo[2] + H, geo[3]:geo[3] + Wd]
+    return out
+
+
+def lstm_port(o: RandomOrders, inp, fma_cell=False, sigmoid=None):
+    """The LSTM layer of docs/numerics.md and docs/backward.md in binary32 with every dot in a
+    random order (z as one sum of x*W_ih, h*W_hh and b), optionally an fma in the cell and
+    another accurate sigmoid."""
+    sig = sigmoid or act.sigmoid
+    x, W_ih, W_hh, b, dOut = (np.asarray(inp[k], F32) for k in ("x", "W_ih", "W_hh", "b", "dOut"))
+    T = x.shape[0]
+    H = W_hh.shape[2]
+    G = 4 * H
+    out = np.zeros((T, 2 * H), F32)
+    st = {k: np.zeros((2, T, n), F32) for k, n in (("gates", G), ("c", H), ("tc", H), ("hPrev", H))}
+    one = F32(1)
+    for d in (0, 1):
+        h, c = np.zeros(H, F32), np.zeros(H, F32)
+        Wcat = np.concatenate([W_ih[d], W_hh[d]], 1)
+        for t in (range(T) if d == 0 else range(T - 1, -1, -1)):
+            st["hPrev"][d, t] = h
+            z = o.matmul(np.concatenate([x[t], h])[None, :], Wcat.T, b[d])[0]
+            i, f, g, oo = sig(z[:H]), sig(z[H:2 * H]), act.tanh(z[2 * H:3 * H]), sig(z[3 * H:])
+            if fma_cell:
+                c = (f.astype(np.float64) * c + (i * g).astype(F32)).astype(F32)
+            else:
+                c = (f * c).astype(F32) + (i * g).astype(F32)
+            tc = act.tanh(c)
+            h = (oo * tc).astype(F32)
+            st["gates"][d, t] = np.concatenate([i, f, g, oo])
+            st["c"][d, t], st["tc"][d, t] = c, tc
+            out[t, d * H:(d + 1) * H] = h
+    dz = np.zeros((2, T, G), F32)
+    for d in (0, 1):
+        dhRec, dcNext = np.zeros(H, F32), np.zeros(H, F32)
+        for t in (range(T - 1, -1, -1) if d == 0 else range(T)):
+            prev = t - 1 if d == 0 else t + 1
+            cP = st["c"][d, prev] if 0 <= prev < T else np.zeros(H, F32)
+            i, f, g, oo = np.split(st["gates"][d, t], 4)
+            tc = st["tc"][d, t]
+            dh = dOut[t, d * H:(d + 1) * H] + dhRec
+            dtc, do = dh * oo, dh * tc
+            dc = dcNext + dtc * (one - tc * tc)
+            di, dg, df = dc * g, dc * i, dc * cP
+            dcNext = dc * f
+            dz[d, t] = np.concatenate([di * (i * (one - i)), df * (f * (one - f)),
+                                       dg * (one - g * g), do * (oo * (one - oo))])
+            dhRec = o.matmul(dz[d, t][None, :], W_hh[d])[0]
+    res = {"out": out, **st}
+    res["dW_ih"] = np.stack([o.matmul(dz[d].T, x) for d in (0, 1)])
+    res["dW_hh"] = np.stack([o.matmul(dz[d].T, st["hPrev"][d]) for d in (0, 1)])
+    res["db"] = np.stack([o.matmul(dz[d].T, np.ones((T, 1), F32))[:, 0] for d in (0, 1)])
+    res["dx"] = o.matmul(np.concatenate([dz[0], dz[1]], 1), W_ih.reshape(2 * G, -1))
+    return res
+
+
+def _usages(layer, case, ours) -> dict:
+    """The gate's comparison (compare with the gate's allowance) of every tolerance tier."""
+    out = {}
+    for tier in ("float64", "pytorch"):
+        for tensor, ref in case.expected.get(tier, {}).items():
+            if tensor not in ours or np.asarray(ref).dtype.kind != "f":
+                continue
+            tol = tier_tolerance(layer, case, tier, tensor)
+            floor = float(case.floor.get(tensor, 0.0)) if tier == "pytorch" else 0.0
+            c = compare(np.asarray(ours[tensor], F32), ref, tier, tol.atol, tol.rtol, floor)
+            out[(tier, tensor)] = c.usage
+    return out
+
+
+def _cases(fixture, names):
+    return [c for c in read_fixture(FIXTURES_DIR / f"{fixture}.h5").cases if c.name in names]
+
+
+CONV = [("conv", ["b1_W100", "b2_ties_W65", "b3_W64", "small_k2x3_6x10_O20"]),
+        ("pytorch_conv", ["b2_line3_W257", "b3_line0_W78"])]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_orders_pass_linear_and_conv(seed):
+    o = RandomOrders(seed)
+    worst = 0.0
+    for case in read_fixture(FIXTURES_DIR / "linear.h5").cases[::3] + \
+            read_fixture(FIXTURES_DIR / "pytorch_linear.h5").cases:
+        ours = linear_port(o, *(case.inputs[k] for k in ("x", "W", "b", "dY")))
+        u = _usages("linear", case, ours)
+        assert max(u.values()) <= 1.0, (case.name, u)
+        worst = max(worst, *u.values())
+    for fixture, names in CONV:
+        for case in _cases(fixture, names):
+            ours = conv_port(o, case)
+            u = _usages("conv", case, ours)
+            assert max(u.values()) <= 1.0, (case.name, u)
+            worst = max(worst, *u.values())
+    print("worst usage", worst)
+
+
+@pytest.mark.parametrize("seed,fma_cell,libm_sigmoid", [(0, False, False), (1, True, True)])
+def test_random_orders_pass_lstm(seed, fma_cell, libm_sigmoid):
+    """Random orders in every dot of the recurrence, forward and backward, on a float64-tier
+    and a pytorch-tier case; with an fma in the cell and a 1/(1 + exp(-x)) sigmoid too."""
+    sig = (lambda z: (F32(1) / (F32(1) + np.exp(-z.astype(F32)))).astype(F32)) if libm_sigmoid else None
+    o = RandomOrders(seed)
+    for fixture, name in (("lstm", "layer2_T16"), ("pytorch_lstm", "layer1_line0_T19")):
+        case = _cases(fixture, [name])[0]
+        ours = lstm_port(o, case.inputs, fma_cell, sig)
+        u = _usages("lstm", case, ours)
+        assert max(u.values()) <= 1.0, (case.name, u)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(3, 13))
+def test_random_orders_pass_more_cases(seed):
+    o = RandomOrders(seed)
+    for case in read_fixture(FIXTURES_DIR / "conv.h5").cases + \
+            read_fixture(FIXTURES_DIR / "pytorch_conv.h5").cases:
+        u = _usages("conv", case, conv_port(o, case))
+        assert max(u.values()) <= 1.0, (case.name, u)
+    for fixture in ("lstm", "pytorch_lstm"):
+        for case in read_fixture(FIXTURES_DIR / f"{fixture}.h5").cases[seed % 4::4]:
+            u = _usages("lstm", case, lstm_port(o, case.inputs, bool(seed % 2)))
+            assert max(u.values()) <= 1.0, (case.name, u)
+
+
+# ---------------------------------------------------------------- sharpness
+
+SHARP = [("conv", "conv", "b2_W50"), ("conv", "pytorch_conv", "b3_line3_W257"),
+         ("linear", "linear", "T25_I128_O48"), ("lstm", "lstm", "layer1_T25"),
+         ("lstm", "pytorch_lstm", "layer2_line0_T19"), ("adamw", "adamw", "fc.W"),
+         ("ctc", "ctc", "random_T64_L10"), ("step", "step", "crnn_v0_b4")]
+
+
+@pytest.mark.parametrize("layer,fixture,name", SHARP, ids=[f"{f}/{n}" for _, f, n in SHARP])
+def test_a_uniform_error_above_the_resolution_fails(lib, layer, fixture, name):
+    """The bundled port's output scaled by (1 + eps) or (1 - eps): with eps twice the check's
+    resolution one of the two fails the tier, with eps half of it both pass; and the
+    resolution meets the targets (float64 <= 1e-4, pytorch <= 1e-3)."""
+    case = _cases(fixture, [name])[0]
+    ours = L.module(layer).run(lib, case)
+    tier = "float64" if "float64" in case.expected else "pytorch"
+    checked = 0
+    for tensor, ref in case.expected[tier].items():
+        if np.asarray(ref).dtype.kind != "f" or tensor not in ours:
+            continue
+        tol = tier_tolerance(layer, case, tier, tensor)
+        floor = float(case.floor.get(tensor, 0.0)) if tier == "pytorch" else 0.0
+        base = compare(ours[tensor], ref, tier, tol.atol, tol.rtol, floor)
+        assert base.passed
+        from crnn_conformance.harness.compare import allowance as allow_fn
+        res = resolution(ours[tensor], ref, allow_fn(tier, ref, tol.atol, tol.rtol, floor))
+        if not np.isfinite(res) or res <= 0:
+            continue
+        assert res <= (1e-4 if tier == "float64" else 1e-3), (tensor, res)
+        scaled = lambda e: (np.asarray(ours[tensor], np.float64) * (1 + e)).astype(ours[tensor].dtype)
+        big = [compare(scaled(s * 2 * res), ref, tier, tol.atol, tol.rtol, floor).passed for s in (1, -1)]
+        assert not all(big), (tensor, res)
+        if res > 1e-6:             # above a few float32 ulps, so that scaling moves the value
+            small = [compare(scaled(s * res / 2), ref, tier, tol.atol, tol.rtol, floor).passed
+                     for s in (1, -1)]
+            assert all(small), (tensor, res)
+        checked += 1
+    assert checked
+
+
+# ---------------------------------------------------------------- the cache and the model's use
+
+def test_cache_key_follows_inputs_and_params():
+    case = read_fixture(FIXTURES_DIR / "linear.h5").cases[0]
+    k = allowance.case_key("linear", case)
+    other = SimpleNamespace(name=case.name, params=dict(case.params), inputs=dict(case.inputs))
+    assert allowance.case_key("linear", other) == k
+    other.inputs["x"] = np.array(case.inputs["x"], copy=True)
+    other.inputs["x"].flat[0] = np.nextafter(other.inputs["x"].flat[0], F32(9))
+    assert allowance.case_key("linear", other) != k
+    other.inputs = dict(case.inputs)
+    other.params = {**case.params, "note": "another"}
+    assert allowance.case_key("linear", other) != k
+
+
+def test_cached_allowances_equal_a_fresh_computation(tmp_path, monkeypatch):
+    monkeypatch.setenv("CRNN_CACHE_DIR", str(tmp_path))
+    allowance._MEMORY.clear()
+    case = read_fixture(FIXTURES_DIR / "lstm.h5").cases[3]
+    a = allowance.allowances("lstm", case)
+    assert list(tmp_path.glob("allowance/*.npz"))
+    allowance._MEMORY.clear()
+    b = allowance.allowances("lstm", case)                       # from the disk cache
+    c = allowance.compute("lstm", case)
+    for k in c:
+        assert np.array_equal(a[k], c[k]) and np.array_equal(b[k], c[k])
+    allowance._MEMORY.clear()
+
+
+def test_near_tie_window_covers_either_decision():
+    """A window whose two best cells are within rounding: the pooled value and the gradient
+    of both cells' weights allow either winner (harness/allowance/conv.py)."""
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0, 1, (4, 4, 1)).astype(F32)
+    W = np.zeros((1, 16), F32)
+    W[0, 4] = 1.0                                                 # conv = x (the centre tap)
+    x[0, 0], x[1, 0], x[1, 1] = 0.75, 0.25, 0.25
+    x[0, 1] = np.nextafter(x[0, 0], F32(2))                       # window (0, 0): a near-tie
+    b = np.zeros(1, F32)
+    case = SimpleNamespace(name="t", params={"kh": 3, "kw": 3, "padH": 1, "padW": 1, "poolH": 2,
+                                             "poolW": 2, "dx": True},
+                           inputs={"x": x, "W": W, "b": b, "dPooled": np.ones((2, 2, 1), F32)})
+    a = allowance.compute("conv", case)
+    _, _, win = conv64.forward(x, W, b, 3, 3, 1, 1, 2, 2)
+    assert win[0, 0, 0] == 1                                      # cell (0, 1) wins in float64
+    col = conv64.im2col(x.astype(np.float64), 3, 3, 1, 1, 16)
+    # the port may pick cell (0, 0) instead: dW changes by dPooled * (col[0] - col[1])
+    assert (a["dW"][0] >= np.abs(col[0] - col[1]) - 1e-12).all()
+    assert a["pooled"][0, 0, 0] >= float(x[0, 1, 0]) - float(x[0, 0, 0])
+
+
+# ---------------------------------------------------------------- the sum model's margin
+
+def _order_stats(t, L, tree, fused, rng):
+    """(V, W) of one order of the sums over t's last axis: sum of squared and of absolute
+    values of every rounded node (products when not fused; an addition of a zero is exact)."""
+    n = t.shape[-1]
+    R = -(-n // L)
+    tp = np.concatenate([t, np.zeros(t.shape[:-1] + (R * L - n,))], -1).reshape(t.shape[:-1] + (R, L))
+    c = np.cumsum(tp, -2)
+    nz = tp != 0
+    node = nz & (np.cumsum(nz, -2) > 1)
+    V = np.sum(np.where(node, c * c, 0.0), (-2, -1))
+    W = np.sum(np.where(node, np.abs(c), 0.0), (-2, -1))
+    if not fused:
+        V, W = V + np.sum(tp * tp, (-2, -1)), W + np.sum(np.abs(tp), (-2, -1))
+    parts = [c[..., -1, j] for j in range(L)]
+    while len(parts) > 1:
+        if tree == "chain":
+            i, j = 0, 1
+        else:
+            i, j = sorted(rng.choice(len(parts), 2, replace=False))
+        a, b = parts[i], parts[j]
+        q = a + b
+        both = (a != 0) & (b != 0)
+        V, W = V + np.where(both, q * q, 0.0), W + np.where(both, np.abs(q), 0.0)
+        parts[i] = q
+        del parts[j]
+    return V, W
+
+
+def _margin(t, allow, rng):
+    """Expected number of elements out of their allowance, summed over 26 orders (the
+    Gaussian tail at each order's exact rounding variance), and the smallest margin in sigmas."""
+    total, zmin = 0.0, np.inf
+    orders = [(1, "chain", True), (1, "chain", False)] + [
+        (L, tree, fused) for L in (2, 3, 4, 5, 7, 8, 13, 16, 32, 64)
+        for tree, fused in (("random", True), ("chain", False))]
+    for rev in (False, True):
+        for L, tree, fused in orders if not rev else orders[:2]:
+            V, W = _order_stats(t[..., ::-1] if rev else t, L, tree, fused, rng)
+            sig = 2.0 ** -24 * np.sqrt(V / 3)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                z = np.where((sig > 0) & (allow < 2.0 ** -23 * W), allow / sig, np.inf)
+            total += float(np.sum(2 * np.exp(-np.minimum(z, 40.0) ** 2 / 2)))
+            zmin = min(zmin, float(z.min()))
+    return total, zmin
+
+
+@pytest.mark.slow
+def test_sum_model_margin_over_orders():
+    """On the conv fixtures' forward and weight-gradient sums (random weights and the trained
+    model): the expected number of elements a legal order puts out of the model's allowance
+    (26 orders: sequential and reversed, with and without fused products, 2 to 64 lanes with
+    random and chained trees) stays far below one."""
+    rng = np.random.default_rng(5)
+    total = 0.0
+    for fixture, names in CONV + [("conv", ["b3_ties_W33", "b2_W32"]),
+                                  ("pytorch_conv", ["b3_line3_W257", "b1_line0_W78"])]:
+        for case in _cases(fixture, names):
+            p = case.params
+            geo = [int(p[k]) for k in ("kh", "kw", "padH", "padW", "poolH", "poolW")]
+            x = np.asarray(case.inputs["x"], np.float64)
+            x = x[:, :, None] if x.ndim == 2 else x
+            W = case.inputs["W"].astype(np.float64)
+            b = case.inputs["b"].astype(np.float64)
+            col = conv64.im2col(x, *geo[:4], W.shape[1])
+            sel = rng.choice(col.shape[0], min(col.shape[0], 200), replace=False)
+            t = np.concatenate([col[sel][:, None, :] * W[None], np.broadcast_to(b, (len(sel), W.shape[0]))[..., None]], -1)
+            a = allowance.compute("conv", case)["conv"][sel]
+            e, z = _margin(t, a, rng)
+            total += e
+            assert z > 5.5, (case.name, "conv", z)
+    print("expected elements out of allowance, all orders:", total)
+    assert total < 1e-6
