@@ -8,8 +8,8 @@ result. The local bounds:
   - sigmoid / tanh move by their approximation's max abs error over all 2^32 inputs
     (docs/numerics.md);
   - every other binary32 operation moves by u*|result|.
-Used by the LSTM layer's and the whole model's tolerance entries (generators/cases/step.py,
-tests/test_lstm.py, tests/test_step.py).
+Used by generators/cases/step.py's propagated_error, which defines train3's comparison mask
+(the gate's allowances are the per-element model of harness/allowance/, docs/tolerances.md).
 """
 from __future__ import annotations
 

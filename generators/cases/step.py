@@ -127,10 +127,11 @@ def build() -> list[Case]:
 
 # ---------------------------------------------------------------- the derived error bound
 #
-# The float64 tier's allowance for the whole-model gradients is a first-order error bound
-# evaluated on the fixture data, the same construction as the LSTM layer's
-# (tests/test_lstm.py): the float64 model is rerun with every local binary32 error at its
-# bound and of one sign s (then the other), and the bound is the deviation this causes:
+# A first-order error bound of the whole-model gradients evaluated on the fixture data: it
+# defines train3's comparison mask (generators/cases/train3.py: gradient >= 50 bounds in every
+# step; the gate's allowances are harness/allowance/step.py's). The float64 model is rerun
+# with every local binary32 error at its bound and of one sign s (then the other), and the
+# bound is the deviation this causes:
 #   - a dot16 of n terms moves by m(n)*u*sum|terms|, m(n) = ceil(n/16) + 4 (conv, LSTM,
 #     classifier, every gradient dot);
 #   - sigmoid / tanh move by their approximation's max abs error over all 2^32 inputs;
@@ -139,8 +140,8 @@ def build() -> list[Case]:
 #     rounding of the logit gradient moves it by u*|value|;
 #   - pool decisions are the reference's (a decision flip is not a rounding error: the gate
 #     reports it as a flip, DESIGN "The single permitted pool flip").
-# Atol of each step tensor = the max over the fixture cases and elements of that bound,
-# rounded up to two significant digits (tests/test_step.py checks the table against it).
+# derived_atols: the max over the fixture cases and elements of that bound, rounded up to two
+# significant digits (the step entries of the tolerance table before the per-element model).
 
 def _line(config, P, image, target, scale, s, winners=None):
     """One line in float64 with every local error at its bound of sign s (s = 0: the plain
@@ -262,7 +263,7 @@ def case_inputs(case):
 
 def derived_atols(cases) -> dict:
     """Per tensor: the max over the cases and elements of propagated_error, rounded up to two
-    significant digits -- the step entries of harness/tolerances.toml."""
+    significant digits (the former step entries of harness/tolerances.toml)."""
     out = {}
     for case in cases:
         E = propagated_error(*case_inputs(case))

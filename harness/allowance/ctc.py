@@ -21,16 +21,26 @@ from .errors import TINY2, U2, ULP, ULP_TINY, Err
 U64 = 2.0 ** -53
 OPS_PER_STEP = 6          # binary64 roundings (and DetMath ulps) per entry per step
 CUT = 3 * 4.3e-18         # logadd's cut at -40, three logadds per entry per step
+CUT_RANGE = 41.0          # entries further below a step's largest do not reach logP's roundings
 
 
 def binary64_bound(logits, target) -> float:
-    """E64: a bound on the binary64 error of alpha, beta, logP and lp (absolute, log domain)."""
-    lp = ctc64.log_softmax(logits)
+    """E64: a bound on the binary64 error of alpha, beta, logP and lp (absolute, log domain).
+    Per step, the entries that matter are those within CUT_RANGE of the step's largest (the
+    others enter logadd's sum below e^-40 of it): their |alpha| (|beta|) and their emission's
+    |lp|, plus 1 for log(s) of the softmax's sum s >= 1 (an absolute error of s's rounding),
+    each with OPS_PER_STEP binary64 roundings; z - max(z) is exact."""
+    z = np.asarray(logits, np.float64)
+    lp = ctc64.log_softmax(z)
     T = lp.shape[0]
     ext = ctc64._extend(np.asarray(target, np.int64).ravel())
     alpha, beta = ctc64.alpha_beta(lp, ext)
-    finite = np.concatenate([alpha[np.isfinite(alpha)], beta[np.isfinite(beta)], [0.0]])
-    big = float(np.max(np.abs(finite))) + float(np.max(np.abs(logits))) if finite.size else 0.0
+    big = 0.0
+    for a in (alpha, beta):
+        top = np.max(np.where(np.isfinite(a), a, -np.inf), 1, keepdims=True)
+        near = np.isfinite(a) & (a >= top - CUT_RANGE)
+        mag = np.where(near, np.abs(a) + np.abs(lp[:, ext]), 0.0).max(1) + 1.0
+        big = max(big, float(mag.max()) if mag.size else 0.0)
     return T * (OPS_PER_STEP * 2 * U64 * big + CUT)
 
 
