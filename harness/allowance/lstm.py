@@ -21,15 +21,44 @@ different units: sums.products' `mixing`).
 from __future__ import annotations
 
 import numpy as np
-from crnn_conformance.generators.float64 import lstm as lstm64
-
 from . import params
 from .errors import Err, concat, stack
 from .sums import add_term, merge, model, products, rounded, terms
 
 
+def _sigmoid(z):
+    """The exact logistic function, without overflow."""
+    e = np.exp(-np.abs(z))
+    return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _values(x, W_ih, W_hh, b) -> dict:
+    """The layer's float64 forward values (the reference's to far below binary32 rounding;
+    generators/float64/lstm.py is the bit-reproducible one, slower)."""
+    T = x.shape[0]
+    H = W_hh.shape[2]
+    out = np.zeros((T, 2 * H))
+    st = {k: np.zeros((2, T, n)) for k, n in (("gates", 4 * H), ("c", H), ("tc", H), ("hPrev", H))}
+    for d in (0, 1):
+        h, c = np.zeros(H), np.zeros(H)
+        xw = x @ W_ih[d].T + b[d]
+        for t in (range(T) if d == 0 else range(T - 1, -1, -1)):
+            st["hPrev"][d, t] = h
+            z = xw[t] + W_hh[d] @ h
+            i, f, o = _sigmoid(z[:H]), _sigmoid(z[H:2 * H]), _sigmoid(z[3 * H:])
+            g = np.tanh(z[2 * H:3 * H])
+            c = f * c + i * g
+            tc = np.tanh(c)
+            h = o * tc
+            st["gates"][d, t] = np.concatenate([i, f, g, o])
+            st["c"][d, t], st["tc"][d, t] = c, tc
+            out[t, d * H:(d + 1) * H] = h
+    st["out"] = out
+    return st
+
+
 def _sig(z: Err) -> Err:
-    y = lstm64.sigmoid(z.v)
+    y = _sigmoid(z.v)
     return z.through(y, y * (1.0 - y), params.act_bound(y, "sigmoid"), params.act_coherent(y))
 
 
@@ -69,7 +98,7 @@ def forward(x: Err, W_ih: Err, W_hh: Err, b: Err) -> dict:
     """-> {"out": [T][2H], "gates": [2][T][4H], "c", "tc", "hPrev": [2][T][H]} as Err."""
     T = x.shape[0]
     H = W_hh.shape[2]
-    vals = lstm64.forward(x.v, W_ih.v, W_hh.v, b.v)
+    vals = _values(x.v, W_ih.v, W_hh.v, b.v)
     xb = x.map(lambda a: np.broadcast_to(a, (2,) + a.shape))
     px = products(xb, W_ih.map(lambda a: np.swapaxes(a, 1, 2)), mixing=True)
     ph = products(Err.exact(vals["hPrev"]), W_hh.map(lambda a: np.swapaxes(a, 1, 2)), mixing=True)
