@@ -6,12 +6,11 @@ resolution of every float64 / pytorch check (docs/tolerances.md, "Measured").
     python -m crnn_conformance.reports.summary results.json       # a saved run with resolution
     python -m crnn_conformance.reports.summary --json out.json    # also the rows, as JSON
 
-Resolution of a check: the smallest uniform relative error of the port's output that the check
-would detect, min over compared elements with a finite nonzero reference of
-(allowance - |ours - ref|) / |ref| (the element fails first when the output is scaled by
-1 + eps). Without a results file that carries it, the command runs the gate's base run (first
-ISA, 1 thread, tiers float64 and pytorch) and computes it from the same allowances the gate
-compares with.
+Resolution of a check (the record's, harness/compare.resolution): the smallest uniform
+relative error of the port's output that the check would detect, min over compared elements
+with a finite nonzero reference of (allowance - |ours - ref|) / |ref| (the element fails first
+when the output is scaled by 1 + eps). Without a results file, the command runs the gate's base
+run (first ISA, 1 thread, tiers float64 and pytorch).
 """
 from __future__ import annotations
 
@@ -25,63 +24,23 @@ import numpy as np
 TOLERANCE_TIERS = ("float64", "pytorch")
 
 
-def resolution(ours, ref, allow, mask=None) -> float:
-    """min over compared elements with a finite nonzero ref of (allow - |ours - ref|)/|ref|;
-    nan when there is none."""
-    o, r = np.asarray(ours, np.float64), np.asarray(ref, np.float64)
-    a = np.broadcast_to(np.asarray(allow, np.float64), r.shape)
-    keep = np.isfinite(r) & (r != 0) & np.isfinite(o)
-    if mask is not None:
-        keep &= np.asarray(mask, bool)
-    if not keep.any():
-        return float("nan")
-    return float(np.min((a[keep] - np.abs(o[keep] - r[keep])) / np.abs(r[keep])))
-
-
 def gate_rows(port=None, layers=None) -> list[dict]:
     """Runs the base run of the gate (first ISA, 1 thread, the tolerance tiers) and returns
-    one row per record: layer, case, tensor, tier, usage, resolution, elements, passed."""
-    from crnn_conformance.harness import compare as C
-    from crnn_conformance.harness.runner import (
-        GateOptions,
-        GateSession,
-        _tier_records,
-        tier_tolerance,
-    )
+    one row per record of a floating-point tensor: layer, case, tensor, tier, usage,
+    resolution (the record's: harness/compare.resolution), elements, passed."""
+    from crnn_conformance.harness.runner import GateOptions, GateSession
     opts = GateOptions(port=port, tiers=TOLERANCE_TIERS, threads=(1,), layers=layers)
     rows = []
     with GateSession(opts) as s:
         for job in s.jobs:
-            ours = s.executor.run(job.layer, job.fixture, job.case.name, s.isas[0], 1)
-            for tier in TOLERANCE_TIERS:
-                if tier not in job.case.expected:
-                    continue
-                recs = {r.tensor: r for r in _tier_records(opts, job.module, job.case, tier, ours,
-                                                           s.isas[0])}
-                for tensor, ref in job.case.expected[tier].items():
-                    rec = recs.get(tensor)
-                    if rec is None or np.asarray(ref).dtype.kind not in "f":
-                        continue
-                    tol = tier_tolerance(job.layer, job.case, tier, tensor)
-                    floor = float(job.case.floor.get(tensor, 0.0)) if tier == "pytorch" else 0.0
-                    allow = C.allowance(tier, ref, tol.atol, tol.rtol, floor)
-                    res = resolution(ours[tensor], ref, allow, compared_mask(job, tier, tensor))
-                    rows.append({"layer": job.layer, "case": job.case.name, "tensor": tensor,
-                                 "tier": tier, "usage": rec.usage, "resolution": res,
-                                 "elements": rec.elements, "passed": rec.passed})
+            for r in s.run_case(job):
+                ref = job.case.expected.get(r.tier, {}).get(r.tensor)
+                if ref is None or np.asarray(ref).dtype.kind != "f":
+                    continue   # the pool decisions (integers, compared for equality)
+                rows.append({"layer": r.layer, "case": r.case, "tensor": r.tensor,
+                             "tier": r.tier, "usage": r.usage, "resolution": r.resolution,
+                             "elements": r.elements, "passed": r.passed})
     return rows
-
-
-def compared_mask(job, tier, tensor):
-    """The elements the gate compares (train3: the fixtures' gradient masks)."""
-    if job.layer != "train3":
-        return None
-    if tier == "float64" and f"mask_{tensor}" in job.case.inputs:
-        return job.case.inputs[f"mask_{tensor}"].astype(bool)
-    if tier == "pytorch" and f"grad0.{tensor}" in job.case.inputs:
-        from crnn_conformance.harness.layers.train3 import pytorch_mask
-        return pytorch_mask(job.case, tensor)[0]
-    return None
 
 
 def file_rows(path) -> list[dict]:

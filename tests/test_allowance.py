@@ -10,7 +10,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from crnn_conformance.generators.float64 import conv as conv64
 from crnn_conformance.generators.h5io import read_fixture
 from crnn_conformance.generators.spec import activations as act
@@ -20,7 +19,6 @@ from crnn_conformance.harness import layers as L
 from crnn_conformance.harness.allowance import params, tails
 from crnn_conformance.harness.compare import compare
 from crnn_conformance.harness.runner import FIXTURES_DIR, tier_tolerance
-from crnn_conformance.reports.summary import resolution
 
 F32 = np.float32
 
@@ -338,16 +336,16 @@ def test_a_uniform_error_above_the_resolution_fails(lib, layer, fixture, name):
     for tensor, ref in case.expected[tier].items():
         if np.asarray(ref).dtype.kind != "f" or tensor not in ours:
             continue
-        tol = tier_tolerance(layer, case, tier, tensor)
+        tol = tier_tolerance(layer, case, tier, tensor, np.shape(ref))
         floor = float(case.floor.get(tensor, 0.0)) if tier == "pytorch" else 0.0
         base = compare(ours[tensor], ref, tier, tol.atol, tol.rtol, floor)
         assert base.passed
-        from crnn_conformance.harness.compare import allowance as allow_fn
-        res = resolution(ours[tensor], ref, allow_fn(tier, ref, tol.atol, tol.rtol, floor))
-        if not np.isfinite(res) or res <= 0:
+        res = base.resolution   # harness/compare.resolution, the records' own
+        if res is None or res <= 0:
             continue
         assert res <= (1e-4 if tier == "float64" else 1e-3), (tensor, res)
-        scaled = lambda e: (np.asarray(ours[tensor], np.float64) * (1 + e)).astype(ours[tensor].dtype)
+        def scaled(e, a=ours[tensor]):
+            return (np.asarray(a, np.float64) * (1 + e)).astype(a.dtype)
         big = [compare(scaled(s * 2 * res), ref, tier, tol.atol, tol.rtol, floor).passed for s in (1, -1)]
         assert not all(big), (tensor, res)
         if res > 1e-6:             # above a few float32 ulps, so that scaling moves the value
@@ -375,10 +373,14 @@ def test_cache_key_follows_inputs_and_params():
 
 def test_cached_allowances_equal_a_fresh_computation(tmp_path, monkeypatch):
     monkeypatch.setenv("CRNN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(allowance, "_PRUNED", False)
+    stale = tmp_path / "allowance" / "0123456789abcdef0123"   # another model version's entries
+    stale.mkdir(parents=True)
+    (stale / "x.npz").write_bytes(b"")
     allowance._MEMORY.clear()
     case = read_fixture(FIXTURES_DIR / "lstm.h5").cases[3]
     a = allowance.allowances("lstm", case)
-    assert list(tmp_path.glob("allowance/*.npz"))
+    assert [p.parent.name for p in tmp_path.glob("allowance/*/*.npz")] == [allowance.model_version()]
     allowance._MEMORY.clear()
     b = allowance.allowances("lstm", case)                       # from the disk cache
     c = allowance.compute("lstm", case)
@@ -444,11 +446,11 @@ def _margin(t, allow, rng):
     Gaussian tail at each order's exact rounding variance), and the smallest margin in sigmas."""
     total, zmin = 0.0, np.inf
     orders = [(1, "chain", True), (1, "chain", False)] + [
-        (L, tree, fused) for L in (2, 3, 4, 5, 7, 8, 13, 16, 32, 64)
+        (n, tree, fused) for n in (2, 3, 4, 5, 7, 8, 13, 16, 32, 64)
         for tree, fused in (("random", True), ("chain", False))]
     for rev in (False, True):
-        for L, tree, fused in orders if not rev else orders[:2]:
-            V, W = _order_stats(t[..., ::-1] if rev else t, L, tree, fused, rng)
+        for n, tree, fused in orders if not rev else orders[:2]:
+            V, W = _order_stats(t[..., ::-1] if rev else t, n, tree, fused, rng)
             sig = 2.0 ** -24 * np.sqrt(V / 3)
             with np.errstate(divide="ignore", invalid="ignore"):
                 z = np.where((sig > 0) & (allow < 2.0 ** -23 * W), allow / sig, np.inf)

@@ -5,9 +5,10 @@ case_errors(case) -> {tensor: Err}.
     a = allowances("conv", case)       # {tensor: float64 array, the model's Atol per element}
 
 Computed at gate time from the stored inputs and cached: in memory for the process, and on
-disk under the build cache's root (allowance/<key>.npz), keyed by the layer, the case's params
-and input digests and the model's version (the sources of this package and the parameters in
-harness/tolerances.toml), so a changed fixture, model or parameter is recomputed. With a cold
+disk under the build cache's root (allowance/<model version>/<key>.npz), keyed by the layer,
+the case's params and input digests and the model's version (the sources of this package and
+the parameters in harness/tolerances.toml), so a changed fixture, model or parameter is
+recomputed; the first write of a new version removes the others' entries. With a cold
 cache the gate starts `prefetch` first: worker processes (one BLAS thread each) compute the
 missing cases while the port runs, and `allowances` waits for a case still being computed.
 """
@@ -58,8 +59,32 @@ def case_key(layer: str, case) -> str:
 
 
 def cache_dir() -> Path:
+    """allowance/<model version>/ under the build cache's root."""
     from crnn_conformance.ctypes_kernels.build import cache_dir as build_dir
-    return build_dir().parent / "allowance"
+    return build_dir().parent / "allowance" / model_version()
+
+
+_PRUNED = False
+
+
+def _prune() -> None:
+    """Once per process, before its first write: removes the entries of other model versions
+    (they are never read again; a gate of another version recomputes what it misses)."""
+    global _PRUNED
+    if _PRUNED:
+        return
+    _PRUNED = True
+    import shutil
+    root = cache_dir().parent
+    try:
+        others = [p for p in root.iterdir() if p.name != model_version()]
+    except OSError:
+        return
+    for p in others:
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
 
 
 def compute(layer: str, case) -> dict:
@@ -102,6 +127,7 @@ def _load(path: Path):
 def _store(path: Path, arrays: dict) -> None:
     """Atomic: a reader sees the whole file or none (another process may write it too)."""
     try:
+        _prune()
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as f:

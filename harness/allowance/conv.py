@@ -60,7 +60,7 @@ class Decisions:
 
 def near_ties(conv: Err, winners, Hc, Wc, poolH, poolW) -> Decisions:
     """Candidates within rounding of each window's winner (module docstring)."""
-    P, Out = conv.shape
+    _, Out = conv.shape
     Hp, Wp = Hc // poolH, Wc // poolW
     A = conv.allowance(params.lam)
     oy, ox, o = np.meshgrid(np.arange(Hp), np.arange(Wp), np.arange(Out), indexing="ij")

@@ -21,6 +21,7 @@ different units: sums.products' `mixing`).
 from __future__ import annotations
 
 import numpy as np
+
 from . import params
 from .errors import Err, concat, stack
 from .sums import add_term, merge, model, products, rounded, terms

@@ -62,7 +62,7 @@ class _Linear(_Op):
         x, W, b = (_f32(n, a, allow_float16) for n, a in (("x", x), ("W", W), ("b", b)))
         if x.ndim != 2:
             raise ValueError(f"x has shape {tuple(x.shape)}, expected (T, I)")
-        T, I = x.shape
+        _, I = x.shape
         if W.ndim != 2:
             raise ValueError(f"W has shape {tuple(W.shape)}, expected (O, {I})")
         _shape("W", W, (W.shape[0], I), "W[O][I]")
@@ -256,7 +256,7 @@ class _LSTMLayer(_Op):
                             (("x", x), ("W_ih", W_ih), ("W_hh", W_hh), ("b", b)))
         if x.ndim != 2:
             raise ValueError(f"x has shape {tuple(x.shape)}, expected (T, I)")
-        T, I = x.shape
+        _, I = x.shape
         if W_hh.ndim != 3:
             raise ValueError(f"W_hh has shape {tuple(W_hh.shape)}, expected (2, 4H, H)")
         H = W_hh.shape[2]
