@@ -8,156 +8,28 @@ For every case of every fixture of a layer:
 from __future__ import annotations
 
 import fnmatch
-import hashlib
-import os
-import platform
-import shlex
-import sys
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from crnn_conformance import fixtures
+
 from crnn_conformance.ctypes_kernels import abi
-from crnn_conformance.generators.h5io import FixtureError, read_fixture
+from crnn_conformance.generators.h5io import read_fixture
 from crnn_conformance.harness import layers as L
-from crnn_conformance.harness.compare import Comparison, compare
+from crnn_conformance.harness.compare import compare
+from crnn_conformance.harness.discovery import fixture_paths as _fixture_paths
 from crnn_conformance.harness.executor import Executor, PortCrash
+from crnn_conformance.harness.provenance import (build_info, cpu_info, fixture_info, host_info,
+                                                 sha256, tool_info)
+from crnn_conformance.harness.records import (FIXTURES_DIR, THREADS, TIERS, GateOptions,
+                                              GateResult, Record, failure, record, repro_command)
 from crnn_conformance.harness.tolerances import elementwise, lookup
 
-FIXTURES_DIR = fixtures.directory()
-TIERS = ("exact", "float64", "pytorch", "identity")
-THREADS = (1, 2, 3, 7)
-
-
-@dataclass
-class Record:
-    case: str
-    layer: str
-    tensor: str
-    tier: str
-    isa: str
-    threads: int
-    usage: float
-    max_abs_diff: float
-    mismatches: int
-    elements: int
-    passed: bool
-    max_ulp: int | None = None
-    worst: dict = field(default_factory=dict)
-    note: str = ""
-    atol: float | None = None
-    rtol: float | None = None
-    floor: float | None = None
-    repro: str = ""
-    hist: dict | None = None      # compare.histogram(): failing or > 0.5 usage only
-    heatmap: dict | None = None   # compare.heatmap(): failing or > 0.5 usage, 2-D tensors only
-    fixture: str = ""             # the fixture file's stem (adamw, pytorch_adamw, ...)
-    resolution: float | None = None   # tolerance tiers: compare.resolution(); None for bit tiers
-    seconds: float = 0.0          # this check's share of the port run it compares, plus its compare
-    output: str = ""              # what the port printed during the run (first record of a run)
-
-    def to_dict(self) -> dict:
-        d = {f: getattr(self, f) for f in _RECORD_FIELDS}   # shallow: asdict's deep copy of
-                                                            # 10^4 records cost 0.2 s a gate
-        for k in ("usage", "max_abs_diff"):
-            if d[k] != d[k] or d[k] in (float("inf"), float("-inf")):
-                d[k] = None   # JSON has no NaN/Inf: null means "unbounded"
-        if not d["output"]:
-            del d["output"]
-        return d
-
-
-_RECORD_FIELDS = tuple(f.name for f in fields(Record))
-
-
-@dataclass
-class GateOptions:
-    port: str | None = None          # None: the bundled kernels
-    fixtures: Path = FIXTURES_DIR
-    isas: list[str] | None = None    # None: every ISA the port reports
-    threads: tuple = THREADS
-    tiers: tuple = TIERS
-    layers: list[str] | None = None  # None: every layer with a harness module
-    case: str | None = None          # glob over case names
-    timeout: float | None = 120.0    # None: no limit
-    available: bool = False          # `--layers available`: gate only the layers the port implements
-
-
-@dataclass
-class GateResult:
-    records: list
-    meta: dict
-
-    @property
-    def passed(self) -> bool:
-        return all(r.passed for r in self.records)
-
-
-def repro_command(opts: GateOptions, layer: str, case: str, tier: str, isa: str, threads: int) -> str:
-    cmd = ["crnn-conformance", "gate"]
-    if opts.port:
-        cmd += ["--port", str(opts.port)]
-    if Path(opts.fixtures).resolve() != FIXTURES_DIR:
-        cmd += ["--fixtures", str(opts.fixtures)]
-    cmd += ["--layers", layer, "--case", case, "--tiers", tier, "--isa", isa, "--threads", str(threads)]
-    if opts.timeout != GateOptions.timeout:
-        cmd += ["--timeout", "inf" if opts.timeout is None else f"{opts.timeout:g}"]
-    return " ".join(map(_shell_quote, cmd))
-
-
-def _shell_quote(arg: str) -> str:
-    """shlex.quote, but a path that is not UTF-8 (Python keeps its bytes as surrogates) becomes
-    bash's $'...' with \\xNN escapes: the line stays valid text and reruns that very path."""
-    try:
-        arg.encode("utf-8")
-    except UnicodeEncodeError:
-        return "$'" + "".join(chr(b) if 32 <= b < 127 and b not in b"'\\" else f"\\x{b:02x}"
-                              for b in os.fsencode(arg)) + "'"
-    return shlex.quote(arg)
-
-
-def _standard(module) -> list[str]:
-    return list(getattr(module, "FIXTURES", [module.FIXTURE]))
-
-
-def _fixture_paths(opts: GateOptions, module) -> list[Path]:
-    """The packaged directory must hold every standard fixture of the layer (a missing one is
-    a FixtureError, exit 2). Any other directory runs the standard files it has, then every
-    other *.h5 whose root `layer` attribute names this layer (e.g. fuzz findings,
-    fuzz-<layer>-<digest>.h5); none at all is a FixtureError too."""
-    root = Path(opts.fixtures)
-    if not root.is_dir():
-        raise FixtureError(f"fixture directory not found: {root}")
-    if root.resolve() == Path(FIXTURES_DIR).resolve():
-        return [root / f"{name}.h5" for name in _standard(module)]
-    paths = [root / f"{name}.h5" for name in _standard(module) if (root / f"{name}.h5").exists()]
-    paths += [p for p in _other_fixtures(root) if _layer_attr(p) == module.LAYER]
-    if not paths:
-        raise FixtureError(f"no fixtures for layer {module.LAYER} in {root} (expected "
-                           f"{', '.join(n + '.h5' for n in _standard(module))} or other *.h5 "
-                           f"files whose `layer` attribute is {module.LAYER!r})")
-    return paths
-
-
-def _other_fixtures(root: Path) -> list[Path]:
-    """The *.h5 files of a fixture directory that are no layer's standard fixture."""
-    standard = {n for name in L.available() for n in _standard(L.module(name))}
-    return sorted(p for p in root.glob("*.h5") if p.stem not in standard)
-
-
-def _layer_attr(path: Path) -> str | None:
-    import h5py
-    try:
-        with h5py.File(path, "r") as f:
-            v = f.attrs.get("layer")
-    except OSError as e:
-        raise FixtureError(f"fixture {path} cannot be read ({e}); it is corrupt or not a "
-                           "crnn-conformance fixture") from None
-    return v.decode() if isinstance(v, bytes) else (None if v is None else str(v))
+__all__ = ["FIXTURES_DIR", "THREADS", "TIERS", "GateOptions", "GateResult", "GateSession", "Job",
+           "Record", "check_case", "cpu_info", "host_info", "repro_command", "run_gate",
+           "select_isas", "tier_tolerance", "tool_info"]
 
 
 def tier_tolerance(layer: str, case, tier: str, tensor: str, shape=None):
@@ -189,24 +61,11 @@ def _tier_records(opts, module, case, tier, ours, isa) -> list[Record]:
         else:
             c = compare(ours[tensor], r, tier, tol.atol if tol else 0.0, tol.rtol if tol else 0.0,
                         floor or 0.0, heatmap_cols=_heatmap_cols(module, case, tensor, r))
-        rec = _record(opts, module.LAYER, case.name, tensor, tier, isa, 1, c, tol, floor)
+        rec = record(opts, module.LAYER, case.name, tensor, tier, isa, 1, c, tol, floor)
         if getattr(c, "flips", None) is not None:   # harness/flips.py: pool flips of this case
             rec.flips = list(c.flips)                # (not a Record field: meta["flips"] holds them)
         out.append(rec)
     return out
-
-
-def _record(opts, layer, case, tensor, tier, isa, threads, c: Comparison, tol=None, floor=None) -> Record:
-    return Record(case, layer, tensor, tier, isa, threads, c.usage, c.max_abs_diff, c.mismatches,
-                  c.elements, c.passed, c.max_ulp, c.worst, c.note,
-                  tol.atol_max if tol else None, tol.rtol if tol else None, floor,
-                  "" if c.passed else repro_command(opts, layer, case, tier, isa, threads),
-                  c.hist, c.heatmap, resolution=c.resolution)
-
-
-def _failure(opts, layer, case, tier, isa, threads, note) -> Record:
-    c = Comparison(float("inf"), float("inf"), 0, 0, False, note=note)
-    return _record(opts, layer, case, "*", tier, isa, threads, c)
 
 
 @dataclass
@@ -333,11 +192,11 @@ class GateSession:
     def meta(self) -> dict:
         ex = self.executor
         return {
-            "port": str(self.port_path), "port_sha256": _sha256(self.port_path),
+            "port": str(self.port_path), "port_sha256": sha256(self.port_path),
             "bundled": self.opts.port is None,
             "abi_version": ex.info.get("abi_version") if ex else None,
             "harness_abi_version": abi.ABI_VERSION,
-            "build": _build_info() if self.opts.port is None else None,
+            "build": build_info() if self.opts.port is None else None,
             "fpenv": ex.info.get("fpenv") if ex else None,
             "isas": self.isas, "isas_available": ex.isas if ex else [],
             "threads": list(self.opts.threads), "tiers": list(self.opts.tiers),
@@ -345,7 +204,7 @@ class GateSession:
             "started": self.started, "wall_s": round(time.perf_counter() - self.t0, 3),
             **({"port_load_output": ex.load_output} if ex and ex.load_output else {}),
             "cpu": cpu_info(), "host": host_info(), "tool": tool_info(),
-            "fixtures": {f.path.name: _fixture_info(f) for fs in self.fixtures.values() for f in fs},
+            "fixtures": {f.path.name: fixture_info(f) for fs in self.fixtures.values() for f in fs},
             **({"flips": list(self.flips)} if self.flips is not None else {}),
             "available": self.opts.available, "not_implemented": dict(self.not_implemented),
         }
@@ -411,10 +270,10 @@ def _run_case(opts, ex, m, fixture_path, case, isas, base_isa) -> list[Record]:
         if tier in opts.tiers:
             records += _tier_records(opts, m, case, tier, base, base_isa)
     if error is not None:   # no (complete) base run: every tier of the case fails
-        records += [_failure(opts, m.LAYER, case.name, t, base_isa, 1, str(error))
+        records += [failure(opts, m.LAYER, case.name, t, base_isa, 1, str(error))
                     for t in case.expected if t in opts.tiers]
         if "identity" in opts.tiers and len(isas) * len(opts.threads) > 1:
-            rec = _failure(opts, m.LAYER, case.name, "identity", base_isa, 1, str(error))
+            rec = failure(opts, m.LAYER, case.name, "identity", base_isa, 1, str(error))
             rec.repro = repro_command(opts, m.LAYER, case.name, "identity", ",".join(isas),
                                       ",".join(map(str, opts.threads)))
             records.append(rec)
@@ -439,13 +298,13 @@ def _identity_records(opts, ex, m, fixture_path, case, isas, base_isa, base) -> 
                             heatmap_cols=_heatmap_cols(m, case, tensor, a))
                 if not c.passed:
                     c.note = (c.note + "; " if c.note else "") + f"differs from {base_isa} x 1 thread"
-                rec = _record(opts, m.LAYER, case.name, tensor, "identity", isa, threads, c)
+                rec = record(opts, m.LAYER, case.name, tensor, "identity", isa, threads, c)
                 if not c.passed and isa != base_isa:   # the repro must run the base path too
                     rec.repro = repro_command(opts, m.LAYER, case.name, "identity",
                                               f"{base_isa},{isa}", threads)
                 run.append(rec)
             if error is not None:
-                run.append(_failure(opts, m.LAYER, case.name, "identity", isa, threads, str(error)))
+                run.append(failure(opts, m.LAYER, case.name, "identity", isa, threads, str(error)))
             records += _share(_with_output(run, text), time.perf_counter() - t0)
     return records
 
@@ -492,70 +351,4 @@ def _heatmap_cols(module, case, tensor, ref):
     fn = getattr(module, "heatmap_columns", None)
     return fn(case, tensor, getattr(ref, "shape", ())) if fn else None
 
-
-def _sha256(path) -> str | None:
-    try:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        return h.hexdigest()
-    except OSError:
-        return None
-
-
-def _fixture_info(f) -> dict:
-    d = {k: v for k, v in f.attrs.items() if k != "case_names"}
-    d["cases"] = len(f.cases)
-    d["sha256"] = _sha256(f.path)
-    return d
-
-
-def _build_info() -> dict | None:
-    from crnn_conformance.ctypes_kernels import build
-    try:
-        d = build.describe()
-    except build.BuildError:
-        return None
-    return {"cc": d["cc"], "cc_version": d["cc_version"], "opt": d["opt"],
-            "flags": list(d["base_flags"]), "isa_flags": {k: list(v) for k, v in d["isa_flags"].items()}}
-
-
-SIMD_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "fma", "avx", "avx2", "f16c", "avx512f",
-              "avx512dq", "avx512cd", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16",
-              "asimd", "sve")
-
-
-@lru_cache(maxsize=1)
-def cpu_info() -> dict:
-    model, flags = platform.processor() or "unknown", []
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            key = key.strip()
-            if key in ("model name", "Model") and model in ("unknown", "", platform.machine()):
-                model = value.strip()
-            elif key in ("flags", "Features") and not flags:
-                flags = value.split()
-    except OSError:
-        pass
-    return {"model": model, "machine": platform.machine(), "logical_cpus": os.cpu_count(),
-            "simd_flags": [f for f in SIMD_FLAGS if f in flags], "flags": flags}
-
-
-def host_info() -> dict:
-    import h5py
-    import numpy
-    return {"os": platform.platform(), "python": platform.python_version(),
-            "numpy": numpy.__version__, "h5py": h5py.__version__}
-
-
-def tool_info() -> dict:
-    from importlib import metadata
-    try:
-        version = metadata.version("crnn-conformance")
-    except metadata.PackageNotFoundError:
-        version = "unknown"
-    return {"name": "crnn-conformance", "version": version,
-            "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""}
 

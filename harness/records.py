@@ -1,0 +1,115 @@
+"""What the gate produces and how it is asked: one Record per check, the options of a run, and
+the command that reruns one check alone (the `__REPRO:` line)."""
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from crnn_conformance import fixtures
+from crnn_conformance.harness.compare import Comparison
+
+FIXTURES_DIR = fixtures.directory()
+TIERS = ("exact", "float64", "pytorch", "identity")
+THREADS = (1, 2, 3, 7)
+
+
+@dataclass
+class Record:
+    case: str
+    layer: str
+    tensor: str
+    tier: str
+    isa: str
+    threads: int
+    usage: float
+    max_abs_diff: float
+    mismatches: int
+    elements: int
+    passed: bool
+    max_ulp: int | None = None
+    worst: dict = field(default_factory=dict)
+    note: str = ""
+    atol: float | None = None
+    rtol: float | None = None
+    floor: float | None = None
+    repro: str = ""
+    hist: dict | None = None      # compare.histogram(): failing or > 0.5 usage only
+    heatmap: dict | None = None   # compare.heatmap(): failing or > 0.5 usage, 2-D tensors only
+    fixture: str = ""             # the fixture file's stem (adamw, pytorch_adamw, ...)
+    resolution: float | None = None   # tolerance tiers: compare.resolution(); None for bit tiers
+    seconds: float = 0.0          # this check's share of the port run it compares, plus its compare
+    output: str = ""              # what the port printed during the run (first record of a run)
+
+    def to_dict(self) -> dict:
+        d = {f: getattr(self, f) for f in _RECORD_FIELDS}   # shallow: asdict's deep copy of
+                                                            # 10^4 records cost 0.2 s a gate
+        for k in ("usage", "max_abs_diff"):
+            if d[k] != d[k] or d[k] in (float("inf"), float("-inf")):
+                d[k] = None   # JSON has no NaN/Inf: null means "unbounded"
+        if not d["output"]:
+            del d["output"]
+        return d
+
+
+_RECORD_FIELDS = tuple(f.name for f in fields(Record))
+
+
+@dataclass
+class GateOptions:
+    port: str | None = None          # None: the bundled kernels
+    fixtures: Path = FIXTURES_DIR
+    isas: list[str] | None = None    # None: every ISA the port reports
+    threads: tuple = THREADS
+    tiers: tuple = TIERS
+    layers: list[str] | None = None  # None: every layer with a harness module
+    case: str | None = None          # glob over case names
+    timeout: float | None = 120.0    # None: no limit
+    available: bool = False          # `--layers available`: gate only the layers the port implements
+
+
+@dataclass
+class GateResult:
+    records: list
+    meta: dict
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.records)
+
+
+def repro_command(opts: GateOptions, layer: str, case: str, tier: str, isa: str, threads: int) -> str:
+    cmd = ["crnn-conformance", "gate"]
+    if opts.port:
+        cmd += ["--port", str(opts.port)]
+    if Path(opts.fixtures).resolve() != FIXTURES_DIR:
+        cmd += ["--fixtures", str(opts.fixtures)]
+    cmd += ["--layers", layer, "--case", case, "--tiers", tier, "--isa", isa, "--threads", str(threads)]
+    if opts.timeout != GateOptions.timeout:
+        cmd += ["--timeout", "inf" if opts.timeout is None else f"{opts.timeout:g}"]
+    return " ".join(map(_shell_quote, cmd))
+
+
+def _shell_quote(arg: str) -> str:
+    """shlex.quote, but a path that is not UTF-8 (Python keeps its bytes as surrogates) becomes
+    bash's $'...' with \\xNN escapes: the line stays valid text and reruns that very path."""
+    try:
+        arg.encode("utf-8")
+    except UnicodeEncodeError:
+        return "$'" + "".join(chr(b) if 32 <= b < 127 and b not in b"'\\" else f"\\x{b:02x}"
+                              for b in os.fsencode(arg)) + "'"
+    return shlex.quote(arg)
+
+
+def record(opts, layer, case, tensor, tier, isa, threads, c: Comparison, tol=None, floor=None) -> Record:
+    return Record(case, layer, tensor, tier, isa, threads, c.usage, c.max_abs_diff, c.mismatches,
+                  c.elements, c.passed, c.max_ulp, c.worst, c.note,
+                  tol.atol_max if tol else None, tol.rtol if tol else None, floor,
+                  "" if c.passed else repro_command(opts, layer, case, tier, isa, threads),
+                  c.hist, c.heatmap, resolution=c.resolution)
+
+
+def failure(opts, layer, case, tier, isa, threads, note) -> Record:
+    c = Comparison(float("inf"), float("inf"), 0, 0, False, note=note)
+    return record(opts, layer, case, "*", tier, isa, threads, c)
