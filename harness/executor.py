@@ -29,6 +29,8 @@ import tempfile
 import traceback
 from pathlib import Path
 
+import numpy as np
+
 from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.generators.h5io import read_fixture
 from crnn_conformance.harness import guard
@@ -184,11 +186,9 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
             return
         if msg is None:
             return
-        if msg[0] == "inline":   # cases sent whole (the fuzzer): run like a fixture's
-            cases[msg[1]] = {c.name: c for c in msg[2]}
-            conn.send(("ok", None))
-            continue
         batch = msg[0] == "batch"   # one case on several (isa, threads): one answer, a list
+        if batch and msg[5] is not None:     # the case itself came with the request
+            cases[msg[2]] = {msg[3]: msg[5]}
         runs = [(*msg[1:4], isa, threads) for isa, threads in msg[4]] if batch else [msg]
         arenas, answers = [], []
         for run in runs:
@@ -198,6 +198,8 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
             answers.append(_run_one(traced, arenas[-1], cases, *run))
             fflush(None)
             if batch:
+                if len(answers) > 1 and _same_outputs(answers[-1], answers[0][0]):
+                    answers[-1] = ("same", None)     # sent once: the first run's
                 answers[-1] = (answers[-1], shared.output())
                 if answers[-1][0][0] == "fpenv":
                     break
@@ -205,6 +207,15 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
         del answers
         for arena in arenas:
             arena.release()
+
+
+def _same_outputs(answer, first) -> bool:
+    """Both runs returned outputs, the same tensors with the same bytes (dtype and shape)."""
+    if answer[0] != "ok" or first[0] != "ok" or answer[1].keys() != first[1].keys():
+        return False
+    return all(isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
+               and a.shape == b.shape and a.tobytes() == b.tobytes()
+               for a, b in ((answer[1][t], first[1][t]) for t in first[1]))
 
 
 def _run_one(lib, arena, cases, layer, fixture_path, case_name, isa, threads) -> tuple:
@@ -226,7 +237,8 @@ def _run_one(lib, arena, cases, layer, fixture_path, case_name, isa, threads) ->
     except FpEnvError as e:
         return ("fpenv", str(e))
     except abi.PortCallError as e:
-        wanted = {t for tensors in case.expected.values() for t in tensors} if case else set()
+        wanted = ({t for tensors in case.expected.values() for t in tensors}
+                  if case is not None and case.expected else None)   # None: every output
         return ("callerror", (str(e), e.code, arena.partial(wanted)))
     except Exception:  # a harness bug: report it whole
         return ("exception", traceback.format_exc())
@@ -281,26 +293,23 @@ class Executor:
             raise abi.PortError(payload)
         return payload
 
-    def add_cases(self, key: str, cases: list) -> None:
-        """In-memory cases (harness/fuzz): run(layer, key, case.name, ...) then runs them as if
-        `key` were a fixture file holding them (a restarted worker inherits them)."""
-        self.cases[key] = {c.name: c for c in cases}
-        if self.proc is not None and self.proc.is_alive():
-            self.conn.send(("inline", key, list(cases)))
-            if not self.conn.poll(self.timeout):
-                raise PortCrash("the worker did not take the cases")
-            self.conn.recv()
-
-    def prefetch(self, layer: str, fixture_path, case_name: str, runs: list) -> None:
+    def prefetch(self, layer: str, fixture_path, case_name: str, runs: list, case=None,
+                 meanwhile=None) -> None:
         """Runs the case on every (isa, threads) of `runs` in one round trip and keeps the
         answers for the run() calls that ask for them (the fuzzer: 16 runs of a small case
-        cost more in round trips than in the port). A crash or hang here keeps nothing: the
-        run() calls then redo each run alone and report it as usual."""
+        cost more in round trips than in the port). `case`: an in-memory case sent with the
+        request (the fuzzer's), run as if fixture_path held it alone (a restarted worker
+        inherits it); `meanwhile()` is called while the worker runs (the fuzzer computes the
+        spec's bits then). A crash or hang here keeps nothing: the run() calls then redo each run alone and report it as usual."""
         self._prefetched = {}
+        if case is not None:
+            self.cases[str(fixture_path)] = {case_name: case}
         if self.proc is None or not self.proc.is_alive():
             self._start()
         self.shared.fault[0] = self.shared.fault[1] = 0
-        self.conn.send(("batch", layer, str(fixture_path), case_name, list(runs)))
+        self.conn.send(("batch", layer, str(fixture_path), case_name, list(runs), case))
+        if meanwhile is not None:
+            meanwhile()
         if not self.conn.poll(self.timeout):
             self.proc.kill()
             self._reap()
@@ -312,8 +321,14 @@ class Executor:
             self._reap()
             self.proc = None
             return
-        for (isa, threads), answer in zip(runs, answers):
-            self._prefetched[(layer, str(fixture_path), case_name, isa, threads)] = answer
+        for (isa, threads), (answer, text) in zip(runs, answers):
+            if answer[0] == "same":          # the first run's outputs, byte for byte
+                answer = answers[0][0]
+            self._prefetched[(layer, str(fixture_path), case_name, isa, threads)] = (answer, text)
+
+    def prefetched(self) -> list:
+        """The answers prefetch kept and run() has not taken yet: (kind, payload) each."""
+        return [answer for answer, _ in getattr(self, "_prefetched", {}).values()]
 
     def run(self, layer: str, fixture_path: Path, case_name: str, isa: str, threads: int) -> dict:
         """The outputs of one run; raises PortCrash, abi.PortCallError (with `.partial`: the

@@ -269,12 +269,13 @@ class Arena:
 
     def partial(self, wanted) -> dict:
         """After a failed call: the outputs that a single completed call wrote, by argument
-        name, for the tensors in `wanted` (e.g. the forward's when the backward failed)."""
+        name, for the tensors in `wanted` (None: all; e.g. the forward's when the backward
+        failed)."""
         out = {}
         for b in self.buffers:
             if b.kind == "output" and len(b.writers) == 1 and b.writers[0][3]:
                 arg = b.writers[0][2]
-                if arg in wanted and arg not in out:
+                if (wanted is None or arg in wanted) and arg not in out:
                     out[arg] = b.array.copy()
         return out
 
