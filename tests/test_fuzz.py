@@ -75,6 +75,21 @@ def names_of_a_chunk(opts, layer, seed):
     return seen
 
 
+@pytest.mark.parametrize("name", ["thread_split", "avx2_tail_drop", "avx2_tail_overread",
+                                  "vec_tail_zero_pad"])
+def test_a_port_whose_bits_depend_on_the_path_or_the_threads_is_a_finding(tmp_path, name, isas):
+    """The identity-only mutants (their base run passes): the fuzzer's per-case identity check,
+    with the worker's "same as the first run" answers and the all-golden short cut, still sees a
+    path or a thread count that differs (thread_split needs a dot of 256 terms or more)."""
+    if name.startswith("avx2") and "avx2" not in isas:
+        pytest.skip("no AVX2 on this CPU")
+    r = cli("fuzz", "--port", str(build(mutant=name)), "--layers", "dot16", "--seconds", "30",
+            "--seed", "16", "--no-database", "--first", "--out", str(tmp_path))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert re.search(r"^FAIL dot16/fuzz_\w+/dot tier=identity isa=\w+ threads=\d+ .*"
+                     r"differs from \w+ x 1 thread", r.stdout, re.M), r.stdout
+
+
 def test_a_seed_makes_the_cases_deterministic(tmp_path):
     opts = engine.FuzzOptions(out=tmp_path, database=False, threads=(1,))
     a = names_of_a_chunk(opts, "linear", 5)

@@ -1,4 +1,5 @@
-"""dot16: one dot of 0..80 terms; ordinary, underflowing (signed-zero lanes) or overflowing."""
+"""dot16: one dot of 0..80 terms, ordinary, underflowing (signed-zero lanes) or overflowing; or a
+long one (256..1100 terms: a port may split those across its threads, which no rule allows)."""
 from __future__ import annotations
 
 import numpy as np
@@ -24,7 +25,13 @@ def underflow(draw):
 
 
 @st.composite
+def long(draw):
+    n = draw(st.integers(256, 1100))
+    return draw(array(n, specials=f32_specials())), draw(array(n, specials=f32_specials()))
+
+
+@st.composite
 def cases(draw):
-    a, b = draw(st.one_of(ordinary(), underflow()))
+    a, b = draw(st.one_of(ordinary(), underflow(), long()))
     return {"count": 1}, {"a": a, "b": b, "lengths": np.array([a.size], np.int64)}
 
