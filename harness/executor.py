@@ -209,13 +209,19 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
             arena.release()
 
 
+def same_bytes(a, b) -> bool:
+    """Two arrays of the same dtype and shape holding the same bytes (NaN payloads included)."""
+    if a is b:
+        return True
+    return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
+            and a.shape == b.shape and a.tobytes() == b.tobytes())
+
+
 def _same_outputs(answer, first) -> bool:
-    """Both runs returned outputs, the same tensors with the same bytes (dtype and shape)."""
+    """Both runs returned outputs, the same tensors with the same bytes."""
     if answer[0] != "ok" or first[0] != "ok" or answer[1].keys() != first[1].keys():
         return False
-    return all(isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
-               and a.shape == b.shape and a.tobytes() == b.tobytes()
-               for a, b in ((answer[1][t], first[1][t]) for t in first[1]))
+    return all(same_bytes(answer[1][t], first[1][t]) for t in first[1])
 
 
 def _run_one(lib, arena, cases, layer, fixture_path, case_name, isa, threads) -> tuple:
@@ -300,7 +306,8 @@ class Executor:
         cost more in round trips than in the port). `case`: an in-memory case sent with the
         request (the fuzzer's), run as if fixture_path held it alone (a restarted worker
         inherits it); `meanwhile()` is called while the worker runs (the fuzzer computes the
-        spec's bits then). A crash or hang here keeps nothing: the run() calls then redo each run alone and report it as usual."""
+        spec's bits then; the answer is read even if it raises). A crash or hang here keeps
+        nothing: the run() calls then redo each run alone and report it as usual."""
         self._prefetched = {}
         if case is not None:
             self.cases[str(fixture_path)] = {case_name: case}
@@ -308,23 +315,29 @@ class Executor:
             self._start()
         self.shared.fault[0] = self.shared.fault[1] = 0
         self.conn.send(("batch", layer, str(fixture_path), case_name, list(runs), case))
-        if meanwhile is not None:
-            meanwhile()
-        if not self.conn.poll(self.timeout):
-            self.proc.kill()
-            self._reap()
-            self.proc = None
-            return
         try:
-            _, answers = self.conn.recv()
-        except (EOFError, ConnectionResetError):
-            self._reap()
-            self.proc = None
-            return
+            if meanwhile is not None:
+                meanwhile()
+        finally:
+            answers = self._batch_answers()
         for (isa, threads), (answer, text) in zip(runs, answers):
             if answer[0] == "same":          # the first run's outputs, byte for byte
                 answer = answers[0][0]
             self._prefetched[(layer, str(fixture_path), case_name, isa, threads)] = (answer, text)
+
+    def _batch_answers(self) -> list:
+        """The worker's answers to a batch; [] (the worker killed or gone) on a hang or crash."""
+        if not self.conn.poll(self.timeout):
+            self.proc.kill()
+            self._reap()
+            self.proc = None
+            return []
+        try:
+            return self.conn.recv()[1]
+        except (EOFError, ConnectionResetError):
+            self._reap()
+            self.proc = None
+            return []
 
     def prefetched(self) -> list:
         """The answers prefetch kept and run() has not taken yet: (kind, payload) each."""

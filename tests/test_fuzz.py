@@ -90,6 +90,30 @@ def test_a_port_whose_bits_depend_on_the_path_or_the_threads_is_a_finding(tmp_pa
                      r"differs from \w+ x 1 thread", r.stdout, re.M), r.stdout
 
 
+def test_a_failing_meanwhile_does_not_leave_the_batch_answer_unread():
+    """prefetch reads the worker's answer even when the work done meanwhile (the spec) raises,
+    so the next request gets its own answer, not the stale one."""
+    from crnn_conformance.generators.h5io import Case
+    from crnn_conformance.harness import runner
+    from crnn_conformance.harness.executor import Executor
+    a = np.arange(1, 21, dtype=np.float32)
+    mk = lambda name, b: Case(name, {"count": 1}, {"a": a, "b": b,           # noqa: E731
+                                                    "lengths": np.array([20], np.int64)})
+    ex = Executor(runner._bundled(), ["dot16"], 30)
+    try:
+        def boom():
+            raise ValueError("spec failed")
+        with pytest.raises(ValueError):
+            ex.prefetch("dot16", "<t>", "one", [("scalar", 1)],
+                        case=mk("one", np.ones(20, np.float32)), meanwhile=boom)
+        ex.prefetch("dot16", "<t>", "two", [("scalar", 1), ("scalar", 2)],
+                    case=mk("two", np.full(20, 2, np.float32)))
+        assert [k for k, _ in ex.prefetched()] == ["ok", "ok"]
+        assert ex.run("dot16", "<t>", "two", "scalar", 1)["dot"].tolist() == [420.0]
+    finally:
+        ex.close()
+
+
 def test_a_seed_makes_the_cases_deterministic(tmp_path):
     opts = engine.FuzzOptions(out=tmp_path, database=False, threads=(1,))
     a = names_of_a_chunk(opts, "linear", 5)

@@ -17,7 +17,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
@@ -25,7 +24,7 @@ from crnn_conformance.generators import exact
 from crnn_conformance.generators.h5io import Case, digest
 from crnn_conformance.harness import layers as L
 from crnn_conformance.harness import runner
-from crnn_conformance.harness.executor import Executor
+from crnn_conformance.harness.executor import Executor, same_bytes
 
 from . import strategies
 
@@ -83,13 +82,6 @@ class _Hunt:
     best: tuple | None = None             # (case, failing records) of the smallest failure
     best_key: str | None = None
     shrink_stop: float = float("inf")
-
-
-def _same(a, b) -> bool:
-    if a is b:                  # a run the worker found equal to the first (executor.py)
-        return True
-    a, b = np.asarray(a), np.asarray(b)
-    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 def case_name(layer: str, params: dict, inputs: dict) -> str:
@@ -161,9 +153,10 @@ class Fuzzer:
         if len(answers) != len(self.runs) or any(kind != "ok" for kind, _ in answers):
             return False
         first = answers[0][1]
-        return all(t in first and _same(first[t], g) for t, g in case.expected["exact"].items()) \
-            and all(out.keys() == first.keys() and all(_same(out[t], first[t]) for t in first)
-                    for _, out in answers[1:])
+        golden = case.expected["exact"].items()
+        return all(t in first and same_bytes(first[t], g) for t, g in golden) and all(
+            out.keys() == first.keys() and all(same_bytes(out[t], first[t]) for t in first)
+            for _, out in answers[1:])
 
     def chunk(self, layer: str, n: int, seed: int, end: float) -> Finding | None:
         """One Hypothesis run of up to n cases; the shrunk finding, if one failed."""
