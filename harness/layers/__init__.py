@@ -12,18 +12,24 @@ import importlib
 LAYERS = ["dot16", "linear", "conv", "lstm", "ctc", "step", "clip", "adamw", "train3"]
 
 
-def available() -> list[str]:
-    """The layers whose harness module exists."""
+def importable(package: str, names) -> list[str]:
+    """The names (in order) that have a module in `package`; an import error inside a module
+    that exists is raised, not taken for its absence."""
     out = []
-    for name in LAYERS:
+    for name in names:
         try:
-            importlib.import_module(f"crnn_conformance.harness.layers.{name}")
+            importlib.import_module(f"{package}.{name}")
         except ModuleNotFoundError as e:
-            if e.name != f"crnn_conformance.harness.layers.{name}":
+            if e.name != f"{package}.{name}":
                 raise
             continue
         out.append(name)
     return out
+
+
+def available() -> list[str]:
+    """The layers whose harness module exists."""
+    return importable("crnn_conformance.harness.layers", LAYERS)
 
 
 def module(name: str):

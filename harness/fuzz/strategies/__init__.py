@@ -17,13 +17,4 @@ def module(layer: str):
 
 def available() -> list[str]:
     """The layers that have a harness module and a strategy, in the gate's order."""
-    out = []
-    for name in L.available():
-        try:
-            module(name)
-        except ModuleNotFoundError as e:
-            if e.name != f"crnn_conformance.harness.fuzz.strategies.{name}":
-                raise
-            continue
-        out.append(name)
-    return out
+    return L.importable("crnn_conformance.harness.fuzz.strategies", L.available())
