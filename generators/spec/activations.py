@@ -4,7 +4,8 @@ Bit for bit the same as ctypes_kernels/src/activations.c (the scalar definition)
 vector path (src/isa/act_impl.h). Only these operations are used, each one IEEE binary32
 rounded to nearest even, in the order written: + - * /, fma (crnn_conformance.generators.spec.fma, one
 rounding), comparisons and selects (np.where), negation, and building a power of two from
-its exponent bits. Branches are selects: every element computes every branch.
+its exponent bits. Branches are selects: an element takes its branch's value, whatever the
+others compute (tanh skips a branch that no element takes).
 
     exp_neg(v), v in [-104, 0]:      (the shared kernel; v is clamped by the callers)
         n  = fma(v, LOG2E, SHIFT) - SHIFT              round-to-nearest integer of v*log2(e)
@@ -106,19 +107,31 @@ def tanh(x) -> np.ndarray:
     x = _f32(x)
     with np.errstate(all="ignore"):
         a = np.where(x < ZERO, -x, x)                 # |x|
-        v = -(a + a)
-        v = np.where(v >= EXP_MIN, v, EXP_MIN)       # clamp; NaN becomes -104 too
-        e = exp_neg(v)
-        t = (e + e) / (ONE + e)
-        large = ONE - t
-        large = np.where(x < ZERO, -large, large)
-        s = x * x
-        P = fma(T10, s, T8)
-        P = fma(P, s, T6)
-        P = fma(P, s, T4)
-        P = fma(P, s, T2)
-        small = fma(x * s, P, x)
-        y = np.where(a < TANH_SMALL, small, large)
-        y = np.where(a < TANH_TINY, x, y)
+        small = a < TANH_SMALL
+        y = x
+        if np.count_nonzero(~small):
+            y = np.where(small, y, _tanh_large(x, a))
+        if np.count_nonzero(small & (a >= TANH_TINY)):
+            y = np.where(small & (a >= TANH_TINY), _tanh_small(x), y)
         y = np.where(x != x, x + x, y)
     return _f32(y)
+
+
+def _tanh_large(x, a):
+    """1 - 2e/(1 + e), e = e^(-2|x|), with x's sign (|x| >= 0.55)."""
+    v = -(a + a)
+    v = np.where(v >= EXP_MIN, v, EXP_MIN)       # clamp; NaN becomes -104 too
+    e = exp_neg(v)
+    t = (e + e) / (ONE + e)
+    large = ONE - t
+    return np.where(x < ZERO, -large, large)
+
+
+def _tanh_small(x):
+    """The odd polynomial x + x^3 P(x^2) (2^-12 <= |x| < 0.55)."""
+    s = x * x
+    P = fma(T10, s, T8)
+    P = fma(P, s, T6)
+    P = fma(P, s, T4)
+    P = fma(P, s, T2)
+    return fma(x * s, P, x)

@@ -59,9 +59,10 @@ def log_softmax(logits) -> np.ndarray:
     m = z[:, 0].copy()                   # the first maximum (decides +0 versus -0)
     for k in range(1, z.shape[1]):
         m = np.where(z[:, k] > m, z[:, k], m)
+    ez = detmath.exp(z - m[:, None])     # element-wise, so one call for every class
     s = np.zeros(z.shape[0])
     for k in range(z.shape[1]):
-        s = s + detmath.exp(z[:, k] - m)
+        s = s + ez[:, k]
     return (z - m[:, None]) - detmath.log(s)[:, None]
 
 
@@ -92,15 +93,17 @@ def alpha_beta(lp, ext):
     alpha = np.full((T, S), NEG_INF)
     beta = np.full((T, S), NEG_INF)
     alpha[0, :min(2, S)] = e[0, :min(2, S)]
-    for t in range(1, T):
-        a = alpha[t - 1]
-        two = np.where(skip, _shift(a, 2), NEG_INF)
-        alpha[t] = logadd(logadd(a, _shift(a, 1)), two) + e[t]
     beta[T - 1, max(0, S - 2):] = e[T - 1, max(0, S - 2):]
-    for t in range(T - 2, -1, -1):
-        bn = beta[t + 1]
-        two = np.where(skip_b, _shift(bn, -2), NEG_INF)
-        beta[t] = logadd(logadd(bn, _shift(bn, -1)), two) + e[t]
+    # the two recursions are independent: alpha[t] and beta[T-1-t] go through one logadd
+    # (alpha's S entries, then beta's), element by element the same operations
+    skip2 = np.concatenate([skip, skip_b])
+    for t in range(1, T):
+        a, bn = alpha[t - 1], beta[T - t]
+        one = np.concatenate([_shift(a, 1), _shift(bn, -1)])
+        two = np.where(skip2, np.concatenate([_shift(a, 2), _shift(bn, -2)]), NEG_INF)
+        r = logadd(logadd(np.concatenate([a, bn]), one), two) + \
+            np.concatenate([e[t], e[T - 1 - t]])
+        alpha[t], beta[T - 1 - t] = r[:S], r[S:]
     return alpha, beta
 
 
@@ -134,9 +137,11 @@ def ctc(logits, target, scale=1.0):
         return float("inf"), zero
     acc = np.full((T, K), NEG_INF)
     ab = alpha + beta
-    for s in range(S):
-        k = ext[s]
-        acc[:, k] = logadd(acc[:, k], ab[:, s])
+    # per class in ascending s; the r-th entries of all classes go through one logadd
+    occurrence = np.array([np.count_nonzero(ext[:s] == ext[s]) for s in range(S)])
+    for r in range(occurrence.max() + 1):
+        ss = np.flatnonzero(occurrence == r)         # entries of distinct classes
+        acc[:, ext[ss]] = logadd(acc[:, ext[ss]], ab[:, ss])
     with np.errstate(invalid="ignore"):
         occ = detmath.exp((acc - lp) - logP)
     d = scale * (detmath.exp(lp) - occ)

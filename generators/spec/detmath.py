@@ -167,6 +167,19 @@ def _from_bits(u):
     return np.asarray(u, dtype=np.uint64).view(np.float64)
 
 
+def _exp_subnormal(H, tmp, m):
+    """exp's result for m <= -1022: a careful single rounding into the subnormal range."""
+    ms = np.clip(m, -1100, -1022)
+    scale = _from_bits(H.view(np.uint64) + ((ms + 1022).astype(np.uint64) << _U52))
+    st = scale * tmp
+    ys = scale + st
+    lo = (scale - ys) + st
+    yh = _ONE + ys
+    lo = ((_ONE - yh) + ys) + lo
+    ys = np.where(ys < _ONE, (yh + lo) - _ONE, ys)
+    return ys * TWOM1022
+
+
 def exp(x):
     """DetMath exp: the same bits as ``crnn_detmath_exp1`` in C."""
     a, shape, scalar = _prepare(x)
@@ -174,7 +187,8 @@ def exp(x):
         is_nan = a != a
         over = a > O_THRESH
         under = a < U_THRESH
-        xs = np.where(is_nan | over | under, _ZERO, a)
+        special = is_nan | over | under
+        xs = np.where(special, _ZERO, a)
 
         kd = xs * INVLN2N + SHIFT
         kd = kd - SHIFT
@@ -194,24 +208,19 @@ def exp(x):
         # m > -1022: y * 2^m (m == 1024: (y * 2^1023) * 2)
         y = H + H * tmp
         mn = np.clip(m, -1021, 1023)
-        res_n = y * _from_bits((mn + 1023).astype(np.uint64) << _U52)
-        res_top = (y * TWO1023) * _TWO
-
-        # m <= -1022: careful single rounding into the subnormal range
-        ms = np.clip(m, -1100, -1022)
-        scale = _from_bits(H.view(np.uint64) + ((ms + 1022).astype(np.uint64) << _U52))
-        st = scale * tmp
-        ys = scale + st
-        lo = (scale - ys) + st
-        yh = _ONE + ys
-        lo = ((_ONE - yh) + ys) + lo
-        ys = np.where(ys < _ONE, (yh + lo) - _ONE, ys)
-        res_s = ys * TWOM1022
-
-        res = np.where(m > -1022, np.where(m == 1024, res_top, res_n), res_s)
-        res = np.where(under, _ZERO, res)
-        res = np.where(over, POS_INF, res)
-        res = np.where(is_nan, a, res)
+        res = y * _from_bits((mn + 1023).astype(np.uint64) << _U52)
+        # the rare cases below are computed only when some element needs them (a select
+        # of an element no case claims keeps the value above)
+        top = m == 1024
+        if np.count_nonzero(top):
+            res = np.where(top, (y * TWO1023) * _TWO, res)
+        sub = m <= -1022
+        if np.count_nonzero(sub):
+            res = np.where(sub, _exp_subnormal(H, tmp, m), res)
+        if np.count_nonzero(special):
+            res = np.where(under, _ZERO, res)
+            res = np.where(over, POS_INF, res)
+            res = np.where(is_nan, a, res)
     return _finish(res, shape, scalar)
 
 
@@ -224,13 +233,17 @@ def log(x):
         is_zero = a == _ZERO
         neg = (ia >> np.uint64(63)) != 0
         pinf = ia == np.uint64(0x7FF0000000000000)
-        xs = np.where(is_nan | is_zero | neg | pinf, _ONE, a)
+        special = is_nan | is_zero | neg | pinf
+        xs = np.where(special, _ONE, a)
         ix = xs.view(np.uint64)
 
         sub = ix < np.uint64(0x0010000000000000)
-        ix = np.where(sub, (xs * TWO54).view(np.uint64), ix)
-        k = np.where(sub, np.int64(-54), np.int64(0))
-        k = k + ((ix >> _U52).astype(np.int64) - 1023)
+        if np.count_nonzero(sub):        # subnormal inputs (rare): scaled by 2^54 first
+            ix = np.where(sub, (xs * TWO54).view(np.uint64), ix)
+            k = np.where(sub, np.int64(-54), np.int64(0))
+            k = k + ((ix >> _U52).astype(np.int64) - 1023)
+        else:
+            k = (ix >> _U52).astype(np.int64) - 1023
         j = ((ix >> np.uint64(47)) & np.uint64(LOG_N - 1)).astype(np.int64)
         up = (j >= 13).astype(np.int64)
         m = _from_bits(
@@ -263,8 +276,9 @@ def log(x):
         lo = ((((e1 + e2) + klo) + LOG_LOGC_LO[j]) + (rl - rl * rh)) + q
         res = s2 + lo
 
-        res = np.where(pinf, POS_INF, res)
-        res = np.where(neg, QNAN, res)
-        res = np.where(is_zero, NEG_INF, res)
-        res = np.where(is_nan, a, res)
+        if np.count_nonzero(special):
+            res = np.where(pinf, POS_INF, res)
+            res = np.where(neg, QNAN, res)
+            res = np.where(is_zero, NEG_INF, res)
+            res = np.where(is_nan, a, res)
     return _finish(res, shape, scalar)

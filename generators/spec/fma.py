@@ -21,15 +21,13 @@ def fma(a, b, c) -> np.ndarray:
     b = np.asarray(b, np.float32)
     c = np.asarray(c, np.float32)
     with np.errstate(all="ignore"):
-        p = a.astype(np.float64) * b.astype(np.float64)
-        cd = c.astype(np.float64)
-        s = p + cd
+        p = np.multiply(a, b, dtype=np.float64)
+        s = np.add(p, c, dtype=np.float64)
         bb = s - p
-        e = (p - (s - bb)) + (cd - bb)
-        inexact = np.isfinite(s) & (e != 0)
-        even = (np.atleast_1d(s).view(np.uint64) & _ONE_BIT) == 0
-        bump = inexact & even.reshape(np.shape(s))
-        if np.any(bump):
+        e = (p - (s - bb)) + (c - bb)
+        bump = np.isfinite(s) & (e != 0)
+        bump &= (np.atleast_1d(s).view(np.uint64) & _ONE_BIT).reshape(np.shape(s)) == 0
+        if np.count_nonzero(bump):
             towards = np.where(e > 0, np.inf, -np.inf)
             s = np.where(bump, np.nextafter(s, towards), s)
         return np.asarray(s).astype(np.float32)
