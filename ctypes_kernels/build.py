@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from . import cache
+from . import cache, objcache
 from .abi import LAYER_SYMBOLS, PortError, load
 
 HERE = Path(__file__).resolve().parent
@@ -160,12 +160,21 @@ def build(cc: str | None = None, opt: str = DEFAULT_OPT, mutant: str | None = No
 
 def _compile(cc: str, opt: str, defines: list[str], tmp: Path, verbose: bool,
              mutant: str | None = None) -> None:
-    """Compiles and links tmp/libcrnn.so (the objects in tmp/obj, removed after)."""
+    """Compiles and links tmp/libcrnn.so (the objects in tmp/obj, removed after). A source
+    whose preprocessed text and flags an earlier build compiled takes that object
+    (ctypes_kernels/objcache.py): a mutant recompiles only the files it changes."""
     (tmp / "obj").mkdir()
-    jobs = [(src, tmp / "obj" / (src.parent.name + "_" + src.stem + ".o")) for src in sources()]
-    _run_all([[cc, *_mutant_flags(_flags_for(src, opt), mutant), *defines, "-c", str(src),
-               "-o", str(obj)] for src, obj in jobs], verbose)
-    _run([cc, "-shared", "-pthread", "-o", str(tmp / "libcrnn.so"), *(str(o) for _, o in jobs),
+    jobs = [(src, tmp / "obj" / (src.parent.name + "_" + src.stem + ".o"),
+             [cc, *_mutant_flags(_flags_for(src, opt), mutant), *defines]) for src in sources()]
+    _run_all([[*cmd, "-E", str(src), "-o", f"{obj}.i"] for src, obj, cmd in jobs], verbose)
+    version, root = compiler_version(cc), cache_dir() / "obj"
+    cache.clean_orphans(root)
+    keys = {obj: objcache.key(version, cmd, Path(f"{obj}.i").read_bytes()) for _, obj, cmd in jobs}
+    todo = [(src, obj, cmd) for src, obj, cmd in jobs if not objcache.fetch(root, keys[obj], obj)]
+    _run_all([[*cmd, "-c", str(src), "-o", str(obj)] for src, obj, cmd in todo], verbose)
+    for _, obj, _ in todo:
+        objcache.store(root, keys[obj], obj)
+    _run([cc, "-shared", "-pthread", "-o", str(tmp / "libcrnn.so"), *(str(o) for _, o, _ in jobs),
           "-lm"], verbose)
     shutil.rmtree(tmp / "obj")
 

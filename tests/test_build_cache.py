@@ -1,0 +1,60 @@
+"""The object cache (ctypes_kernels/objcache.py): a mutant build compiles only the files its
+-D flags change, and what it links is byte for byte what a build from a cold cache links."""
+from __future__ import annotations
+
+import pytest
+
+from crnn_conformance.ctypes_kernels import build, objcache
+
+
+@pytest.fixture
+def small(monkeypatch):
+    """Builds of two source files (detmath.c holds the exp_threshold_ge mutant, activations.c
+    does not), counting the files each build compiles."""
+    monkeypatch.setattr(build, "sources", lambda: [build.SRC / "detmath.c",
+                                                   build.SRC / "activations.c"])
+    compiled = []
+    run_all = build._run_all
+
+    def counting(cmds, verbose):
+        compiled.extend(c[c.index("-c") + 1] for c in cmds if "-c" in c)
+        return run_all(cmds, verbose)
+    monkeypatch.setattr(build, "_run_all", counting)
+    return compiled
+
+
+def names(paths):
+    return sorted(p.rsplit("/", 1)[-1] for p in paths)
+
+
+def test_a_mutant_compiles_only_what_it_changes_and_links_the_same_bytes(small, tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.setenv("CRNN_CACHE_DIR", str(tmp_path / "warm"))
+    build.build()
+    assert names(small) == ["activations.c", "detmath.c"]
+    small.clear()
+    warm = build.build(mutant="exp_threshold_ge").read_bytes()
+    assert names(small) == ["detmath.c"]
+    small.clear()
+    monkeypatch.setenv("CRNN_CACHE_DIR", str(tmp_path / "cold"))
+    cold = build.build(mutant="exp_threshold_ge").read_bytes()
+    assert names(small) == ["activations.c", "detmath.c"]
+    assert warm == cold
+
+
+def test_a_torn_object_is_compiled_again(small, tmp_path, monkeypatch):
+    monkeypatch.setenv("CRNN_CACHE_DIR", str(tmp_path))
+    good = build.build().read_bytes()
+    for obj in (build.cache_dir() / "obj").glob(f"*/{objcache.OBJ}"):
+        obj.write_bytes(obj.read_bytes()[:100])
+    small.clear()
+    assert build.build(extra_defines=["-DUNUSED_BY_ANY_FILE=1"]).read_bytes() == good
+    assert names(small) == ["activations.c", "detmath.c"]
+
+
+def test_the_key_is_the_text_and_the_flags_but_not_the_defines():
+    k = objcache.key("gcc 12", ["gcc", "-O2", "-DX=1"], b"int f;")
+    assert k == objcache.key("gcc 12", ["gcc", "-O2", "-DY=2"], b"int f;")
+    assert k != objcache.key("gcc 12", ["gcc", "-O3"], b"int f;")
+    assert k != objcache.key("gcc 13", ["gcc", "-O2"], b"int f;")
+    assert k != objcache.key("gcc 12", ["gcc", "-O2"], b"int g;")
