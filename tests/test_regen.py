@@ -29,7 +29,11 @@ def test_check_passes_on_checked_in_fast_fixtures():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_check_passes_on_every_checked_in_fixture():
+    """The whole `--check` (90 s on 2 cores). Slow: CI's reproducibility line regenerates every
+    non-PyTorch fixture byte for byte under four BLAS configurations, and the default run
+    checks the PyTorch ones (test_pytorch_tier.py) and the fast ones here."""
     pytest.importorskip("torch")   # the pytorch_* fixtures are regenerated with PyTorch
     r = regen("--check")
     assert r.returncode == 0, r.stdout + r.stderr
