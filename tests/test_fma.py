@@ -90,3 +90,26 @@ def test_special_values(c_fma):
     nan = np.isnan(ref)
     np.testing.assert_array_equal(np.isnan(ours), nan)
     np.testing.assert_array_equal(bits(ours)[~nan], bits(ref)[~nan])
+
+
+def test_midpoints_in_every_binade_mixed_with_ordinary_sums(c_fma):
+    """The emulation rounds through TwoSum only where s = a*b + c in float64 could be a float32
+    midpoint (its 28 low bits zero): tie-making products of every binade, the subnormal
+    range included, each with an addend that breaks or keeps the tie, in arrays that also
+    hold ordinary sums (so both ways meet in one call)."""
+    rng = np.random.default_rng(13)
+    n = 400_000
+    k = rng.integers(-75, 64, n)
+    a = (1.0 + rng.integers(1, 1 << 12, n) * 2.0 ** -12) * np.exp2(k)
+    b = (1.0 + rng.integers(1, 1 << 12, n) * 2.0 ** -12) * np.exp2(rng.integers(-75, 64, n))
+    tiny = rng.choice([-1.0, 1.0, 0.0], n) * np.exp2(rng.integers(-149, -20, n)) * np.abs(a * b)
+    c = np.where(rng.random(n) < 0.5, tiny, rng.standard_normal(n) * np.abs(a * b))
+    with np.errstate(over="ignore"):
+        a, b, c = (v.astype(np.float32) for v in (a, b, c))
+    c = np.where(np.isfinite(c), c, np.float32(0))
+    np.testing.assert_array_equal(bits(fma(a, b, c)), bits(c_fma(a, b, c)))
+    sub = (rng.integers(0, 1 << 23, n).astype(np.uint32) | (rng.integers(0, 2, n).astype(np.uint32)
+                                                          << 31)).view(np.float32)
+    odd = ((2 * rng.integers(0, 1 << 10, n) + 1) * 2.0 ** -75).astype(np.float32)
+    half = np.full(n, 2.0 ** -75, np.float32)        # odd * half: a subnormal midpoint
+    np.testing.assert_array_equal(bits(fma(odd, half, sub)), bits(c_fma(odd, half, sub)))
