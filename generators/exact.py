@@ -81,8 +81,7 @@ def _ctc(params, inputs):
                 "log": np.asarray(detmath.log(np.asarray(inputs["x_log"], np.float64)), np.float64)}
     if kind == "many":
         losses, grads = [], []
-        for z, target, scale in ctc_lines(inputs):
-            loss, d = ctc.ctc(z, target, scale)
+        for loss, d in ctc.ctc_many(list(ctc_lines(inputs))):
             losses.append(loss)
             grads.append(d.ravel())
         return {"loss": np.array(losses, np.float64),

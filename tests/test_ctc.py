@@ -133,3 +133,26 @@ def test_bad_arguments_are_rejected(lib, bad):
     assert rc == -1
     with pytest.raises(ValueError):
         spec.ctc(logits, target, 1.0)
+
+
+def test_many_lines_at_once_are_each_line_alone_bit_for_bit():
+    """spec.ctc.ctc_many (the `many` cases: lines of one K padded and run together) gives each
+    line's ctc() bits: mixed T (0 included), K 1..6, empty, repeated and infeasible targets,
+    logits at logadd's cut."""
+    rng = np.random.default_rng(5)
+    for trial in range(12):
+        lines = []
+        for _ in range(int(rng.integers(1, 30))):
+            T, K = int(rng.integers(0, 9)), int(rng.choice([1, 2, 3, 4, 6]))
+            L = int(rng.integers(0, 6)) if K > 1 else 0
+            if trial % 3 == 0:
+                z = rng.choice([0.0, -40.0, -37.0, -41.0, -39.0], size=(T, K))
+            else:
+                z = rng.normal(size=(T, K)) * rng.choice([0.1, 1, 10, 60])
+            target = rng.integers(1, K, L) if rng.random() < 0.7 else np.full(L, 1)
+            lines.append((z.astype(np.float32), target if K > 1 else [], 1.0 / rng.choice([1, 3])))
+        for (z, t, scale), (loss, d) in zip(lines, spec.ctc_many(lines)):
+            one_loss, one_d = spec.ctc(z, t, scale)
+            assert np.float64(loss).tobytes() == np.float64(one_loss).tobytes(), (trial, z.shape, t)
+            assert d.dtype == one_d.dtype and d.shape == one_d.shape
+            assert d.tobytes() == one_d.tobytes(), (trial, z.shape, t)

@@ -146,3 +146,96 @@ def ctc(logits, target, scale=1.0):
         occ = detmath.exp((acc - lp) - logP)
     d = scale * (detmath.exp(lp) - occ)
     return -logP, d.astype(np.float32)
+
+
+def ctc_many(lines) -> list:
+    """ctc() of many lines at once: lines = [(logits[T][K], target, scale)] -> [(loss, dlogits)].
+
+    Element by element the operations ctc() performs on each line alone; the lines of one K
+    go through them together (the fuzzer's and the fixtures' `many` cases hold dozens of
+    tiny lines). Shorter lines are padded to the longest T and extended target: a padded
+    entry's emission is -inf, so it stays -inf and reaches no real entry (logadd(x, -inf)
+    is x, as a missing predecessor is in ctc()); padded steps are computed and dropped. The
+    backward recursion runs on each line's own reversed time, so every line starts at u = 0."""
+    out = [None] * len(lines)
+    groups = {}
+    for i, (logits, target, scale) in enumerate(lines):
+        z, t = _check(logits, target)
+        if z.shape[0] == 0:
+            out[i] = ctc(z, t, scale)
+        else:
+            groups.setdefault(z.shape[1], []).append((i, z, t, float(scale)))
+    for group in groups.values():
+        for i, result in zip([g[0] for g in group], _ctc_group(group)):
+            out[i] = result
+    return out
+
+
+def _ctc_group(group) -> list:
+    N, K = len(group), group[0][1].shape[1]
+    Ts = np.array([z.shape[0] for _, z, _, _ in group])
+    Ss = np.array([2 * len(t) + 1 for _, _, t, _ in group])
+    T, S = int(Ts.max()), int(Ss.max())
+    z = np.zeros((N, T, K), np.float32)
+    ext = np.zeros((N, S), np.int64)
+    for n, (_, zn, tn, _) in enumerate(group):
+        z[n, :Ts[n]] = zn
+        ext[n, :Ss[n]] = extend(tn)
+    real = np.arange(S)[None, :] < Ss[:, None]
+    lp = log_softmax(z.reshape(N * T, K)).reshape(N, T, K)
+    e = np.where(real[:, None, :], np.take_along_axis(lp, ext[:, None, :], axis=2), NEG_INF)
+    back = np.clip(Ts[:, None] - 1 - np.arange(T)[None, :], 0, None)     # u -> t = T_n-1-u
+    e_rev = np.take_along_axis(e, back[:, :, None], axis=1)
+    skip = np.zeros((N, S), bool)
+    skip[:, 2:] = (ext[:, 2:] != 0) & (ext[:, 2:] != ext[:, :-2])
+    skip_b = np.zeros((N, S), bool)
+    skip_b[:, :-2] = skip[:, 2:]
+    alpha = np.full((N, T, S), NEG_INF)
+    beta_rev = np.full((N, T, S), NEG_INF)          # beta_rev[n][u] = beta[n][T_n-1-u]
+    alpha[:, 0, :2] = e[:, 0, :2]
+    last = np.arange(S)[None, :] >= Ss[:, None] - 2
+    beta_rev[:, 0] = np.where(last, e_rev[:, 0], NEG_INF)
+    skip2 = np.concatenate([skip, skip_b], axis=1)
+    for t in range(1, T):
+        a, bn = alpha[:, t - 1], beta_rev[:, t - 1]
+        one = np.concatenate([_shift_rows(a, 1), _shift_rows(bn, -1)], axis=1)
+        two = np.where(skip2, np.concatenate([_shift_rows(a, 2), _shift_rows(bn, -2)], axis=1),
+                       NEG_INF)
+        r = logadd(logadd(np.concatenate([a, bn], axis=1), one), two) + \
+            np.concatenate([e[:, t], e_rev[:, t]], axis=1)
+        alpha[:, t], beta_rev[:, t] = r[:, :S], r[:, S:]
+    rows = np.arange(N)
+    aT = alpha[rows, Ts - 1]                          # each line's last step
+    one = Ss == 1
+    logP = np.where(one, aT[:, 0], logadd(aT[rows, Ss - 1], aT[rows, np.maximum(Ss - 2, 0)]))
+    beta = np.take_along_axis(beta_rev, back[:, :, None], axis=1)
+    ab = alpha + beta
+    acc = np.full((N, T, K), NEG_INF)
+    same = ext[:, :, None] == ext[:, None, :]
+    below = np.tri(S, k=-1, dtype=bool).T[None]       # [s'][s]: s' < s
+    occurrence = np.sum(same & below & real[:, :, None] & real[:, None, :], axis=1)
+    for r in range(int(occurrence[real].max()) + 1):
+        ns, ss = np.nonzero((occurrence == r) & real)     # entries of distinct classes per line
+        ks = ext[ns, ss]
+        acc[ns, :, ks] = logadd(acc[ns, :, ks], ab[ns, :, ss])
+    with np.errstate(invalid="ignore", over="ignore"):
+        occ = detmath.exp((acc - lp) - logP[:, None, None])
+        scale = np.array([g[3] for g in group])[:, None, None]
+        d = scale * (detmath.exp(lp) - occ)
+    results = []
+    for n in range(N):
+        if logP[n] == NEG_INF:
+            results.append((float("inf"), np.zeros((Ts[n], K), np.float32)))
+        else:
+            results.append((-float(logP[n]), d[n, :Ts[n]].astype(np.float32)))
+    return results
+
+
+def _shift_rows(a, n):
+    """_shift of every row of a[N][S]."""
+    out = np.full_like(a, NEG_INF)
+    if n > 0:
+        out[:, n:] = a[:, :-n]
+    else:
+        out[:, :n] = a[:, -n:]
+    return out
