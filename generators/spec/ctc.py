@@ -73,12 +73,13 @@ def extend(target) -> np.ndarray:
 
 
 def _shift(a, n):
-    """a shifted right by n (n > 0: out[s] = a[s-n]) or left (n < 0: out[s] = a[s-n]); -inf fill."""
+    """a shifted along its last axis, right by n (n > 0: out[s] = a[s-n]) or left (n < 0:
+    out[s] = a[s-n]); -inf fill."""
     out = np.full_like(a, NEG_INF)
     if n > 0:
-        out[n:] = a[:-n]
+        out[..., n:] = a[..., :-n]
     else:
-        out[:n] = a[-n:]
+        out[..., :n] = a[..., -n:]
     return out
 
 
@@ -198,8 +199,8 @@ def _ctc_group(group) -> list:
     skip2 = np.concatenate([skip, skip_b], axis=1)
     for t in range(1, T):
         a, bn = alpha[:, t - 1], beta_rev[:, t - 1]
-        one = np.concatenate([_shift_rows(a, 1), _shift_rows(bn, -1)], axis=1)
-        two = np.where(skip2, np.concatenate([_shift_rows(a, 2), _shift_rows(bn, -2)], axis=1),
+        one = np.concatenate([_shift(a, 1), _shift(bn, -1)], axis=1)
+        two = np.where(skip2, np.concatenate([_shift(a, 2), _shift(bn, -2)], axis=1),
                        NEG_INF)
         r = logadd(logadd(np.concatenate([a, bn], axis=1), one), two) + \
             np.concatenate([e[:, t], e_rev[:, t]], axis=1)
@@ -230,12 +231,3 @@ def _ctc_group(group) -> list:
             results.append((-float(logP[n]), d[n, :Ts[n]].astype(np.float32)))
     return results
 
-
-def _shift_rows(a, n):
-    """_shift of every row of a[N][S]."""
-    out = np.full_like(a, NEG_INF)
-    if n > 0:
-        out[:, n:] = a[:, :-n]
-    else:
-        out[:, :n] = a[:, -n:]
-    return out
