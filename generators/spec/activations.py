@@ -111,8 +111,9 @@ def tanh(x) -> np.ndarray:
         y = x
         if np.count_nonzero(~small):
             y = np.where(small, y, _tanh_large(x, a))
-        if np.count_nonzero(small & (a >= TANH_TINY)):
-            y = np.where(small & (a >= TANH_TINY), _tanh_small(x), y)
+        poly = small & (a >= TANH_TINY)
+        if np.count_nonzero(poly):
+            y = np.where(poly, _tanh_small(x), y)
         y = np.where(x != x, x + x, y)
     return _f32(y)
 
