@@ -26,6 +26,7 @@ import os
 import resource
 import signal
 import tempfile
+import time
 import traceback
 from pathlib import Path
 
@@ -34,9 +35,10 @@ import numpy as np
 from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.generators.h5io import read_fixture
 from crnn_conformance.harness import guard
-from crnn_conformance.harness.fpenv import (FpEnvError, fp_ok, fp_problem, load_helper, fpenv,
-                                            fpenv_helper)
+from crnn_conformance.harness.fpenv import (FpEnvError, fp_checker, fp_problem, load_helper,
+                                            fpenv, fpenv_helper)
 
+_LIBC = ctypes.CDLL(None)
 OUTPUT_LIMIT = 4096              # bytes of a run's port output kept for its records
 OUTPUT_FILE_LIMIT = 256 << 20    # RLIMIT_FSIZE of the worker: a port printing forever stops here
 
@@ -84,7 +86,9 @@ class _Traced:
 
     def __init__(self, lib, shared, helper):
         self._lib, self._shared, self._helper = lib, shared, helper
+        self.fp_ok = fp_checker(helper)
         self.where = ""                      # the run in progress, for the messages
+        self.table = b""                     # the guard-page table last written to shared
 
     def __getattr__(self, name):
         fn = getattr(self._lib, name)
@@ -95,8 +99,11 @@ class _Traced:
         return wrapped
 
     def check_fp(self, when: str, why: str) -> None:
-        if not fp_ok(self._helper):
-            raise FpEnvError(f"{fp_problem(fpenv(self._helper), when)} ({why})")
+        if not self.fp_ok():
+            self.fp_failed(when, why)
+
+    def fp_failed(self, when: str, why: str):
+        raise FpEnvError(f"{fp_problem(fpenv(self._helper), when)} ({why})")
 
 
 class _TracedFn:
@@ -109,17 +116,20 @@ class _TracedFn:
 
     def __call__(self, *args):
         t, shared = self._t, self._t._shared
-        t.check_fp(f"before {self._name} was called ({t.where})",
-                   "something between the port's calls changed it")
+        if not t.fp_ok():
+            t.fp_failed(f"before {self._name} was called ({t.where})",
+                        "something between the port's calls changed it")
         arena = guard.active()
         touched = arena.before(self._name, args) if arena is not None else ()
-        if any(b.paged for b, *_ in touched):
-            shared.table.value = arena.guard_pages(touched).encode()[:4095]
+        table = arena.guard_pages(touched) if touched else b""
+        if table != t.table:              # (the calls of a `many` case touch the same buffers)
+            shared.table.value = t.table = table
         shared.current.value = self._bname
         rc = self._fn(*args)
         shared.current.value = b""
-        t.check_fp(f"after {self._name} returned ({t.where})",
-                   "the call changed the floating-point environment and did not restore it")
+        if not t.fp_ok():
+            t.fp_failed(f"after {self._name} returned ({t.where})",
+                        "the call changed the floating-point environment and did not restore it")
         if arena is not None:
             arena.after(self._name, touched, rc)
         return rc
@@ -178,7 +188,7 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
     conn.send(("ok", {"isas": abi.available_isas(lib), "abi_version": int(lib.crnn_abi_version()),
                       "fpenv": fpenv(helper), "symbols": abi.exported(lib)}))
     traced = _Traced(lib, shared, helper)
-    fflush = ctypes.CDLL(None).fflush
+    fflush = _LIBC.fflush
     while True:
         try:
             msg = conn.recv()
@@ -186,27 +196,50 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
             return
         if msg is None:
             return
-        batch = msg[0] == "batch"   # one case on several (isa, threads): one answer, a list
-        if batch and msg[5] is not None:     # the case itself came with the request
-            cases[msg[2]] = {msg[3]: msg[5]}
-        runs = [(*msg[1:4], isa, threads) for isa, threads in msg[4]] if batch else [msg]
-        arenas, answers = [], []
-        for run in runs:
-            os.ftruncate(shared.out_fd, 0)
-            shared.table.value = b""
-            arenas.append(guard.Arena())
-            answers.append(_run_one(traced, arenas[-1], cases, *run))
-            fflush(None)
-            if batch:
-                if len(answers) > 1 and _same_outputs(answers[-1], answers[0][0]):
-                    answers[-1] = ("same", None)     # sent once: the first run's
-                answers[-1] = (answers[-1], shared.output())
-                if answers[-1][0][0] == "fpenv":
-                    break
-        conn.send(("batch", answers) if batch else answers[0])
-        del answers
-        for arena in arenas:
+        if msg[0] == "batch":     # one case on several (isa, threads): an answer per run
+            _serve_batch(conn, traced, shared, cases, *msg[1:])
+            continue
+        arena = _fresh_arena(traced, shared)
+        answer = _run_one(traced, arena, cases, *msg)
+        fflush(None)
+        conn.send(answer)
+        arena.release()
+
+
+def _fresh_arena(traced, shared) -> guard.Arena:
+    """A run's start: its own output (the file truncated), no guard-page table, a new arena."""
+    os.ftruncate(shared.out_fd, 0)
+    shared.table.value = traced.table = b""
+    return guard.Arena()
+
+
+def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, runs, case) -> None:
+    """Runs one case on every (isa, threads) of `runs`, sending ("run", answer, port output,
+    seconds) as each run ends, then ("done", None). A run whose outputs equal the first's
+    byte for byte is sent as ("same", None). An fpenv answer ends the batch: the environment
+    is broken for every run after it."""
+    if case is not None:                         # the case itself came with the request
+        cases[fixture_path] = {case_name: case}
+    fflush = _LIBC.fflush
+    first = first_arena = None
+    for isa, threads in runs:
+        arena = _fresh_arena(traced, shared)
+        t0 = time.perf_counter()
+        answer = _run_one(traced, arena, cases, layer, fixture_path, case_name, isa, threads)
+        seconds = time.perf_counter() - t0
+        fflush(None)
+        if first is None:
+            first, first_arena = answer, arena
+        elif _same_outputs(answer, first):
+            answer = ("same", None)
+        conn.send(("run", answer, shared.output(), seconds))
+        if arena is not first_arena:
             arena.release()
+        if answer[0] == "fpenv":
+            break
+    conn.send(("done", None))
+    if first_arena is not None:
+        first_arena.release()
 
 
 def same_bytes(a, b) -> bool:
@@ -267,6 +300,10 @@ class Executor:
         self.proc = None
         self.conn = None
         self.last_output = ""
+        self.last_seconds = 0.0
+        self._batches: dict[tuple, dict] = {}   # (layer, fixture, case) -> {(isa, threads): answer}
+        self._in_flight = None                  # (batch key, runs) sent and not collected
+        self._latest = None                     # the batch collected last
         helper = fpenv_helper()            # built here, before the fork, loaded in the worker
         self.helper_path = helper._name if helper is not None else None
         self.ctx = mp.get_context("fork")
@@ -299,67 +336,117 @@ class Executor:
             raise abi.PortError(payload)
         return payload
 
-    def prefetch(self, layer: str, fixture_path, case_name: str, runs: list, case=None,
-                 meanwhile=None) -> None:
-        """Runs the case on every (isa, threads) of `runs` in one round trip and keeps the
-        answers for the run() calls that ask for them (the fuzzer: 16 runs of a small case
-        cost more in round trips than in the port). `case`: an in-memory case sent with the
-        request (the fuzzer's), run as if fixture_path held it alone (a restarted worker
-        inherits it); `meanwhile()` is called while the worker runs (the fuzzer computes the
-        spec's bits then; the answer is read even if it raises). A crash or hang here keeps
-        nothing: the run() calls then redo each run alone and report it as usual."""
-        self._prefetched = {}
+    def submit(self, layer: str, fixture_path, case_name: str, runs: list, case=None) -> None:
+        """Sends one case's runs on every (isa, threads) of `runs` as one request; the worker
+        answers each run as it ends, and run() (or collect()) takes the answers. A batch
+        still in flight is collected first. `case`: an in-memory case sent with the request
+        (the fuzzer's), run as if fixture_path held it alone (a restarted worker inherits
+        it). Of the earlier batches only the last one collected is kept (its case may still
+        be taking its answers)."""
+        self.collect()
+        key = (layer, str(fixture_path), case_name)
+        self._batches = {k: v for k, v in self._batches.items() if k == self._latest}
         if case is not None:
             self.cases[str(fixture_path)] = {case_name: case}
         if self.proc is None or not self.proc.is_alive():
             self._start()
         self.shared.fault[0] = self.shared.fault[1] = 0
         self.conn.send(("batch", layer, str(fixture_path), case_name, list(runs), case))
+        self._batches[key] = {}
+        self._in_flight = (key, list(runs))
+
+    def submitted(self, layer: str, fixture_path, case_name: str) -> bool:
+        return (layer, str(fixture_path), case_name) in self._batches
+
+    def collect(self) -> None:
+        """Reads the answers of the batch in flight, waiting up to the timeout for each run
+        (from when the wait starts, so no run is stopped sooner). A run that hangs or
+        crashes is kept as that run's PortCrash, with the same message a single run gets;
+        the worker is then gone, and the runs after it are not kept (run() redoes each
+        alone on a new worker)."""
+        if self._in_flight is None:
+            return
+        key, runs = self._in_flight
+        self._in_flight, self._latest = None, key
+        got, first = self._batches[key], None
+        for isa, threads in runs:
+            msg = self._batch_message()
+            if msg[0] != "run":                  # done early (fpenv), or the worker gone
+                if msg[0] == "crash":
+                    got[(isa, threads)] = (("crash", msg[1]), self.shared.output(), 0.0)
+                return
+            _, answer, text, seconds = msg
+            if answer[0] == "same":              # the first run's outputs, byte for byte
+                answer = first
+            elif first is None:
+                first = answer
+            got[(isa, threads)] = (answer, text, seconds)
+        self._batch_message()       # ("done", None); a crash after the last run loses no run
+
+    def _batch_message(self) -> tuple:
+        """The worker's next message of a batch, or ("crash", message) when it hung (it is
+        then killed) or died."""
+        if not self.conn.poll(self.timeout):
+            where = self._where()
+            self.proc.kill()
+            self._reap()
+            self.proc = None
+            return ("crash", f"hang: no answer{where} within {self.timeout:g} s (--timeout); "
+                             f"worker killed")
+        try:
+            return self.conn.recv()
+        except (EOFError, ConnectionResetError):
+            code = self._reap()
+            where = self._where()
+            self.proc = None
+            return ("crash", f"the port crashed{where}: {_describe(code)}{self._fault(code)}")
+
+    def drop(self, layer: str, fixture_path, case_name: str) -> None:
+        """Forgets a batch's answers that no run() took (e.g. a case whose base run failed)."""
+        key = (layer, str(fixture_path), case_name)
+        if self._in_flight is not None and self._in_flight[0] == key:
+            self.collect()
+        self._batches.pop(key, None)
+
+    def prefetch(self, layer: str, fixture_path, case_name: str, runs: list, case=None,
+                 meanwhile=None) -> None:
+        """submit() and collect(), calling `meanwhile()` while the worker runs (the fuzzer
+        computes the spec's bits then; the answers are read even if it raises)."""
+        self.submit(layer, fixture_path, case_name, runs, case)
         try:
             if meanwhile is not None:
                 meanwhile()
         finally:
-            answers = self._batch_answers()
-        for (isa, threads), (answer, text) in zip(runs, answers):
-            if answer[0] == "same":          # the first run's outputs, byte for byte
-                answer = answers[0][0]
-            self._prefetched[(layer, str(fixture_path), case_name, isa, threads)] = (answer, text)
-
-    def _batch_answers(self) -> list:
-        """The worker's answers to a batch; [] (the worker killed or gone) on a hang or crash."""
-        if not self.conn.poll(self.timeout):
-            self.proc.kill()
-            self._reap()
-            self.proc = None
-            return []
-        try:
-            return self.conn.recv()[1]
-        except (EOFError, ConnectionResetError):
-            self._reap()
-            self.proc = None
-            return []
+            self.collect()
 
     def prefetched(self) -> list:
-        """The answers prefetch kept and run() has not taken yet: (kind, payload) each."""
-        return [answer for answer, _ in getattr(self, "_prefetched", {}).values()]
+        """The answers of the last batch collected that run() has not taken yet: (kind,
+        payload) each."""
+        return [answer for answer, _, _ in self._batches.get(self._latest, {}).values()]
 
     def run(self, layer: str, fixture_path: Path, case_name: str, isa: str, threads: int) -> dict:
         """The outputs of one run; raises PortCrash, abi.PortCallError (with `.partial`: the
         outputs of the calls that completed) or abi.PortError (the floating-point
-        environment)."""
-        hit = getattr(self, "_prefetched", {}).pop(
-            (layer, str(fixture_path), case_name, isa, threads), None)
+        environment). A run of a submitted batch is taken from its answers; `last_output`
+        and `last_seconds` (the run's own time in the worker) describe it."""
+        key = (layer, str(fixture_path), case_name)
+        if self._in_flight is not None and self._in_flight[0] == key:
+            self.collect()
+        hit = self._batches.get(key, {}).pop((isa, threads), None)
         if hit is not None:
-            (kind, payload), self.last_output = hit
+            (kind, payload), self.last_output, self.last_seconds = hit
             return self._reply(kind, payload)
+        self.collect()                        # the pipe must be clear for a single request
         if self.proc is None or not self.proc.is_alive():
             self._start()
         self.shared.fault[0] = self.shared.fault[1] = 0
+        t0 = time.perf_counter()
         self.conn.send((layer, str(fixture_path), case_name, isa, threads))
         try:
             return self._answer()
         finally:
             self.last_output = self.shared.output()
+            self.last_seconds = time.perf_counter() - t0
 
     def _answer(self) -> dict:
         if not self.conn.poll(self.timeout):
@@ -387,6 +474,8 @@ class Executor:
             raise e
         if kind == "fpenv":
             raise abi.PortError(payload)
+        if kind == "crash":
+            raise PortCrash(payload)
         raise RuntimeError(f"harness error in the worker:\n{payload}")
 
     def _where(self) -> str:

@@ -124,14 +124,18 @@ def fp_problem(env: dict, when: str) -> str | None:
             "IEEE binary32 round-to-nearest")
 
 
-def fp_ok(helper) -> bool:
-    """The fast check around every call: the control register holds no flag fp_problem names."""
-    if helper is None or helper.crnn_h_arch() not in (1, 2):
-        return fp_problem(fpenv(helper), "") is None
-    v = int(helper.crnn_h_fpcsr())
-    if helper.crnn_h_arch() == 1:
-        return not v & (MXCSR_FTZ | MXCSR_DAZ | 3 << MXCSR_RC) and v & MXCSR_MASKS == MXCSR_MASKS
-    return not v & (FPCR_FZ | 3 << FPCR_RMODE | FPCR_TRAPS)
+def fp_checker(helper):
+    """The fast check around every call, as a function of no arguments: True when the control
+    register holds no flag fp_problem names (the architecture is looked up once)."""
+    arch = helper.crnn_h_arch() if helper is not None else 0
+    read = helper.crnn_h_fpcsr if arch else None
+    if arch == 1:
+        bad = MXCSR_FTZ | MXCSR_DAZ | 3 << MXCSR_RC
+        return lambda: not (v := read()) & bad and v & MXCSR_MASKS == MXCSR_MASKS
+    if arch == 2:
+        bad = FPCR_FZ | 3 << FPCR_RMODE | FPCR_TRAPS
+        return lambda: not read() & bad
+    return lambda: fp_problem(fpenv(helper), "") is None
 
 
 class FpEnvError(RuntimeError):

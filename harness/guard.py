@@ -67,9 +67,10 @@ def _paged(span: int) -> np.ndarray:
 
 
 class _Pool:
-    """Memory of released buffers, reused by exact size: the runs of one case on every ISA x
+    """Released buffers, reused whole by shape and dtype: the runs of one case on every ISA x
     thread count allocate the same buffers, and reusing them spares the allocation, the guard
-    pages' system calls and the page faults of fresh memory. At most LIMIT bytes are kept."""
+    pages' system calls, the page faults of fresh memory and the building of the views. At
+    most LIMIT bytes are kept."""
 
     LIMIT = 256 << 20
 
@@ -77,60 +78,72 @@ class _Pool:
         self.free: dict[tuple, list] = {}
         self.bytes = 0
 
-    def take(self, key):
+    def take(self, key) -> Buffer | None:
         got = self.free.get(key)
         if got:
             self.bytes -= got[-1].nbytes
             return got.pop()
         return None
 
-    def put(self, key, raw) -> None:
-        if raw is not None and self.bytes + raw.nbytes <= self.LIMIT:
-            self.free.setdefault(key, []).append(raw)
-            self.bytes += raw.nbytes
+    def put(self, b: Buffer) -> None:
+        if self.bytes + b.nbytes <= self.LIMIT:
+            self.free.setdefault(b.key, []).append(b)
+            self.bytes += b.nbytes
 
 
 _POOL = _Pool()
 
 
+def shape_of(shape) -> tuple:
+    """A shape as a tuple of ints (an int or a NumPy integer: one dimension)."""
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    return tuple(int(s) for s in (np.atleast_1d(shape) if isinstance(shape, np.ndarray) else shape))
+
+
 class Buffer:
     """One guarded allocation: [guard region][canary][data][canary][guard region] (the regions only
-    from GUARD_PAGE_MIN bytes on)."""
+    from GUARD_PAGE_MIN bytes on). Made by Buffer.get, which reuses a released one."""
 
-    def __init__(self, shape, dtype, kind: str, name: str = ""):
-        self.shape, self.dtype = tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) \
-            else (int(shape),), np.dtype(dtype)
-        self.kind, self.name = kind, name          # kind: output, inout or input
-        self.nbytes = math.prod(self.shape) * self.dtype.itemsize
-        self.writers: list[list] = []              # [call, entry point, argument, completed]
-        self.original = None                       # input: the fixture array it copies
+    @classmethod
+    def get(cls, shape: tuple, dtype, kind: str, name: str = "") -> Buffer:
+        dtype = np.dtype(dtype)
+        b = _POOL.take((shape, dtype))
+        if b is None:
+            b = cls(shape, dtype)
+        else:                                       # a run may have damaged the zones
+            ctypes.memmove(b.zone_lo, _PATTERN_ADDR, b.lo - b.zone_lo)
+            ctypes.memmove(b.hi, _PATTERN_ADDR, b.zone_hi - b.hi)
+        b.kind, b.name = kind, name                 # kind: output, inout or input
+        b.writers = []                              # [call, entry point, argument, completed]
+        b.original = None                           # input: the fixture array it copies
+        return b
+
+    def __init__(self, shape: tuple, dtype: np.dtype):
+        self.shape, self.dtype, self.key = shape, dtype, (shape, dtype)
+        self.nbytes = math.prod(shape) * dtype.itemsize
         self.paged = self.nbytes + 2 * CANARY >= GUARD_PAGE_MIN
         if self.paged:
             span = -(-(2 * CANARY + self.nbytes) // PAGE) * PAGE
-            self._key = (True, span)
-            self._raw = _POOL.take(self._key)
-            if self._raw is None:
-                self._raw = _paged(span)
-            base = self._raw.ctypes.data
+            raw = _paged(span)
+            base = raw.ctypes.data
             off, self.zone_lo, self.zone_hi = GUARD + CANARY, base + GUARD, base + GUARD + span
         else:
-            self._key = (False, self.nbytes + 2 * CANARY + ALIGN)
-            self._raw = _POOL.take(self._key)
-            if self._raw is None:
-                self._raw = np.empty(self._key[1], np.uint8)
-            base = self._raw.ctypes.data
+            raw = np.empty(self.nbytes + 2 * CANARY + ALIGN, np.uint8)
+            base = raw.ctypes.data
             off = CANARY + (-(base + CANARY)) % ALIGN
             self.zone_lo, self.zone_hi = base + off - CANARY, base + off + self.nbytes + CANARY
-        raw = self._raw
         self.lo, self.hi = base + off, base + off + self.nbytes
         ctypes.memmove(self.zone_lo, _PATTERN_ADDR, self.lo - self.zone_lo)
         ctypes.memmove(self.hi, _PATTERN_ADDR, self.zone_hi - self.hi)
-        self.array = raw[off:off + self.nbytes].view(self.dtype).reshape(self.shape)
+        self.array = raw[off:off + self.nbytes].view(dtype).reshape(shape)
+        self.bytes = raw[off:off + self.nbytes]     # the data as uint8, for first_change
+        self._original_addr = 0
 
     def release(self) -> None:
-        """Gives the memory back to the pool; the buffer's arrays must not be used after."""
-        _POOL.put(self._key, self._raw)
-        self._raw = self.array = self.original = None
+        """Gives the buffer back to the pool; its array must not be used after."""
+        self.original = None
+        _POOL.put(self)
 
     def holds(self, addr: int) -> bool:
         return self.lo <= addr < self.hi or addr == self.lo
@@ -166,11 +179,14 @@ class Buffer:
 
     def first_change(self, reference: np.ndarray) -> str | None:
         """None when the data equals `reference` bit for bit, else where it first differs."""
-        ref = np.ascontiguousarray(reference)
-        if _libc.memcmp(self.lo, ref.ctypes.data, self.nbytes) == 0:
+        if reference is self.original:
+            ref, addr = reference, self._original_addr
+        else:
+            ref = np.ascontiguousarray(reference)
+            addr = ref.ctypes.data
+        if _libc.memcmp(self.lo, addr, self.nbytes) == 0:
             return None
-        a = self.array.reshape(-1).view(np.uint8)
-        i = int(np.flatnonzero(a != ref.reshape(-1).view(np.uint8))[0]) // self.dtype.itemsize
+        i = int(np.flatnonzero(self.bytes != ref.reshape(-1).view(np.uint8))[0]) // self.dtype.itemsize
         idx = [int(k) for k in np.unravel_index(i, self.shape)] if self.shape else []
         return (f"at [{', '.join(map(str, idx))}] ({str(ref.reshape(-1)[i])} -> "
                 f"{str(self.array.reshape(-1)[i])})")   # str: the dtype's shortest digits
@@ -183,6 +199,8 @@ class Arena:
         self.buffers: list[Buffer] = []
         self._los: list[int] = []                  # the buffers' start addresses, sorted
         self._at: dict[int, Buffer] = {}
+        self._addr: dict[int, int] = {}            # id(array) -> its address (see address())
+        self._tables: dict[tuple, bytes] = {}      # guard_pages by the buffers of a call
         self.calls = 0
         self.last = ""                             # the last entry point called
 
@@ -190,18 +208,25 @@ class Arena:
         self.buffers.append(b)
         bisect.insort(self._los, b.lo)
         self._at[b.lo] = b
+        self._addr[id(b.array)] = b.lo
         return b
 
-    def new(self, shape, dtype, kind: str, name: str = "") -> np.ndarray:
-        return self._add(Buffer(shape, dtype, kind, name)).array
+    def new(self, shape: tuple, dtype, kind: str, name: str = "") -> np.ndarray:
+        return self._add(Buffer.get(shape, dtype, kind, name)).array
 
     def private(self, name: str, original) -> np.ndarray:
         """A guarded copy of the fixture input `original`, verified against it after each call."""
         original = np.ascontiguousarray(original)
-        b = self._add(Buffer(original.shape, original.dtype, "input", name))
+        b = self._add(Buffer.get(original.shape, original.dtype, "input", name))
         b.array[...] = original
-        b.original = original
+        b.original, b._original_addr = original, original.ctypes.data
         return b.array
+
+    def address(self, a: np.ndarray) -> int:
+        """a.ctypes.data, looked up for the arena's own arrays (every array in _addr is alive
+        while it is listed, so its id is no other object's)."""
+        addr = self._addr.get(id(a))
+        return _address(a) if addr is None else addr
 
     def find(self, addr: int) -> Buffer | None:
         b = self._at.get(addr)
@@ -265,7 +290,7 @@ class Arena:
         """After the run's outputs were sent: the buffers' memory goes back to the pool."""
         for b in self.buffers:
             b.release()
-        self.buffers, self._los, self._at = [], [], {}
+        self.buffers, self._los, self._at, self._addr, self._tables = [], [], {}, {}, {}
 
     def partial(self, wanted) -> dict:
         """After a failed call: the outputs that a single completed call wrote, by argument
@@ -279,10 +304,15 @@ class Arena:
                     out[arg] = b.array.copy()
         return out
 
-    def guard_pages(self, touched) -> str:
-        """'name zone_lo zone_hi lo hi' per paged buffer of a call (for the fault report)."""
-        return "".join(f"{b.name or arg} {b.zone_lo} {b.zone_hi} {b.lo} {b.hi}\n"
-                       for b, arg, _, _ in touched if b.paged)
+    def guard_pages(self, touched) -> bytes:
+        """b'name zone_lo zone_hi lo hi' per paged buffer of a call (for the fault report), at
+        most 4095 bytes."""
+        key = tuple((id(b), arg) for b, arg, _, _ in touched if b.paged)
+        if key not in self._tables:
+            self._tables[key] = "".join(f"{b.name or arg} {b.zone_lo} {b.zone_hi} {b.lo} {b.hi}\n"
+                                        for b, arg, _, _ in touched
+                                        if b.paged).encode()[:4095]
+        return self._tables[key]
 
 
 @cache
@@ -323,6 +353,20 @@ _POISON = {np.dtype(t): poisoned((), t) for t in (np.float32, np.float64, np.int
 _ACTIVE: Arena | None = None
 
 
+def address(a: np.ndarray) -> int:
+    """The address of `a`'s data (the arena's own arrays looked up, not asked)."""
+    return _address(a) if _ACTIVE is None else _ACTIVE.address(a)
+
+
+def _address(a: np.ndarray) -> int:
+    """a.ctypes.data, a third of its cost through the buffer protocol (a view of a `many`
+    case's buffers, one per call); read-only, empty or strided arrays are asked."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
+
+
 def activate(arena: Arena | None) -> None:
     global _ACTIVE
     _ACTIVE = arena
@@ -339,7 +383,7 @@ def output(shape, dtype) -> np.ndarray:
             return poisoned(shape, dtype)
         except TypeError:
             return np.full(shape, 0x5A5A5A5A5A5A5A5A, np.uint64).view(dtype)
-    a = _ACTIVE.new(shape, dtype, "output")
+    a = _ACTIVE.new(shape_of(shape), dtype, "output")
     p = _POISON.get(a.dtype)
     if p is not None:
         a[...] = p
@@ -356,7 +400,7 @@ def inout(a=None, shape=None, dtype=np.float32) -> np.ndarray:
         shape, dtype = a.shape, a.dtype
     if _ACTIVE is None:
         return a.copy() if a is not None else np.zeros(shape, dtype)
-    b = _ACTIVE.new(shape, dtype, "inout")
+    b = _ACTIVE.new(shape_of(shape), dtype, "inout")
     b[...] = a if a is not None else 0
     return b
 

@@ -175,13 +175,32 @@ class GateSession:
     def __exit__(self, *exc):
         self.close(force=exc[0] is not None)   # a signal or an error: kill the worker at once
 
-    def run_case(self, job: Job) -> list[Record]:
+    def runs(self) -> list[tuple]:
+        """The (isa, threads) runs of a case: the base run, then the identity tier's."""
+        base = (self.isas[0], 1)
+        if "identity" not in self.opts.tiers:
+            return [base]
+        return [base] + [(i, t) for i in self.isas for t in self.opts.threads if (i, t) != base]
+
+    def _submit(self, job: Job) -> None:
+        if not self.executor.submitted(job.layer, job.fixture, job.case.name):
+            self.executor.submit(job.layer, job.fixture, job.case.name, self.runs())
+
+    def run_case(self, job: Job, ahead: Job | None = None) -> list[Record]:
+        """The records of one case, its runs sent to the worker as one batch; `ahead`, the
+        next case, is sent before this one's records are made, so the worker runs it
+        meanwhile."""
+        self._submit(job)
+        if ahead is not None and ahead.layer not in self.not_implemented:
+            self._submit(ahead)
         try:
             records = _run_case(self.opts, self.executor, job.module, job.fixture, job.case,
                                 self.isas, self.isas[0])
         except NotImplementedByPort as e:
             self.not_implemented.setdefault(job.layer, str(e))
             return []
+        finally:
+            self.executor.drop(job.layer, job.fixture, job.case.name)
         for r in records:
             r.fixture = Path(job.fixture).stem
         for r in records:   # a record that judged pool flips reports them (possibly none)
@@ -219,7 +238,7 @@ def run_gate(opts: GateOptions, progress=None) -> GateResult:
         for n, job in enumerate(jobs):
             if progress:
                 progress(n, len(jobs), f"{job.layer} {job.case.name}")
-            records += session.run_case(job)
+            records += session.run_case(job, jobs[n + 1] if n + 1 < len(jobs) else None)
         if progress:
             progress(len(jobs), len(jobs), "done")
     if not records and not session.not_implemented:   # (none implemented: the CLI says so)
@@ -239,12 +258,14 @@ def _share(records, seconds: float) -> list[Record]:
 
 
 def _attempt(ex, layer, fixture_path, case, isa, threads):
-    """One run -> (outputs, error or None, the port's output text); on an error, the outputs
-    are those of the calls that completed (e.g. the forward's when the backward failed)."""
+    """One run -> (outputs, error or None, the port's output text, its seconds); on an error,
+    the outputs are those of the calls that completed (e.g. the forward's when the backward
+    failed)."""
     try:
-        return ex.run(layer, fixture_path, case, isa, threads), None, ex.last_output
+        outputs, error = ex.run(layer, fixture_path, case, isa, threads), None
     except (PortCrash, abi.PortCallError) as e:
-        return getattr(e, "partial", {}), e, ex.last_output
+        outputs, error = getattr(e, "partial", {}), e
+    return outputs, error, ex.last_output, ex.last_seconds
 
 
 def _with_output(records: list, text: str) -> list:
@@ -254,11 +275,9 @@ def _with_output(records: list, text: str) -> list:
 
 
 def _run_case(opts, ex, m, fixture_path, case, isas, base_isa) -> list[Record]:
-    t0 = time.perf_counter()
-    base, error, text = _attempt(ex, m.LAYER, fixture_path, case.name, base_isa, 1)
+    base, error, text, seconds = _attempt(ex, m.LAYER, fixture_path, case.name, base_isa, 1)
     if error is not None and opts.available and getattr(error, "code", None) == abi.E_UNSUPPORTED:
         raise NotImplementedByPort(str(error)) from None
-    seconds = time.perf_counter() - t0
     # The identity runs first: meanwhile the error model may still be computing the
     # allowances of the tolerance tiers (harness/allowance.prefetch). The records keep the
     # tiers' order.
@@ -289,7 +308,8 @@ def _identity_records(opts, ex, m, fixture_path, case, isas, base_isa, base) -> 
             if (isa, threads) == (base_isa, 1):
                 continue
             t0 = time.perf_counter()
-            other, error, text = _attempt(ex, m.LAYER, fixture_path, case.name, isa, threads)
+            other, error, text, seconds = _attempt(ex, m.LAYER, fixture_path, case.name, isa,
+                                                   threads)
             run = []
             for tensor, a in base.items():
                 if tensor not in other:
@@ -305,7 +325,7 @@ def _identity_records(opts, ex, m, fixture_path, case, isas, base_isa, base) -> 
                 run.append(rec)
             if error is not None:
                 run.append(failure(opts, m.LAYER, case.name, "identity", isa, threads, str(error)))
-            records += _share(_with_output(run, text), time.perf_counter() - t0)
+            records += _share(_with_output(run, text), seconds + time.perf_counter() - t0)
     return records
 
 

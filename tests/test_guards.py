@@ -146,6 +146,25 @@ def test_a_crashed_case_shows_no_result_in_the_table(ports):
     assert "--timeout 30" in next(line for line in r.stdout.splitlines() if "__REPRO:" in line)
 
 
+def test_a_crash_in_one_run_of_a_batch_fails_that_run_only(ports, tmp_path):
+    """The worker runs a case's 16 runs as one batch (harness/executor.py). The port crashes
+    only with 2 threads: each of those runs fails naming the crash, the runs answered before
+    it are kept, and the runs after it are redone on a new worker and pass."""
+    r = gate("--port", str(ports("-DTP_SEGV_THREADS=2")), *LAYERS, "-q", "--report-dir",
+             str(tmp_path))
+    assert r.returncode == 1, r.stdout + r.stderr
+    recs = [t for t in results(tmp_path)["tensors"] if t["case"] == "T16_I37_O37"]
+    bad = [t for t in recs if not t["passed"]]
+    isas = sorted({t["isa"] for t in recs})
+    assert sorted((t["tier"], t["isa"], t["threads"]) for t in bad) == [
+        ("identity", isa, 2) for isa in isas], bad
+    assert all("the port crashed in crnn_linear_backward: killed by signal SIGSEGV" in t["note"]
+               for t in bad), bad
+    good = {(t["tier"], t["isa"], t["threads"]) for t in recs if t["passed"]}
+    assert {("identity", isa, n) for isa in isas for n in (3, 7)} <= good
+    assert {t for t, _, _ in good} >= {"exact", "float64"}
+
+
 def test_a_failed_backward_keeps_the_forward_results(ports, tmp_path):
     r = gate("--port", str(ports("-DTP_BACKWARD_ERR")), "--layers", "linear", "-q",
              "--case", "T16_I37_O37", "--report-dir", str(tmp_path))

@@ -12,6 +12,7 @@
  * and, only on the linear case with T = 16, I = 37, O = 37 (so the other cases show that the
  * gate goes on), in crnn_linear_backward:
  *   -DTP_SEGV             a store through a null pointer (SIGSEGV)
+ *   -DTP_SEGV_THREADS=n   the same, only when run with n threads
  *   -DTP_ABORT            abort() (SIGABRT)
  *   -DTP_HANG             never returns
  *   -DTP_UNWRITTEN        leaves db[O-1] unwritten (the harness's poison stays)
@@ -160,6 +161,9 @@ int32_t crnn_linear_backward(const float *x, const float *W, const float *dY,
 #endif
 #ifdef TP_SEGV
     if (trigger) { volatile uintptr_t addr = 0; *(volatile int *)addr = 1; }
+#endif
+#ifdef TP_SEGV_THREADS
+    if (trigger && g_threads == (TP_SEGV_THREADS)) { volatile uintptr_t addr = 0; *(volatile int *)addr = 1; }
 #endif
 #ifdef TP_ABORT
     if (trigger) abort();
