@@ -168,8 +168,7 @@ static int32_t act_abi(const act_fn *paths, const float *x, int64_t n, float *y)
     if (n < 0 || (n > 0 && (!x || !y))) return CRNN_E_ARG;
     if (n == 0) return CRNN_OK;
     act_job j = {paths[crnn_current_isa()], x, y};
-    if (n < 65536 || crnn_current_threads() == 1) act_range(&j, 0, n);
-    else crnn_parallel_for(n, act_range, &j);
+    crnn_parallel_for_work(n, n, act_range, &j);
     return CRNN_OK;
 }
 

@@ -148,7 +148,7 @@ static void im2col_rows(void *ctx, int64_t y0, int64_t y1)
 static void im2col(const geom_t *g, const float *x, float *col)
 {
     im2col_job j = {g, x, col, 0};
-    crnn_parallel_for(g->Hc, im2col_rows, &j);
+    crnn_parallel_for_work(g->Hc, g->P * g->KP, im2col_rows, &j);
 }
 
 /* ---- forward: bias, then the pool over rows of windows ------------------------------- */
@@ -318,7 +318,7 @@ int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
         if (!Bp) return CRNN_E_NOMEM;
         crnn_kn_pack(g.KP, g.Out, Wt, 1, g.KP, Bp);     /* B(k, o) = Wt[o][k], packed once */
         band_job bj = {&g, x, Bp, b, conv, pooled, winners, CRNN_OK};
-        crnn_parallel_for((g.Hc + g.poolH - 1) / g.poolH, conv_bands, &bj);
+        crnn_parallel_for_work((g.Hc + g.poolH - 1) / g.poolH, g.P * g.Out * g.KP, conv_bands, &bj);
         return bj.rc;
     }
 #endif
@@ -338,9 +338,9 @@ int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
     crnn_gemm16_kn(g.P, g.Out, g.KP, col, g.KP, 1, Wt, 1, g.KP, conv, g.Out);
 #endif
     fwd_job j = {&g, b, conv, pooled, winners};
-    crnn_parallel_for(g.P, bias_rows, &j);
+    crnn_parallel_for_work(g.P, g.P * g.Out, bias_rows, &j);
 #endif
-    crnn_parallel_for(g.Hp, pool_rows, &j);
+    crnn_parallel_for_work(g.Hp, g.P * g.Out, pool_rows, &j);
     return CRNN_OK;
 }
 
@@ -727,7 +727,7 @@ int32_t crnn_conv_backward(const float *x, int32_t H, int32_t W, int32_t C,
 #endif
         crnn_gemm16_kn(P, KP, Out, dC, Out, 1, Wt, KP, 1, dcol, KP);  /* dcol[p][k] over o */
         gather_job j = {&g, dcol, dx};
-        crnn_parallel_for(g.H, gather_rows, &j);
+        crnn_parallel_for_work(g.H, g.P * g.KP, gather_rows, &j);
     }
     return CRNN_OK;
 }

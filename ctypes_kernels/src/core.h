@@ -175,6 +175,11 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
 /* Runs fn(ctx, begin, end) over [0, n) split into contiguous chunks, one per thread. */
 typedef void (*crnn_range_fn)(void *ctx, int64_t begin, int64_t end);
 void crnn_parallel_for(int64_t n, crnn_range_fn fn, void *ctx);
+/* The same when `work` (the call's multiply-adds or element steps) is at least
+ * CRNN_SMALL_WORK; below it fn(ctx, 0, n) on the calling thread, since waking a worker
+ * costs more than such a call. Every output is computed whole either way: same bits. */
+#define CRNN_SMALL_WORK 65536
+void crnn_parallel_for_work(int64_t n, int64_t work, crnn_range_fn fn, void *ctx);
 
 int crnn_current_isa(void);
 int crnn_current_threads(void);

@@ -109,7 +109,6 @@ void crnn_kn_pack(int64_t K, int64_t N, const float *B, int64_t b_k, int64_t b_j
  * COLS_Q) of C, so each runs full register blocks; either way every output is whole. */
 #define ROWS_Q 4
 #define COLS_Q 16
-#define SMALL_WORK 65536     /* multiply-adds below which a product stays on one thread */
 
 typedef struct {
     crnn_gemm16_fn nt;       /* exactly one of nt, kn, knp is set */
@@ -151,7 +150,7 @@ static void gemm_run(gemm_job *g)
     if (g->M <= 0 || g->N <= 0) return;
     int64_t rb = (g->M + ROWS_Q - 1) / ROWS_Q, cb = (g->N + COLS_Q - 1) / COLS_Q;
     int t = crnn_current_threads();
-    if (t == 1 || g->M * g->N * (g->K + 16) < SMALL_WORK) {
+    if (t == 1 || g->M * g->N * (g->K + 16) < CRNN_SMALL_WORK) {
         g->by_rows = 1;
         gemm_range(g, 0, rb);
         return;
@@ -188,13 +187,8 @@ void crnn_gemm16_kn_packed(int64_t M, int64_t N, int64_t K,
 #endif
 }
 
-/* The row-split kernels below: whole rows per thread, or all on this thread when there is
- * one thread or the work (multiply-adds) is small. */
-static void run_rows(int64_t M, int64_t work, crnn_range_fn fn, void *ctx)
-{
-    if (crnn_current_threads() == 1 || work < SMALL_WORK) fn(ctx, 0, M);
-    else crnn_parallel_for(M, fn, ctx);
-}
+/* The row-split kernels below: whole rows per thread, or all on this thread when the work
+ * (multiply-adds) is small (crnn_parallel_for_work). */
 
 static const crnn_gemm16ls_fn ls_kernels[CRNN_NISA] = {
     crnn_gemm16ls_scalar, crnn_gemm16ls_sse, crnn_gemm16ls_avx2, crnn_gemm16ls_avx512,
@@ -223,7 +217,7 @@ void crnn_gemm16_listed(int64_t M, int64_t nb, const crnn_term *terms, const int
                         int64_t ldc, int32_t *negz)
 {
     ls_job j = {ls_kernels[crnn_current_isa()], nb, ldc, terms, start, len, coff, B, C, negz};
-    if (M > 0 && nb > 0) run_rows(M, M > 1 ? SMALL_WORK : 0, ls_range, &j);
+    if (M > 0 && nb > 0) crnn_parallel_for_work(M, M > 1 ? CRNN_SMALL_WORK : 0, ls_range, &j);
 }
 
 
@@ -252,5 +246,5 @@ void crnn_gemm16_sparse_rows(int64_t M, int64_t N, int64_t K, const float *A, in
                              const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag)
 {
     sp_job j = {crnn_current_isa(), N, K, lda, ldb, ldc, A, B, C, flag};
-    if (M > 0 && N > 0) run_rows(M, M * N * K, sp_range, &j);
+    if (M > 0 && N > 0) crnn_parallel_for_work(M, M * N * K, sp_range, &j);
 }

@@ -3,8 +3,8 @@
  * element-wise operation is one float32 rounding in the order written (no fma: the file is
  * compiled with -ffp-contract=off). sigmoid and tanh are the project's (activations.h).
  *
- * Threads: the two directions are independent, so they run in parallel (crnn_parallel_for
- * over d = 0, 1); the big products outside the recurrence go through crnn_gemm16 /
+ * Threads: the two directions are independent, so they run in parallel (crnn_parallel_for_work
+ * over d = 0, 1; on this thread when the recurrence's products are small); the big products outside the recurrence go through crnn_gemm16 /
  * crnn_gemm16_kn, which split whole outputs. The per-step products inside a direction
  * (M = lines, latency-bound) call the selected ISA's kernel directly on the direction's
  * thread. Bits never depend on either. The backward reads every operand as stored (the kn
@@ -166,7 +166,7 @@ int32_t crnn_lstm_forward_lines(int nl, const float *const *x, int32_t T, int32_
         crnn_gemm16_kn(T, 2 * (int64_t)G, I, x[0], I, 1, W_ih, 1, I, xw, 2 * (int64_t)G);
     }
     fwd_ctx k = {nl, T, H, xw, W_hh, b, out, gates, c, tc, hPrev, scratch, Whhp};
-    crnn_parallel_for(2, forward_range, &k);
+    crnn_parallel_for_work(2, 2 * (int64_t)nl * T * (int64_t)G * H, forward_range, &k);
     return CRNN_OK;
 }
 
@@ -292,7 +292,7 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
         for (int d = 0; d < 2; d++)
             crnn_kn_pack((int64_t)G, H, W_hh + d * G * nH, H, 1, Whhp + d * packed);
     bwd_ctx k = {nl, T, H, gates, c, tc, dOut, W_hh, Whhp, dzall, scratch};
-    crnn_parallel_for(2, backward_range, &k);
+    crnn_parallel_for_work(2, 2 * (int64_t)nl * T * (int64_t)G * H, backward_range, &k);
 
     /* per line: dots over t, t ascending: columns of dz against rows of x, hPrev, ones */
     const int64_t G8 = 2 * (int64_t)G;

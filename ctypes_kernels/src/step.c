@@ -239,7 +239,10 @@ static void run_stage(batch_t *bt, stage_fn fn)
     stage_job j = {bt, fn};
     bt->next = 0;
     int32_t workers = crnn_current_threads() < bt->B ? crnn_current_threads() : bt->B;
-    crnn_parallel_for(workers, stage_worker, &j);
+    int64_t work = 0;   /* a lower bound: every parameter takes part once per step of a line */
+    for (int32_t b = 0; b < bt->B; b++)
+        work += bt->m->nParams * (bt->lay[b].g.T > 1 ? bt->lay[b].g.T : 1);
+    crnn_parallel_for_work(workers, work, stage_worker, &j);
 }
 
 static void line_failed(const batch_t *bt, int32_t b, int32_t rc)
@@ -555,7 +558,8 @@ int32_t crnn_step_gradients(const int32_t *cfg, const float *params, int32_t B,
             }
 #else
             sum_job sj = {grads, lineGrads, m.nParams, B};      /* element blocks across threads */
-            crnn_parallel_for((m.nParams + SUM_BLOCK - 1) / SUM_BLOCK, sum_blocks, &sj);
+            crnn_parallel_for_work((m.nParams + SUM_BLOCK - 1) / SUM_BLOCK, m.nParams * B,
+                                   sum_blocks, &sj);
 #endif
         }
         double total = 0.0;

@@ -137,6 +137,15 @@ static void run_serially(int64_t n, int t, crnn_range_fn fn, void *ctx)
     for (int c = 0; c < t; c++) run_chunk(&j, c);
 }
 
+void crnn_parallel_for_work(int64_t n, int64_t work, crnn_range_fn fn, void *ctx)
+{
+    if (work < CRNN_SMALL_WORK) {
+        if (n > 0) fn(ctx, 0, n);
+    } else {
+        crnn_parallel_for(n, fn, ctx);
+    }
+}
+
 void crnn_parallel_for(int64_t n, crnn_range_fn fn, void *ctx)
 {
     int t = crnn_current_threads();
