@@ -67,6 +67,7 @@ class GateOptions:
     case: str | None = None          # glob over case names
     timeout: float | None = 120.0    # None: no limit
     available: bool = False          # `--layers available`: gate only the layers the port implements
+    workers: int = 1                 # worker processes running cases side by side (gate --jobs)
 
 
 @dataclass

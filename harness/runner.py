@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import time
+from multiprocessing.connection import wait
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,6 +31,10 @@ from crnn_conformance.harness.tolerances import elementwise, lookup
 __all__ = ["FIXTURES_DIR", "THREADS", "TIERS", "GateOptions", "GateResult", "GateSession", "Job",
            "Record", "check_case", "cpu_info", "host_info", "repro_command", "run_gate",
            "select_isas", "tier_tolerance", "tool_info"]
+
+
+DEPTH = 2      # batches a worker has waiting at most: the one it runs and the next
+WINDOW = 8     # cases per worker that may be sent before their turn (their answers kept)
 
 
 def tier_tolerance(layer: str, case, tier: str, tensor: str, shape=None):
@@ -116,7 +121,9 @@ class GateSession:
             raise ValueError(f"no checks selected: no case of {', '.join(self.layer_names)}"
                              + (f" matches --case {opts.case!r}" if opts.case else "")
                              + f" with the tier(s) {', '.join(opts.tiers)}")
-        self.executor = None
+        self.executor = None                 # the first worker (its port info is the session's)
+        self.executors: list = []
+        self._worker_of: dict[tuple, int] = {}   # job key -> the worker it was sent to
         self.isas: list[str] = []
         # `--layers available`: layer -> why it is not implemented (missing symbols, or an
         # entry point that returned CRNN_E_UNSUPPORTED); meta["not_implemented"] holds it.
@@ -129,8 +136,9 @@ class GateSession:
         # --layers available: the worker checks only the core symbols; the layers whose
         # symbols are missing are then "not implemented" and their cases are not run
         cases = {fx.path: {c.name: c for c in fx.cases} for fs in self.fixtures.values() for fx in fs}
-        self.executor = Executor(self.port_path, [] if self.opts.available else self.layer_names,
-                                 self.opts.timeout, cases)
+        layers = [] if self.opts.available else self.layer_names
+        self.executor = Executor(self.port_path, layers, self.opts.timeout, cases)
+        self.executors = [self.executor]
         try:
             self.isas = _select_isas(self.opts, self.executor.isas)
             if self.opts.available:
@@ -138,8 +146,11 @@ class GateSession:
             if set(self.opts.tiers) == {"identity"} and len(self.isas) * len(self.opts.threads) < 2:
                 raise ValueError("no checks selected: the identity tier compares ISA x thread "
                                  f"runs, and only {self.isas[0]} x {self.opts.threads[0]} is selected")
+            n = max(1, min(self.opts.workers, len(self.jobs)))
+            self.executors += [Executor(self.port_path, layers, self.opts.timeout, cases)
+                               for _ in range(n - 1)]
         except BaseException:
-            self.executor.close(force=True)
+            self.close(force=True)
             raise
         self._prefetch()   # (after _drop_missing: only the cases that will run)
         return self
@@ -164,8 +175,8 @@ class GateSession:
                             if any(t in j.case.expected for t in ("float64", "pytorch"))])
 
     def close(self, force: bool = False) -> None:
-        if self.executor is not None:
-            self.executor.close(force)
+        for ex in self.executors:
+            ex.close(force)
         from crnn_conformance.harness import allowance
         allowance.shutdown()
 
@@ -182,25 +193,52 @@ class GateSession:
             return [base]
         return [base] + [(i, t) for i in self.isas for t in self.opts.threads if (i, t) != base]
 
-    def _submit(self, job: Job) -> None:
-        if not self.executor.submitted(job.layer, job.fixture, job.case.name):
-            self.executor.submit(job.layer, job.fixture, job.case.name, self.runs())
+    def _submit(self, job: Job):
+        """Sends a case's runs as one batch to the worker with the fewest waiting (once)."""
+        key = _key(job)
+        if key not in self._worker_of:
+            self._worker_of[key] = min(range(len(self.executors)),
+                                       key=lambda k: self.executors[k].queued())
+            self.executors[self._worker_of[key]].submit(*key, self.runs())
+        return self.executors[self._worker_of[key]]
 
-    def run_case(self, job: Job, ahead: Job | None = None) -> list[Record]:
-        """The records of one case, its runs sent to the worker as one batch; `ahead`, the
-        next case, is sent before this one's records are made, so the worker runs it
-        meanwhile."""
-        self._submit(job)
-        if ahead is not None and ahead.layer not in self.not_implemented:
-            self._submit(ahead)
+    def _dispatch(self, ahead) -> None:
+        """Sends the next cases of `ahead` while some worker has fewer than DEPTH batches
+        waiting: a worker that finished a long case takes the next ones (their answers wait
+        in the gate until their turn)."""
+        for job in ahead:
+            if min(e.queued() for e in self.executors) >= DEPTH:
+                return
+            if job.layer not in self.not_implemented:
+                self._submit(job)
+
+    def _await(self, ex, key, ahead) -> None:
+        """Reads every worker's answers as they come until batch `key` of `ex` is complete
+        (no worker waits on a full pipe while the gate waits for another), sending cases of
+        `ahead` to the workers that become free."""
+        self._dispatch(ahead)
+        while ex.queued(key):
+            busy = [e for e in self.executors if e.queued()]
+            ends = [d for d in (e.deadline() for e in busy) if d is not None]
+            wait([e.conn for e in busy], max(0.0, min(ends) - time.monotonic()) if ends else None)
+            for e in busy:
+                e.receive(0)       # one answer if it came; a hang if its run is overdue
+            self._dispatch(ahead)
+
+    def run_case(self, job: Job, ahead=()) -> list[Record]:
+        """The records of one case, its runs sent to a worker as one batch. The cases in
+        `ahead` (the next ones, in order) are sent as workers become free, before this
+        one's records are made, so the workers run them meanwhile."""
+        ex = self._submit(job)
+        self._await(ex, _key(job), ahead)
         try:
-            records = _run_case(self.opts, self.executor, job.module, job.fixture, job.case,
-                                self.isas, self.isas[0])
+            records = _run_case(self.opts, ex, job.module, job.fixture, job.case, self.isas,
+                                self.isas[0])
         except NotImplementedByPort as e:
             self.not_implemented.setdefault(job.layer, str(e))
             return []
         finally:
-            self.executor.drop(job.layer, job.fixture, job.case.name)
+            ex.drop(*_key(job))
         for r in records:
             r.fixture = Path(job.fixture).stem
         for r in records:   # a record that judged pool flips reports them (possibly none)
@@ -219,6 +257,7 @@ class GateSession:
             "fpenv": ex.info.get("fpenv") if ex else None,
             "isas": self.isas, "isas_available": ex.isas if ex else [],
             "threads": list(self.opts.threads), "tiers": list(self.opts.tiers),
+            "workers": len(self.executors),
             "layers": self.layer_names, "case": self.opts.case, "timeout_s": self.opts.timeout,
             "started": self.started, "wall_s": round(time.perf_counter() - self.t0, 3),
             **({"port_load_output": ex.load_output} if ex and ex.load_output else {}),
@@ -238,12 +277,16 @@ def run_gate(opts: GateOptions, progress=None) -> GateResult:
         for n, job in enumerate(jobs):
             if progress:
                 progress(n, len(jobs), f"{job.layer} {job.case.name}")
-            records += session.run_case(job, jobs[n + 1] if n + 1 < len(jobs) else None)
+            records += session.run_case(job, jobs[n + 1:n + 1 + WINDOW * len(session.executors)])
         if progress:
             progress(len(jobs), len(jobs), "done")
     if not records and not session.not_implemented:   # (none implemented: the CLI says so)
         raise ValueError("no checks selected: the selected cases have none of the selected tiers")
     return GateResult(records, session.meta())
+
+
+def _key(job: Job) -> tuple:
+    return job.layer, str(job.fixture), job.case.name
 
 
 class NotImplementedByPort(Exception):

@@ -39,7 +39,30 @@ def test_correct_test_port_passes(ports):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def _checks(report_dir: Path) -> list[tuple]:
+    keys = ("layer", "case", "tensor", "tier", "isa", "threads", "passed", "usage", "note")
+    return [tuple(t.get(k) for k in keys)
+            for t in json.loads((report_dir / "results.json").read_text())["tensors"]]
+
+
+@pytest.mark.parametrize("port", ["good", "-DTP_SEGV_THREADS=3"])
+def test_more_workers_make_the_same_records_in_the_same_order(port, ports, tmp_path):
+    """--jobs 3 runs the cases on three workers side by side (a failing port too: its crash
+    in one run of a case); the records, their verdicts and their order are those of --jobs 1."""
+    args = ["--port", str(ports() if port == "good" else ports(port)), *LAYERS, "-q"]
+    one, three = tmp_path / "one", tmp_path / "three"
+    r1 = gate(*args, "--jobs", "1", "--report-dir", str(one))
+    r3 = gate(*args, "--jobs", "3", "--report-dir", str(three))
+    assert r1.returncode == r3.returncode == (0 if port == "good" else 1), r3.stdout + r3.stderr
+    assert _checks(one) == _checks(three)
+    assert json.loads((three / "results.json").read_text())["meta"]["workers"] == 3
+
+
 # ---- bad input: one line, exit 2 -----------------------------------------------------------
+
+def test_jobs_below_one_is_exit_2():
+    cannot_run(gate(*LAYERS, "--jobs", "0"), "--jobs must be at least 1")
+
 
 def test_no_c_compiler(tmp_path):
     line = cannot_run(gate(*LAYERS, env={"CC": "/nonexistent"}), "no C compiler", "CC=/nonexistent")

@@ -40,6 +40,15 @@ def _split(value, allowed=None, name="value", conv=str):
         raise click.BadParameter(f"{value!r} is not a comma-separated list of {name}s") from None
 
 
+def default_workers() -> int:
+    """The gate's worker processes: 2 when this process may run on 2 or more CPUs, else 1."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return 2 if cpus >= 2 else 1
+
+
 def parse_timeout(seconds: float) -> float | None:
     """--timeout: a number of seconds in (0, MAX_TIMEOUT], or inf for no limit (None)."""
     if seconds == math.inf:

@@ -11,8 +11,9 @@ from crnn_conformance.generators.h5io import FixtureError
 from crnn_conformance.harness import layers as L
 from crnn_conformance.harness.runner import FIXTURES_DIR, THREADS, TIERS, GateOptions, run_gate
 
-from .common import (EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, _split, cannot_run, parse_timeout,
-                     stdout_bytes_as_given, writable_dir, writable_file, write_reports)
+from .common import (EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, _split, cannot_run, default_workers,
+                     parse_timeout, stdout_bytes_as_given, writable_dir, writable_file,
+                     write_reports)
 
 
 @click.command()
@@ -37,11 +38,14 @@ from .common import (EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, _split, cannot_run, 
 @click.option("--timeout", type=float, default=120.0, show_default=True,
               help="seconds one layer call on one case may take before it counts as a hang "
                    "(inf: no limit)")
+@click.option("--jobs", type=int, default=None,
+              help="worker processes running cases side by side, each with its own copy of "
+                   "the port (default: 2 on a machine with 2 or more CPUs, else 1)")
 @click.option("-q", "--quiet", is_flag=True, help="print only failures and the verdict")
 @click.option("-v", "--verbose", is_flag=True,
               help="also print each float64 / pytorch check's resolution")
 def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, junit_path, json_path,
-         timeout, quiet, verbose):
+         timeout, jobs, quiet, verbose):
     """Run a port against the fixtures; exit 0 pass, 1 fail, 2 cannot run."""
     stdout_bytes_as_given()
     available = layers is not None and layers.strip() == "available"
@@ -52,9 +56,12 @@ def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, junit_pa
             threads=tuple(_split(threads, None, "thread count", int)),
             tiers=tuple(_split(tiers, TIERS, "tier")),
             layers=None if available else _split(layers, L.LAYERS, "layer"),
-            case=case, timeout=parse_timeout(timeout), available=available)
+            case=case, timeout=parse_timeout(timeout), available=available,
+            workers=default_workers() if jobs is None else jobs)
     except click.BadParameter as e:
         cannot_run(e.message)
+    if opts.workers < 1:
+        cannot_run(f"--jobs must be at least 1 (got {opts.workers})")
     if any(t < 1 or t > 256 for t in opts.threads):
         cannot_run("thread counts must be between 1 and 256")
     if not opts.threads:

@@ -1,0 +1,271 @@
+"""The worker process: loads the port, runs one layer on one case per request on private
+guarded copies of the inputs (harness/guard.py), and answers with the outputs
+(harness/executor.py is the gate's side).
+
+Every port call is checked (_TracedFn): the floating-point environment before and after
+(flush-to-zero, denormals-are-zero, a rounding mode other than to-nearest or unmasked
+exceptions would change results: abi.PortError, gate exit 2), the arena's guard zones and
+const inputs, and the entry point in progress is written to memory shared with the gate, so
+a crash or hang names it. The worker's stdout and stderr are a file the gate reads after
+each run. The worker ignores SIGINT (the gate handles it and kills the worker) and dies with
+the gate (PR_SET_PDEATHSIG), so no worker outlives it.
+"""
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import resource
+import signal
+import tempfile
+import time
+import traceback
+
+import numpy as np
+
+from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.generators.h5io import read_fixture
+from crnn_conformance.harness import guard
+from crnn_conformance.harness.fpenv import FpEnvError, fp_checker, fp_problem, fpenv, load_helper
+
+_LIBC = ctypes.CDLL(None)
+OUTPUT_LIMIT = 4096              # bytes of a run's port output kept for its records
+OUTPUT_FILE_LIMIT = 256 << 20    # RLIMIT_FSIZE of the worker: a port printing forever stops here
+
+
+class _Shared:
+    """What the gate and its worker share: the entry point in progress, the fault slot the
+    helper's signal handler fills, the guard-page table of the call in progress, and the
+    worker's stdout/stderr file (O_APPEND, unlinked; the gate reads it with pread)."""
+
+    def __init__(self, ctx):
+        self.current = ctx.RawArray("c", 128)
+        self.fault = ctx.RawArray(ctypes.c_uint64, 2)
+        self.table = ctx.RawArray("c", 4096)
+        self.parent = os.getpid()
+        fd, path = tempfile.mkstemp(prefix="crnn-port-output-")
+        os.unlink(path)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+        self.out_fd = fd
+
+    def output(self) -> str:
+        """What the worker wrote since its last truncation (at most OUTPUT_LIMIT bytes)."""
+        try:
+            size = os.fstat(self.out_fd).st_size
+            data = os.pread(self.out_fd, OUTPUT_LIMIT, 0) if size else b""
+        except OSError:
+            return ""
+        text = data.decode("utf-8", "replace")
+        if size > OUTPUT_LIMIT:
+            text += f"\n[... {size - OUTPUT_LIMIT} more byte(s) not kept]"
+        return text
+
+    def close(self) -> None:
+        if self.out_fd is not None:
+            os.close(self.out_fd)
+            self.out_fd = None
+
+
+class _Traced:
+    """The port as the layer modules see it in the worker: every crnn_* call is checked
+    (_TracedFn); the wrappers are made once per entry point."""
+
+    def __init__(self, lib, shared, helper):
+        self._lib, self._shared, self._helper = lib, shared, helper
+        self.fp_ok = fp_checker(helper)
+        self.where = ""                      # the run in progress, for the messages
+        self.table = b""                     # the guard-page table last written to shared
+
+    def __getattr__(self, name):
+        fn = getattr(self._lib, name)
+        if not name.startswith("crnn_") or not callable(fn):
+            return fn
+        wrapped = _TracedFn(fn, name, self)
+        setattr(self, name, wrapped)
+        return wrapped
+
+    def check_fp(self, when: str, why: str) -> None:
+        if not self.fp_ok():
+            self.fp_failed(when, why)
+
+    def fp_failed(self, when: str, why: str):
+        raise FpEnvError(f"{fp_problem(fpenv(self._helper), when)} ({why})")
+
+
+class _TracedFn:
+    """One entry point: the floating-point environment checked before and after, its name in
+    the shared buffer while it runs (a crash or hang names it), and the arena's guard and
+    const-input checks around it (harness/guard.py)."""
+
+    def __init__(self, fn, name: str, traced: _Traced):
+        self._fn, self._name, self._bname, self._t = fn, name, name.encode()[:127], traced
+
+    def __call__(self, *args):
+        t, shared = self._t, self._t._shared
+        if not t.fp_ok():
+            t.fp_failed(f"before {self._name} was called ({t.where})",
+                        "something between the port's calls changed it")
+        arena = guard.active()
+        touched = arena.before(self._name, args) if arena is not None else ()
+        table = arena.guard_pages(touched) if touched else b""
+        if table != t.table:              # (the calls of a `many` case touch the same buffers)
+            shared.table.value = t.table = table
+        shared.current.value = self._bname
+        rc = self._fn(*args)
+        shared.current.value = b""
+        if not t.fp_ok():
+            t.fp_failed(f"after {self._name} returned ({t.where})",
+                        "the call changed the floating-point environment and did not restore it")
+        if arena is not None:
+            arena.after(self._name, touched, rc)
+        return rc
+
+    def __getattr__(self, name):
+        return getattr(self._fn, name)
+
+
+def _isolate(shared) -> None:
+    """The worker's set-up: the gate handles SIGINT (and kills the worker), SIGTERM and SIGHUP
+    end it; it dies with the gate; its stdout and stderr go to the shared file, unbuffered."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    libc = ctypes.CDLL(None)
+    try:
+        libc.prctl(1, int(signal.SIGKILL))   # PR_SET_PDEATHSIG (Linux)
+    except AttributeError:
+        pass
+    if os.getppid() != shared.parent:
+        os._exit(1)
+    os.dup2(shared.out_fd, 1)
+    os.dup2(shared.out_fd, 2)
+    try:
+        libc.setvbuf(ctypes.c_void_p.in_dll(libc, "stdout"), None, 2, 0)   # _IONBF
+    except (AttributeError, ValueError):
+        pass
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+    if hard == resource.RLIM_INFINITY or hard > OUTPUT_FILE_LIMIT:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_FILE_LIMIT, hard))
+
+
+def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, shared,
+            cases: dict) -> None:
+    _isolate(shared)
+    helper = load_helper(helper_path) if helper_path else None
+    if helper is not None:
+        helper.crnn_h_catch_faults(ctypes.addressof(shared.fault))
+    problem = fp_problem(fpenv(helper), "in the harness process before loading the port")
+    if problem:
+        conn.send(("porterror", problem + " (something in this process enabled it: unset it "
+                                "or run the gate from a clean interpreter)"))
+        return
+    try:
+        lib = abi.load(port_path, layers)
+    except abi.PortError as e:
+        conn.send(("porterror", str(e)))
+        return
+    problem = fp_problem(fpenv(helper), f"right after loading the port {port_path}")
+    if problem:
+        conn.send(("porterror", problem + " (its initialisation enables it: was it built or "
+                                "linked with -ffast-math / -Ofast?)"))
+        return
+    ctypes.CDLL(None).fflush(None)
+    conn.send(("ok", {"isas": abi.available_isas(lib), "abi_version": int(lib.crnn_abi_version()),
+                      "fpenv": fpenv(helper), "symbols": abi.exported(lib)}))
+    traced = _Traced(lib, shared, helper)
+    fflush = _LIBC.fflush
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:          # the gate is gone
+            return
+        if msg is None:
+            return
+        if msg[0] == "batch":     # one case on several (isa, threads): an answer per run
+            _serve_batch(conn, traced, shared, cases, *msg[1:])
+            continue
+        arena = _fresh_arena(traced, shared)
+        answer = _run_one(traced, arena, cases, *msg)
+        fflush(None)
+        conn.send(answer)
+        arena.release()
+
+
+def _fresh_arena(traced, shared) -> guard.Arena:
+    """A run's start: its own output (the file truncated), no guard-page table, a new arena."""
+    os.ftruncate(shared.out_fd, 0)
+    shared.table.value = traced.table = b""
+    return guard.Arena()
+
+
+def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, runs, case) -> None:
+    """Runs one case on every (isa, threads) of `runs`, sending ("run", answer, port output,
+    seconds) as each run ends, then ("done", None). A run whose outputs equal the first's
+    byte for byte is sent as ("same", None). An fpenv answer ends the batch: the environment
+    is broken for every run after it."""
+    if case is not None:                         # the case itself came with the request
+        cases[fixture_path] = {case_name: case}
+    fflush = _LIBC.fflush
+    first = first_arena = None
+    for isa, threads in runs:
+        arena = _fresh_arena(traced, shared)
+        t0 = time.perf_counter()
+        answer = _run_one(traced, arena, cases, layer, fixture_path, case_name, isa, threads)
+        seconds = time.perf_counter() - t0
+        fflush(None)
+        if first is None:
+            first, first_arena = answer, arena
+        elif _same_outputs(answer, first):
+            answer = ("same", None)
+        conn.send(("run", answer, shared.output(), seconds))
+        if arena is not first_arena:
+            arena.release()
+        if answer[0] == "fpenv":
+            break
+    conn.send(("done", None))
+    if first_arena is not None:
+        first_arena.release()
+
+
+def same_bytes(a, b) -> bool:
+    """Two arrays of the same dtype and shape holding the same bytes (NaN payloads included)."""
+    if a is b:
+        return True
+    return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
+            and a.shape == b.shape and a.tobytes() == b.tobytes())
+
+
+def _same_outputs(answer, first) -> bool:
+    """Both runs returned outputs, the same tensors with the same bytes."""
+    if answer[0] != "ok" or first[0] != "ok" or answer[1].keys() != first[1].keys():
+        return False
+    return all(same_bytes(answer[1][t], first[1][t]) for t in first[1])
+
+
+def _run_one(lib, arena, cases, layer, fixture_path, case_name, isa, threads) -> tuple:
+    from crnn_conformance.harness import layers as L
+    lib.where = f"{layer}, case {case_name}, {isa} x {threads} thread(s)"
+    case = None
+    guard.activate(arena)
+    try:
+        lib.check_fp(f"before running {layer} on case {case_name}",
+                     "an earlier call into the port left it set")
+        if fixture_path not in cases:
+            cases[fixture_path] = {c.name: c for c in read_fixture(fixture_path).cases}
+        case = cases[fixture_path][case_name]
+        abi.check(lib.crnn_set_isa(abi.ISA_NAMES.index(isa)), f"crnn_set_isa({isa})")
+        abi.check(lib.crnn_set_threads(threads), f"crnn_set_threads({threads})")
+        result = L.module(layer).run(lib, guard.PrivateCase(case, arena))
+        arena.finish()
+        return ("ok", result)
+    except FpEnvError as e:
+        return ("fpenv", str(e))
+    except abi.PortCallError as e:
+        wanted = ({t for tensors in case.expected.values() for t in tensors}
+                  if case is not None and case.expected else None)   # None: every output
+        return ("callerror", (str(e), e.code, arena.partial(wanted)))
+    except Exception:  # a harness bug: report it whole
+        return ("exception", traceback.format_exc())
+    finally:
+        guard.activate(None)
