@@ -109,7 +109,10 @@ class Executor:
         if self.proc is None or not self.proc.is_alive():
             self.collect()          # a dead worker's queue: what it answered, then its crash
             self._start()
-        self.conn.send(("batch", layer, str(fixture_path), case_name, list(runs), case))
+        try:
+            self.conn.send(("batch", layer, str(fixture_path), case_name, list(runs), case))
+        except (BrokenPipeError, ConnectionResetError):
+            return      # it died just now: collect() reads its crash, run() redoes these runs
         if not self._queue:
             self._since = time.monotonic()     # the worker was idle: the batch starts now
         self._batches[key] = {}

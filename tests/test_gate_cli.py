@@ -60,8 +60,15 @@ def test_more_workers_make_the_same_records_in_the_same_order(port, ports, tmp_p
 
 # ---- bad input: one line, exit 2 -----------------------------------------------------------
 
-def test_jobs_below_one_is_exit_2():
-    cannot_run(gate(*LAYERS, "--jobs", "0"), "--jobs must be at least 1")
+@pytest.mark.parametrize("jobs", ["0", "65"])
+def test_jobs_out_of_range_is_exit_2(jobs):
+    cannot_run(gate(*LAYERS, "--jobs", jobs), f"--jobs must be between 1 and 64 (got {jobs})")
+
+
+def test_jobs_not_a_number_is_a_usage_error():
+    r = gate(*LAYERS, "--jobs", "two")
+    assert r.returncode == 2 and "Invalid value for '--jobs': 'two'" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
 
 
 def test_no_c_compiler(tmp_path):

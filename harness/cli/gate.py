@@ -60,8 +60,8 @@ def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, junit_pa
             workers=default_workers() if jobs is None else jobs)
     except click.BadParameter as e:
         cannot_run(e.message)
-    if opts.workers < 1:
-        cannot_run(f"--jobs must be at least 1 (got {opts.workers})")
+    if not 1 <= opts.workers <= 64:
+        cannot_run(f"--jobs must be between 1 and 64 (got {opts.workers})")
     if any(t < 1 or t > 256 for t in opts.threads):
         cannot_run("thread counts must be between 1 and 256")
     if not opts.threads:
