@@ -8,6 +8,9 @@ An array is not drawn element by element (slow to generate, slow to shrink) but 
     seed     the NumPy generator's seed for the kind's random part               (to 0)
     specials up to a few (index, value) overrides from a list of special values  (to none)
 
+in as few of Hypothesis's choices as shrink well: the kind; sign, scale and seed as one
+integer (look()); the number of overrides; one integer per override.
+
 so a shrunk failure reads like "x all zero except x[0] = NaN" or "W = 1 everywhere". `tiny`
 values (2^-80 * [1, 2)) make products underflow to a zero of the product's sign, `subnormal`
 ones live below 2^-126, `huge` ones overflow products (where the layer's NaN rules allow it,
@@ -15,6 +18,7 @@ see generators/edge_values.py: input NaNs and NaNs made by an operation are neve
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -48,22 +52,27 @@ def _base(kind: str, n: int, rng, huge_exp: int) -> np.ndarray:
     return np.ldexp(rng.uniform(1, 2, n), rng.integers(-149, huge_exp, n)) * rng.choice([-1.0, 1.0], n)
 
 
+def sampled(options: tuple):
+    """st.sampled_from(options), made once per options (the strategies below and in
+    strategies/ are drawn thousands of times a second, and Hypothesis validates each new
+    strategy object on its first draw, which costs more than the draw). The key tells -0.0
+    from 0.0, which compare equal."""
+    return _sampled(options, tuple(math.copysign(1.0, x) for x in options
+                                   if isinstance(x, (float, np.floating)) and x == 0))
+
+
 @lru_cache(maxsize=None)
-def _sampled(options: tuple):
+def _sampled(options: tuple, zero_signs: tuple):
     return st.sampled_from(options)
 
 
 @lru_cache(maxsize=None)
-def _ints(lo: int, hi: int):
-    return st.integers(lo, hi)
+def ints(lo: int, hi: int):
+    """st.integers(lo, hi), made once per bounds (see sampled)."""
+    return st.integers(int(lo), int(hi))
 
 
-@lru_cache(maxsize=None)
-def _overrides(n: int, specials: tuple, most: int):
-    return st.lists(st.tuples(_ints(0, n - 1), _sampled(specials)), max_size=most)
-
-
-SIGNS = ("mixed", "positive", "negative")
+BOOLEANS = st.booleans()
 
 
 def array(shape, dtype=F32, kinds=KINDS, specials=(), max_specials=3, huge_exp=50,
@@ -81,23 +90,54 @@ def _array(shape, dtype, kinds, specials, max_specials, huge_exp, scales):
     return _draw_array(shape, dtype, kinds, specials, max_specials, huge_exp, scales)
 
 
+SIGNS = ("mixed", "positive", "negative")
+SEEDS = 1 << 16
+SCALES = 17                       # e in [-8, 8], as 0, 1, -1, 2, -2, ... (shrinks to 2^0)
+LOOKS = len(SIGNS) * SCALES * SEEDS
+
+
+def look(v: int) -> tuple:
+    """One choice in [0, LOOKS) -> (sign, e, seed): Hypothesis costs about as much per
+    choice as a small array costs to make, so the three are one integer, the sign its
+    highest digit and the seed its lowest: shrinking it lowers the sign to "mixed" first,
+    then the scale to 2^0, then the seed to 0."""
+    seed, v = v % SEEDS, v // SEEDS
+    i, sign = v % SCALES, SIGNS[v // SCALES]
+    return sign, (i + 1) // 2 * (1 if i % 2 else -1), seed
+
+
 @st.composite
 def _draw_array(draw, shape, dtype, kinds, specials, max_specials, huge_exp, scales):
     n = int(np.prod(shape))
-    kind = draw(_sampled(kinds))
-    sign = draw(_sampled(SIGNS))
-    e = draw(_ints(-8, 8)) if scales and kind not in ("zero", "tiny", "subnormal") else 0
-    seed = draw(_ints(0, 2 ** 16))
+    kind = draw(sampled(kinds))
+    sign, e, seed = look(draw(ints(0, LOOKS - 1)))
+    if not scales or kind in ("zero", "tiny", "subnormal"):
+        e = 0
     with np.errstate(over="ignore"):   # "huge" beyond the dtype's range is +-inf
         v = (_base(kind, n, np.random.default_rng(seed), huge_exp) * np.ldexp(1.0, e)).astype(dtype)
     if sign == "positive":
         v = np.abs(v)
     elif sign == "negative":
         v = -np.abs(v)
-    if specials and n:
-        for i, x in draw(_overrides(n, specials, max_specials)):
-            v[i] = x
+    if specials and n:                 # a count, then one choice per (index, value)
+        m = len(specials)
+        for _ in range(draw(ints(0, max_specials))):
+            k = draw(ints(0, n * m - 1))
+            v[k // m] = specials[k % m]
     return v.reshape(shape)
+
+
+def picks(draw, table: tuple, lo: int, hi: int) -> list:
+    """lo..hi values from `table` in at most three choices (a list of sampled values costs
+    two a value): how many, the first one's index, and a seed for the others; shrinking
+    leaves one value, the table's first."""
+    k = draw(ints(lo, hi))
+    if k == 0:
+        return []
+    first = draw(ints(0, len(table) - 1))
+    rest = (np.random.default_rng(draw(ints(0, SEEDS - 1))).integers(0, len(table), k - 1)
+            if k > 1 else ())
+    return [table[first]] + [table[int(i)] for i in rest]
 
 
 def f32_specials(nan=False, inf=False, extra=()) -> tuple:

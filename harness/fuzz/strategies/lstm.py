@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from crnn_conformance.generators.edge_values import nan32_variants
 from crnn_conformance.generators.spec import activations as A
 
-from ..values import KINDS, array, f32_specials
+from ..values import KINDS, array, f32_specials, ints, picks, sampled
 
 F32 = np.float32
 LN2 = np.log(2.0)
@@ -39,21 +39,21 @@ ACT_SPECIALS = f32_specials(nan=True, inf=True, extra=tuple(nan32_variants()))
 
 @st.composite
 def activations(draw):
-    n = draw(st.integers(1, 70))
-    pick = draw(st.sampled_from(("mixed", "thresholds")))
+    n = draw(ints(1, 70))
+    pick = draw(sampled(("mixed", "thresholds")))
     x = draw(array(n, kinds=KINDS, specials=ACT_SPECIALS, huge_exp=128, max_specials=6))
     if pick == "thresholds":
-        idx = draw(st.lists(st.sampled_from(THRESHOLDS), min_size=1, max_size=n))
+        idx = picks(draw, THRESHOLDS, 1, n)
         x[:len(idx)] = idx
-    cut = draw(st.integers(0, n))
+    cut = draw(ints(0, n))
     lengths = [v for v in (cut, n - cut) if v]
     return {"kind": "activations"}, {"x": x, "lengths": np.array(lengths, np.int64)}
 
 
 @st.composite
 def layer(draw):
-    T, I, H = draw(st.integers(1, 6)), draw(st.integers(1, 20)), draw(st.integers(1, 5))
-    family = draw(st.sampled_from(("ordinary", "saturated", "underflow")))
+    T, I, H = draw(ints(1, 6)), draw(ints(1, 20)), draw(ints(1, 5))
+    family = draw(sampled(("ordinary", "saturated", "underflow")))
     sp = f32_specials()
     if family == "underflow":
         x = draw(array((T, I), kinds=("tiny",)))

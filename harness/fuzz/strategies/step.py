@@ -9,12 +9,14 @@ and the classifier's dW rows of the classes no target holds are -0 in every line
 (generators/cases/step_edges.py): the batch sum must keep them -0."""
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 from hypothesis import strategies as st
 
 from crnn_conformance.generators import model
 
-from ..values import array
+from ..values import BOOLEANS, array, ints, sampled
 
 F32 = np.float32
 SAFE = ("zero", "one", "int", "uniform", "normal", "pow2", "tiny", "subnormal")
@@ -25,20 +27,21 @@ def valid_width(config, width) -> bool:
                for g in model.block_geometry(config, width))
 
 
+@lru_cache(maxsize=None)   # one strategy object (values.sampled says why)
 @st.composite
 def block(draw):
-    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    return {"out": draw(st.integers(1, 3)), "kh": kh, "kw": kw,
-            "padH": draw(st.integers(0, kh - 1)), "padW": draw(st.integers(0, kw - 1)),
-            "poolH": draw(st.integers(1, 2)), "poolW": draw(st.integers(1, 3))}
+    kh, kw = draw(ints(1, 3)), draw(ints(1, 3))
+    return {"out": draw(ints(1, 3)), "kh": kh, "kw": kw,
+            "padH": draw(ints(0, kh - 1)), "padW": draw(ints(0, kw - 1)),
+            "poolH": draw(ints(1, 2)), "poolW": draw(ints(1, 3))}
 
 
 @st.composite
 def config(draw, hidden=None, blocks=None):
-    classes = draw(st.integers(2, 5))
-    c = {"name": "fuzz", "input_height": draw(st.sampled_from((4, 8, 6, 5))), "input_channels": 1,
-         "blocks": blocks or [draw(block()) for _ in range(draw(st.integers(1, 2)))],
-         "lstm_layers": 1, "hidden": hidden or draw(st.integers(1, 3)), "classes": classes,
+    classes = draw(ints(2, 5))
+    c = {"name": "fuzz", "input_height": draw(sampled((4, 8, 6, 5))), "input_channels": 1,
+         "blocks": blocks or [draw(block()) for _ in range(draw(ints(1, 2)))],
+         "lstm_layers": 1, "hidden": hidden or draw(ints(1, 3)), "classes": classes,
          "alphabet": "abcd"[:classes - 1]}
     if not valid_width(c, 64):
         c["input_height"] = 8
@@ -52,9 +55,9 @@ def min_width(c) -> int:
 
 @st.composite
 def weights(draw, c):
-    p = model.init_params(c, np.random.default_rng(draw(st.integers(0, 2 ** 16))))
+    p = model.init_params(c, np.random.default_rng(draw(ints(0, 2 ** 16))))
     names = list(p)
-    for i in draw(st.lists(st.integers(0, len(names) - 1), max_size=3)):
+    for i in draw(st.lists(ints(0, len(names) - 1), max_size=3)):
         k = names[i]
         p[k] = draw(array(p[k].shape, kinds=SAFE, scales=False))
     return p
@@ -76,13 +79,13 @@ def batch(draw, c, B, min_T=1):
     lines = []
     w0 = min_width(c)
     for _ in range(B):
-        w = w0 + draw(st.integers(0, 8))
+        w = w0 + draw(ints(0, 8))
         while model.steps_for_width(c, w) < min_T:
             w += 1
         T = model.steps_for_width(c, w)
         img = draw(array((c["input_height"], w), kinds=SAFE, scales=False))
-        L = draw(st.integers(0, min(T + 1, 5)))
-        tgt = [draw(st.integers(1, c["classes"] - 1)) for _ in range(L)]
+        L = draw(ints(0, min(T + 1, 5)))
+        tgt = [draw(ints(1, c["classes"] - 1)) for _ in range(L)]
         lines.append((img, tgt))
     return lines
 
@@ -103,19 +106,19 @@ def meta(c, lines) -> dict:
 
 @st.composite
 def cases(draw):
-    zero_family = draw(st.booleans())
+    zero_family = draw(BOOLEANS)
     if zero_family:
-        c = draw(config(blocks=[{"out": draw(st.integers(1, 2)), "kh": 3, "kw": 3, "padH": 1,
+        c = draw(config(blocks=[{"out": draw(ints(1, 2)), "kh": 3, "kw": 3, "padH": 1,
                                  "padW": 1, "poolH": 2, "poolW": 2}]))
         c["input_height"] = 8
     else:
         c = draw(config())
     p = draw(weights(c))
-    B = draw(st.integers(1, 3))
+    B = draw(ints(1, 3))
     if zero_family:
-        signed_zero(p, c, draw(st.sampled_from((5.0, 3.0, 8.0))),
-                    draw(st.sampled_from((-5.0, -3.0, -8.0))),
-                    draw(st.sampled_from((-103.0, -102.0, -104.0, -101.5))))
+        signed_zero(p, c, draw(sampled((5.0, 3.0, 8.0))),
+                    draw(sampled((-5.0, -3.0, -8.0))),
+                    draw(sampled((-103.0, -102.0, -104.0, -101.5))))
         p["fc.b"] = draw(array(c["classes"], kinds=("uniform", "zero"), scales=False)) * F32(0.3)
     lines = draw(batch(c, B, min_T=16 if zero_family else 1))
     inputs = {"cfg": model.cfg_array(c), "params": model.flatten(c, p), **inputs_of(c, p, lines)}

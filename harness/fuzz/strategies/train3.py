@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from crnn_conformance.generators import model
 
+from ..values import BOOLEANS, ints, sampled
 from . import step
 from .adamw import hyper
 
@@ -15,11 +16,11 @@ from .adamw import hyper
 def cases(draw):
     c = draw(step.config())
     p = draw(step.weights(c))
-    B, steps = draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    B, steps = draw(ints(1, 2)), draw(ints(1, 3))
     inputs = {"cfg": model.cfg_array(c), "params": model.flatten(c, p),
               "hparams": np.array(draw(hyper()), np.float64),
-              "clip": np.array([draw(st.sampled_from((1.0, 0.1, 5.0, 1e-3))),
-                                float(draw(st.booleans()))], np.float64)}
+              "clip": np.array([draw(sampled((1.0, 0.1, 5.0, 1e-3))),
+                                float(draw(BOOLEANS))], np.float64)}
     for t in range(steps):
         lines = draw(step.batch(c, B))
         for k, v in step.inputs_of(c, p, lines).items():
