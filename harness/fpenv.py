@@ -1,7 +1,8 @@
 """The floating-point environment of the worker: FTZ, DAZ, the rounding mode and the exception
 masks, read from MXCSR (x86) or FPCR (aarch64) through a tiny harness-side C helper compiled
 into the build cache, or, without a C compiler, probed with NumPy arithmetic. The same helper
-records the address of a SIGSEGV / SIGBUS for the gate's crash report (harness/executor.py).
+records the address of a SIGSEGV / SIGBUS for the gate's crash report (harness/executor.py)
+and makes the guard checks around a port call in one call (harness/guard.py).
 """
 from __future__ import annotations
 
@@ -43,6 +44,22 @@ int32_t crnn_h_catch_faults(uint64_t *slot)
     g_fault = slot;
     return sigaction(SIGSEGV, &sa, 0) == 0 && sigaction(SIGBUS, &sa, 0) == 0 ? 0 : -1;
 }
+/* The guard checks around a port call (harness/guard.py) in one call: rec holds five
+   addresses a buffer, {zone_lo, lo, hi, zone_hi, ref}. Both canary zones must hold
+   `pattern`, and when ref is not 0 the data [lo, hi) must equal the bytes at ref (a const
+   argument). -> the index of the first buffer that fails, or -1. */
+int32_t crnn_h_guard_check(const uint64_t *rec, int32_t n, const uint8_t *pattern)
+{
+    for (int32_t i = 0; i < n; i++) {
+        const uint64_t *r = rec + 5 * (int64_t)i;
+        if (memcmp((const void *)(uintptr_t)r[0], pattern, r[1] - r[0]) != 0
+            || memcmp((const void *)(uintptr_t)r[2], pattern, r[3] - r[2]) != 0
+            || (r[4] && memcmp((const void *)(uintptr_t)r[1], (const void *)(uintptr_t)r[4],
+                               r[2] - r[1]) != 0))
+            return i;
+    }
+    return -1;
+}
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
 int32_t crnn_h_arch(void) { return 1; }
@@ -81,6 +98,8 @@ def load_helper(path):
     lib.crnn_h_set_fpcsr.restype, lib.crnn_h_set_fpcsr.argtypes = None, [ctypes.c_uint32]
     lib.crnn_h_catch_faults.restype = ctypes.c_int32
     lib.crnn_h_catch_faults.argtypes = [ctypes.c_void_p]
+    lib.crnn_h_guard_check.restype = ctypes.c_int32
+    lib.crnn_h_guard_check.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p]
     return lib
 
 

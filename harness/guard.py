@@ -14,15 +14,18 @@ every port call, Arena.before / Arena.after check the buffers the call was given
   - a const argument changed (a fixture input, or an output of an earlier call passed back in,
     such as the forward's winners): "modified input W at [i, j]".
 Either is a Violation (a failure of that case, like an error code). Arena.finish checks every
-buffer once more after the run. The checks cost a memcmp of each zone and of each const
-argument per call; the memory of a run's buffers is reused by the next run (_Pool), which
-spares allocations, system calls and page faults.
+buffer once more after the run. The checks of a call are one call into the harness's C
+helper (use_helper; without a compiler, a memcmp per zone and per const argument), and only
+a failed check takes the slower way that names the damage; the buffers of a run are reused
+whole by the next run with the same shapes (_Pool), which spares allocations, system calls
+and page faults.
 
 Outside the worker (tests calling a layer module directly) no arena is active and _ffi.out
 returns a plain poisoned array.
 """
 from __future__ import annotations
 
+import array
 import bisect
 import ctypes
 import math
@@ -134,6 +137,7 @@ class Buffer:
             off = CANARY + (-(base + CANARY)) % ALIGN
             self.zone_lo, self.zone_hi = base + off - CANARY, base + off + self.nbytes + CANARY
         self.lo, self.hi = base + off, base + off + self.nbytes
+        self.span = (self.zone_lo, self.lo, self.hi, self.zone_hi)
         ctypes.memmove(self.zone_lo, _PATTERN_ADDR, self.lo - self.zone_lo)
         ctypes.memmove(self.hi, _PATTERN_ADDR, self.zone_hi - self.hi)
         self.array = raw[off:off + self.nbytes].view(dtype).reshape(shape)
@@ -256,6 +260,14 @@ class Arena:
         return touched
 
     def after(self, fn: str, touched: list, rc: int) -> None:
+        if not _all_intact([(b, _ref(b, written, snap)) for b, _, written, snap in touched]):
+            self._diagnose(fn, touched)
+        if rc == 0:
+            for b, _, written, _ in touched:
+                if written:
+                    b.writers[-1][3] = True
+
+    def _diagnose(self, fn: str, touched: list) -> None:
         problems = []
         for b, arg, written, snap in touched:
             if not b.zones_intact():
@@ -267,13 +279,12 @@ class Arena:
                     problems.append(f"{fn} modified {b.describe(arg)} {where}; it is const")
         if problems:
             raise Violation("; ".join(dict.fromkeys(problems)))
-        if rc == 0:
-            for b, _, written, _ in touched:
-                if written:
-                    b.writers[-1][3] = True
 
     def finish(self) -> None:
         """After the run: every buffer's zones, every input against its fixture array."""
+        if _all_intact([(b, b._original_addr if b.kind == "input" else 0)
+                        for b in self.buffers]):
+            return
         problems = []
         for b in self.buffers:
             if not b.zones_intact():
@@ -313,6 +324,37 @@ class Arena:
                                         for b, arg, _, _ in touched
                                         if b.paged).encode()[:4095]
         return self._tables[key]
+
+
+_CHECK = None                 # the harness helper's crnn_h_guard_check (use_helper)
+
+
+def use_helper(helper) -> None:
+    """Makes the checks around each call one call into the harness's C helper (fpenv.py);
+    without it (no C compiler) they are two memcmp calls a zone and one a const buffer."""
+    global _CHECK
+    _CHECK = getattr(helper, "crnn_h_guard_check", None) if helper is not None else None
+
+
+def _ref(b: Buffer, written: bool, snap) -> int:
+    """The address a buffer's data must still equal after a call: its fixture array (an
+    input), its copy from before the call (an earlier output passed back const), or 0."""
+    if written:
+        return 0
+    return b._original_addr if b.kind == "input" else snap.ctypes.data
+
+
+def _all_intact(checks: list) -> bool:
+    """checks: (buffer, ref address or 0). True when every zone holds its pattern and every
+    buffer with a ref equals it; False sends the caller to its detailed, slower diagnosis."""
+    if _CHECK is None:
+        return all(b.zones_intact() and (not ref or _libc.memcmp(b.lo, ref, b.nbytes) == 0)
+                   for b, ref in checks)
+    rec = array.array("Q")
+    for b, ref in checks:
+        rec.extend(b.span)
+        rec.append(ref)
+    return _CHECK(rec.buffer_info()[0], len(checks), _PATTERN_ADDR) < 0
 
 
 @cache

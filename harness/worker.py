@@ -155,6 +155,7 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
     helper = load_helper(helper_path) if helper_path else None
     if helper is not None:
         helper.crnn_h_catch_faults(ctypes.addressof(shared.fault))
+    guard.use_helper(helper)
     problem = fp_problem(fpenv(helper), "in the harness process before loading the port")
     if problem:
         conn.send(("porterror", problem + " (something in this process enabled it: unset it "

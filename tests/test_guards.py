@@ -192,8 +192,22 @@ def test_the_argument_table_matches_the_header():
         assert len(want) == len(types), name
 
 
-def test_guard_zones_and_const_checks():
+@pytest.fixture(params=["C helper", "memcmp"])
+def checks(request):
+    """The guard checks as the worker makes them (one call into the harness's C helper) and
+    as they are made without a C compiler (memcmp per zone): the same verdicts."""
     from crnn_conformance.harness import guard
+    from crnn_conformance.harness.fpenv import fpenv_helper
+    helper = fpenv_helper() if request.param == "C helper" else None
+    if request.param == "C helper" and helper is None:
+        pytest.skip("no C compiler for the harness helper")
+    guard.use_helper(helper)
+    yield guard
+    guard.use_helper(None)
+
+
+def test_guard_zones_and_const_checks(checks):
+    guard = checks
     arena = guard.Arena()
     guard.activate(arena)
     try:
@@ -218,6 +232,65 @@ def test_guard_zones_and_const_checks():
     with pytest.raises(guard.Violation, match=r"modified input x \(argument a; float32\[6\]\) at \[4\] "
                                               r"\(4\.0 -> 7\.0\)"):
         arena.after("crnn_dot16", touched, 0)
+    arena.release()
+
+
+def test_every_zone_and_every_const_buffer_is_checked(checks):
+    """Each kind of damage, to each buffer in turn, is caught: a canary byte before the start
+    or past the end (small and paged buffers), a const input changed, an earlier output
+    passed back const (conv's winners) changed by the call, and after the run an input
+    changed behind the calls' backs."""
+    guard = checks
+    W = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for victim in range(4):
+        for where in ("before", "past", "data"):
+            arena = guard.Arena()
+            guard.activate(arena)
+            try:
+                x = arena.private("x", np.ones((2, 4), np.float32))
+                w = arena.private("W", W)
+                y = guard.output((2, 3), np.float32)
+                big = guard.output(1 << 14, np.float32)
+            finally:
+                guard.activate(None)
+            bufs = [x, w, y, big]
+            args = (x.ctypes.data, w.ctypes.data, None, 2, 4, 3, y.ctypes.data)
+            arena.after("crnn_linear_forward", arena.before("crnn_linear_forward", args), 0)
+            a = bufs[victim]
+            at = {"before": a.ctypes.data - 1, "past": a.ctypes.data + a.nbytes + 3,
+                  "data": a.ctypes.data + 5}[where]
+            touched = arena.before("crnn_linear_forward", args)
+            ctypes.memset(at, 0x11, 1)
+            if victim == 3 or (where == "data" and victim == 2):
+                # big is not an argument, y is written: after() passes, finish() decides
+                arena.after("crnn_linear_forward", touched, 0)
+                if where == "data":
+                    arena.finish()                   # y's data is the call's to write
+                else:
+                    with pytest.raises(guard.Violation, match="written out of bounds"):
+                        arena.finish()
+            else:
+                msg = "modified input" if where == "data" else "wrote outside"
+                with pytest.raises(guard.Violation, match=msg):
+                    arena.after("crnn_linear_forward", touched, 0)
+            arena.release()
+    arena = guard.Arena()                            # an earlier output passed back const
+    guard.activate(arena)
+    try:
+        out = guard.output(3, np.float32)
+    finally:
+        guard.activate(None)
+    out[...] = 1.0
+    touched = arena.before("crnn_dot16", (out.ctypes.data, out.ctypes.data, 3, None))
+    out[1] = 2.0
+    with pytest.raises(guard.Violation, match=r"modified output .* at \[1\] \(1\.0 -> 2\.0\)"):
+        arena.after("crnn_dot16", touched, 0)
+    out[1] = 1.0
+    arena.after("crnn_dot16", arena.before("crnn_dot16", (out.ctypes.data, 0, 3, None)), 0)
+    arena.finish()
+    arena.private("x", np.zeros(2, np.float32))[0] = 3.0   # an input changed after its calls
+    with pytest.raises(guard.Violation, match="input x was modified at \\[0\\]"):
+        arena.finish()
     arena.release()
 
 
