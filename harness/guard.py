@@ -114,9 +114,10 @@ class Buffer:
         b = _POOL.take((shape, dtype))
         if b is None:
             b = cls(shape, dtype)
-        else:                                       # a run may have damaged the zones
+        elif not b.intact:                          # its run failed: the zones may be damaged
             ctypes.memmove(b.zone_lo, _PATTERN_ADDR, b.lo - b.zone_lo)
             ctypes.memmove(b.hi, _PATTERN_ADDR, b.zone_hi - b.hi)
+        b.intact = False                            # until a run's finish() finds it so
         b.kind, b.name = kind, name                 # kind: output, inout or input
         b.writers = []                              # [call, entry point, argument, completed]
         b.original = None                           # input: the fixture array it copies
@@ -143,6 +144,7 @@ class Buffer:
         self.array = raw[off:off + self.nbytes].view(dtype).reshape(shape)
         self.bytes = raw[off:off + self.nbytes]     # the data as uint8, for first_change
         self._original_addr = 0
+        self.intact = False
 
     def release(self) -> None:
         """Gives the buffer back to the pool; its array must not be used after."""
@@ -284,6 +286,8 @@ class Arena:
         """After the run: every buffer's zones, every input against its fixture array."""
         if _all_intact([(b, b._original_addr if b.kind == "input" else 0)
                         for b in self.buffers]):
+            for b in self.buffers:
+                b.intact = True
             return
         problems = []
         for b in self.buffers:
