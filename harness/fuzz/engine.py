@@ -31,7 +31,7 @@ from . import strategies
 INLINE = "<fuzz>"   # the executor's key for the case this process sends it
 # cases per Hypothesis run, per layer: about half a second to a second each on the 2-core
 # machine (a ctc case holds up to 48 lines, a step or train3 case a whole small model)
-CHUNK = {"dot16": 150, "linear": 100, "conv": 60, "lstm": 60, "ctc": 30, "step": 8,
+CHUNK = {"dot16": 150, "linear": 100, "conv": 60, "lstm": 60, "ctc": 60, "step": 8,
          "clip": 100, "adamw": 150, "train3": 6}
 SHRINK_SECONDS = 10.0
 

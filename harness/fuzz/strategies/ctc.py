@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from crnn_conformance.generators.edge_values import nan64_variants
 from crnn_conformance.generators.spec import detmath as D
 
-from ..values import BOOLEANS, SEEDS, array, ints, picks, sampled
+from ..values import BOOLEANS, array, ints, picks, sampled
 
 F64 = np.float64
 LN2 = np.log(2.0)
@@ -93,27 +93,13 @@ def tiny_line(draw):
     return z * np.float32(mult), target, scale
 
 
-def seeded_line(rng):
-    """A tiny line as tiny_line draws one, from `rng`: the lines after a `many` case's first."""
-    T, K = TINY_SHAPES[rng.integers(len(TINY_SHAPES))]
-    L = int(rng.integers(0, min(3, T) + 1)) if K > 1 else 0
-    target = [int(v) for v in rng.integers(1, K, L)] if L else []
-    z = rng.normal(0, 1, (T, K)) if rng.integers(2) else rng.uniform(-1, 1, (T, K))
-    z = (np.abs(z) * (-1, 1)[int(rng.integers(2))] if rng.integers(3) else z).astype(np.float32)
-    mult, scale = TINY_SCALES[rng.integers(len(TINY_SCALES))]
-    return z * np.float32(mult), target, scale
-
-
 @st.composite
 def many(draw):
-    """1..32 tiny lines: the first drawn choice by choice, the others from one seed (seven
-    choices a case, not five a line); shrinking the count to 1 leaves a line whose every
-    part Hypothesis shrank, or keeps the seeded line that fails and all before it."""
-    n = draw(ints(1, 32))
-    lines = [draw(tiny_line())]
-    if n > 1:
-        rng = np.random.default_rng(draw(ints(0, SEEDS - 1)))
-        lines += [seeded_line(rng) for _ in range(n - 1)]
+    """1..32 tiny lines, each drawn choice by choice. Lines made from one seed instead cost a
+    third of the drawing but showed a libm exp or log in 1 case of 600 of the fuzzer's mix,
+    where these show one in 12 (Hypothesis's own choices repeat values and whole lines,
+    which a seed does not)."""
+    lines = [draw(tiny_line()) for _ in range(draw(ints(1, 32)))]
     inputs = {"logits": np.concatenate([z.ravel() for z, _, _ in lines]).astype(np.float32),
               "shapes": np.array([[z.shape[0], z.shape[1], len(t)] for z, t, _ in lines], np.int64),
               "targets": np.array([v for _, t, _ in lines for v in t], np.int32),
