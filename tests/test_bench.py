@@ -135,6 +135,16 @@ def test_fuzz_throughput_is_measured_and_shown():
     assert "fuzz throughput" in bench.render(res) and "dot16 " in bench.render(res)
 
 
+def test_fuzz_rates_are_shown_against_the_target():
+    """bench's fuzz lines name the layers at and below 200 cases a second (issue 16)."""
+    layers = {name: {"cases": 1, "seconds": 1.0, "per_s": r, "found": False}
+              for name, r in (("dot16", 316.0), ("conv", 102.0), ("clip", 200.0), ("lstm", 199.9))}
+    res = bench.BenchResult(meta={"batch": 1, "width": 32, "weights": "-", "reps": 1, "warmup": 0,
+                                  "step_flops": 1e6, "cpu": "-", "nproc": 2, "torch": None},
+                            fuzz={"seconds_per_layer": 1.0, "jobs": 2, "layers": layers})
+    assert "target 200/s a layer: met by dot16, clip; missed by conv, lstm" in bench.render(res)
+
+
 def test_cli_against_another_port(tmp_path):
     """--against: the paired comparison; the bundled port against itself differs by noise
     only, and the JSON holds B - A with its quartiles around it."""

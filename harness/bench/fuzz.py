@@ -5,6 +5,14 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+TARGET_PER_S = 200     # small cases a second per layer on 2 cores (issue 16; docs/performance.md)
+
+
+def against_target(layers: dict, target: float = TARGET_PER_S) -> tuple[list, list]:
+    """(layers at or above `target` cases a second, layers below it), in the given order."""
+    met = [k for k, v in layers.items() if v["per_s"] >= target]
+    return met, [k for k in layers if k not in met]
+
 
 def fuzz_rates(port=None, seconds: float = 2.0, jobs: int = 2, layers=None, progress=None) -> dict:
     """{layer: {"cases", "seconds", "per_s", "found"}} for `seconds` of fuzzing each layer

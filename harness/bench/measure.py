@@ -111,8 +111,9 @@ def run(isas=None, threads=(1, 2), width=256, batch=4, reps=10, warmup=3, port=N
         secs, rc = gate_wall_time()
         res.gate = {"wall_s": secs, "exit_code": rc}
     if fuzz_seconds > 0:
-        from .fuzz import fuzz_rates
+        from .fuzz import TARGET_PER_S, fuzz_rates
         res.fuzz = {"seconds_per_layer": fuzz_seconds, "jobs": fuzz_jobs,
+                    "target_per_s": TARGET_PER_S,
                     "layers": fuzz_rates(port, fuzz_seconds, fuzz_jobs, progress=progress)}
     return res
 

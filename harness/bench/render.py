@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .fuzz import TARGET_PER_S, against_target
+
 if TYPE_CHECKING:
     from .measure import BenchResult
 
@@ -62,4 +64,7 @@ def render(res: BenchResult) -> str:
                       f"{fz['seconds_per_layer']:g} s a layer, every ISA x threads 1,2,3,7 per case):"]
         lines.append("  " + "  ".join(f"{k} {v['per_s']:.0f}/s" + (" (FOUND)" if v["found"] else "")
                                       for k, v in fz["layers"].items()))
+        met, missed = against_target(fz["layers"])
+        lines.append(f"  target {TARGET_PER_S}/s a layer: met by {', '.join(met) or 'none'}; "
+                     f"missed by {', '.join(missed) or 'none'}")
     return "\n".join(lines)
