@@ -206,6 +206,24 @@ def checks(request):
     guard.use_helper(None)
 
 
+def test_a_helper_without_the_guard_check_leaves_the_memcmp_way():
+    """A harness helper built without crnn_h_guard_check (another version's) still loads;
+    the guard then checks with memcmp."""
+    from crnn_conformance.ctypes_kernels.build import BuildError, build_helper
+    from crnn_conformance.harness import fpenv, guard
+    start = fpenv.FPENV_SOURCE.index("int32_t crnn_h_guard_check")
+    end = fpenv.FPENV_SOURCE.index("#if defined(__x86_64__) || defined(__i386__)")
+    try:
+        path = build_helper("crnnfpenv_old", fpenv.FPENV_SOURCE[:start] + fpenv.FPENV_SOURCE[end:])
+    except BuildError:
+        pytest.skip("no C compiler for the harness helper")
+    guard.use_helper(fpenv.load_helper(path))
+    try:
+        assert guard._CHECK is None
+    finally:
+        guard.use_helper(None)
+
+
 def test_guard_zones_and_const_checks(checks):
     guard = checks
     arena = guard.Arena()
