@@ -63,6 +63,16 @@ def test_a_mutant_is_found_shrunk_and_written_as_a_fixture(tmp_path):
     assert cli("gate", "--fixtures", str(out), "--layers", "conv", "-q").returncode == 0
 
 
+def test_cached_strategies_tell_signed_zeros_apart():
+    """The strategy objects are made once per arguments (harness/fuzz/values.py), keyed so
+    that options or specials differing only in the sign of a zero get their own."""
+    from crnn_conformance.harness.fuzz import values
+    a, b = values.sampled((0.0, -0.0)), values.sampled((-0.0, 0.0))
+    assert a is not b and values.sampled((0.0, -0.0)) is a
+    assert (values.array(2, specials=(np.float32(0.0),))
+            is not values.array(2, specials=(np.float32(-0.0),)))
+
+
 def names_of_a_chunk(opts, layer, seed):
     fz = engine.Fuzzer(opts, [layer])
     seen = []

@@ -8,13 +8,14 @@ An array is not drawn element by element (slow to generate, slow to shrink) but 
     seed     the NumPy generator's seed for the kind's random part               (to 0)
     specials up to a few (index, value) overrides from a list of special values  (to none)
 
-in as few of Hypothesis's choices as shrink well: the kind; sign, scale and seed as one
-integer (look()); the number of overrides; one integer per override.
-
 so a shrunk failure reads like "x all zero except x[0] = NaN" or "W = 1 everywhere". `tiny`
 values (2^-80 * [1, 2)) make products underflow to a zero of the product's sign, `subnormal`
 ones live below 2^-126, `huge` ones overflow products (where the layer's NaN rules allow it,
 see generators/edge_values.py: input NaNs and NaNs made by an operation are never mixed).
+
+The recipe takes few of Hypothesis's choices (each costs about as much as making a small
+array): the kind; sign, scale and seed as one integer (look()); the number of overrides; one
+integer per override.
 """
 from __future__ import annotations
 
@@ -57,8 +58,7 @@ def sampled(options: tuple):
     strategies/ are drawn thousands of times a second, and Hypothesis validates each new
     strategy object on its first draw, which costs more than the draw). The key tells -0.0
     from 0.0, which compare equal."""
-    return _sampled(options, tuple(math.copysign(1.0, x) for x in options
-                                   if isinstance(x, (float, np.floating)) and x == 0))
+    return _sampled(options, _zero_signs(options))
 
 
 @lru_cache(maxsize=None)
@@ -81,12 +81,19 @@ def array(shape, dtype=F32, kinds=KINDS, specials=(), max_specials=3, huge_exp=5
     (The strategy objects are cached: building and validating one per draw costs more than
     the draw.)"""
     shape = tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),)
-    return _array(shape, np.dtype(dtype), tuple(kinds), tuple(specials), max_specials, huge_exp,
-                  scales)
+    specials = tuple(specials)
+    return _array(shape, np.dtype(dtype), tuple(kinds), specials, _zero_signs(specials),
+                  max_specials, huge_exp, scales)
+
+
+def _zero_signs(values: tuple) -> tuple:
+    """The signs of the zeros among `values`: part of a cache key, as -0.0 == 0.0."""
+    return tuple(math.copysign(1.0, x) for x in values
+                 if isinstance(x, (float, np.floating)) and x == 0)
 
 
 @lru_cache(maxsize=8192)
-def _array(shape, dtype, kinds, specials, max_specials, huge_exp, scales):
+def _array(shape, dtype, kinds, specials, zero_signs, max_specials, huge_exp, scales):
     return _draw_array(shape, dtype, kinds, specials, max_specials, huge_exp, scales)
 
 
