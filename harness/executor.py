@@ -8,7 +8,9 @@ hit) and restarted for the rest. What the port prints is attached to that run's 
 (truncated to OUTPUT_LIMIT bytes) and never mixed into the gate's own output.
 
 Requests: one run (run()), or one case on several ISA x thread counts (submit(): a batch,
-answered run by run as each ends). Up to MAX_QUEUED batches may wait in a worker's queue, so
+answered run by run as each ends; runs with the first run's outputs that printed nothing are
+held back by the worker and answered together, and shared memory names the run in progress
+and its start, which time each run and place a crash or hang). Up to MAX_QUEUED batches may wait in a worker's queue, so
 it never waits for the gate between cases; receive() files each answer under its batch, and
 a gate with several workers reads whichever answers first (harness/runner.py).
 
@@ -71,6 +73,7 @@ class Executor:
 
     def _start(self) -> dict:
         self.shared.fault[0] = self.shared.fault[1] = 0
+        self.shared.progress[0] = -1
         self.conn, child = self.ctx.Pipe()
         os.ftruncate(self.shared.out_fd, 0)
         self.proc = self.ctx.Process(target=_worker, args=(child, self.port_path, self.layers,
@@ -116,7 +119,8 @@ class Executor:
         if not self._queue:
             self._since = time.monotonic()     # the worker was idle: the batch starts now
         self._batches[key] = {}
-        self._queue.append([key, list(runs), None])   # [key, runs not answered, first answer]
+        # [key, runs not answered, first answer, number of runs]
+        self._queue.append([key, list(runs), None, len(runs)])
 
     def submitted(self, layer: str, fixture_path, case_name: str) -> bool:
         return (layer, str(fixture_path), case_name) in self._batches
@@ -126,8 +130,15 @@ class Executor:
         return sum(1 for q in self._queue if key is None or q[0] == key)
 
     def deadline(self) -> float | None:
-        """When the run being waited for counts as hung (time.monotonic; None: never)."""
-        return None if self.timeout is None or not self._queue else self._since + self.timeout
+        """When the run being waited for counts as hung (time.monotonic; None: never): the
+        timeout after its start, which the worker records, or after the last answer or the
+        batch's start, whichever is later."""
+        if self.timeout is None or not self._queue:
+            return None
+        since = self._since
+        if self.shared.progress[0] >= 0:
+            since = max(since, self.shared.progress[1])
+        return since + self.timeout
 
     def collect(self, key=None) -> None:
         """Takes answers until the batch `key` (None: every queued batch) is complete."""
@@ -136,29 +147,38 @@ class Executor:
 
     def receive(self, wait: float | None) -> None:
         """Reads the worker's next answer to the oldest queued batch, waiting up to `wait`
-        seconds. A run counts as hung when no answer came within the timeout of the
-        previous one (or of the batch's start, when the worker was idle): it is then kept as
-        that run's PortCrash, with the message a single run gets, and so is a crash; the
-        worker is then gone, and the batches still queued are dropped (run() redoes each
-        of their runs alone on a new worker)."""
+        seconds (one message may answer several held-back runs, see worker._serve_batch). A
+        run counts as hung when it has not ended within the timeout of its start (deadline()):
+        it is then kept as that run's PortCrash, with the message a single run gets, and so
+        is a crash, the held-back runs before it kept as passed (_recover); the worker is
+        then gone, and the batches still queued are dropped (run() redoes each of their runs
+        alone on a new worker)."""
         entry = self._queue[0]
-        key, runs, _ = entry
+        key, runs = entry[0], entry[1]
         deadline = self.deadline()
         waits = [x for x in (wait, deadline and deadline - time.monotonic()) if x is not None]
         if not self.conn.poll(max(0.0, min(waits)) if waits else None):
-            if deadline is None or time.monotonic() < deadline:
+            if self.deadline() is None or time.monotonic() < self.deadline():
                 return                          # the caller's wait is over, not the run's
-            self._lost(key, runs[0] if runs else None, self._hang())
+            message = self._hang()
+            self._recover(entry)
+            self._lost(key, runs[0] if runs else None, message)
             return
         try:
             msg = self.conn.recv()
         except (EOFError, ConnectionResetError):
-            self._lost(key, runs[0] if runs else None, self._crash())
+            message = self._crash()
+            self._recover(entry)
+            self._lost(key, runs[0] if runs else None, message)
             return
         self._since = time.monotonic()
         if msg[0] == "done":
             self._queue.popleft()
             self._latest = key
+            return
+        if msg[0] == "same":                    # runs held back: the first's outputs, no output
+            for seconds in msg[1]:
+                self._batches[key][runs.pop(0)] = (entry[2], "", seconds)
             return
         _, answer, text, seconds = msg
         if answer[0] == "same":                 # the first run's outputs, byte for byte
@@ -166,6 +186,18 @@ class Executor:
         elif entry[2] is None:
             entry[2] = answer
         self._batches[key][runs.pop(0)] = (answer, text, seconds)
+
+    def _recover(self, entry) -> None:
+        """After a crash or a hang: the runs before the one in progress that the worker held
+        back (they passed, with the first run's outputs and no port output; their seconds are
+        in shared.progress). Only once the batch's first answer came: the worker is then in
+        this batch, so the run it names is this batch's."""
+        key, runs, first, total = entry
+        at = int(self.shared.progress[0])
+        if first is None or at < 0:
+            return
+        for j in range(total - len(runs), min(at, total)):
+            self._batches[key][runs.pop(0)] = (first, "", self.shared.progress[2 + j])
 
     def _lost(self, key, run, message: str) -> None:
         """The worker hung or died during `run` of batch `key`: the run keeps the crash."""

@@ -30,6 +30,7 @@ from crnn_conformance.harness.fpenv import FpEnvError, fp_checker, fp_problem, f
 
 _LIBC = ctypes.CDLL(None)
 OUTPUT_LIMIT = 4096              # bytes of a run's port output kept for its records
+MAX_HELD = 1024                  # runs of a batch whose answers may be held back
 OUTPUT_FILE_LIMIT = 256 << 20    # RLIMIT_FSIZE of the worker: a port printing forever stops here
 
 
@@ -40,6 +41,10 @@ class _Shared:
 
     def __init__(self, ctx):
         self.current = ctx.RawArray("c", 128)
+        # the batch's run in progress (-1: none), its start (time.monotonic), then the seconds
+        # of each run whose answer is held back (_serve_batch)
+        self.progress = ctx.RawArray(ctypes.c_double, 2 + MAX_HELD)
+        self.progress[0] = -1
         self.fault = ctx.RawArray(ctypes.c_uint64, 2)
         self.table = ctx.RawArray("c", 4096)
         self.parent = os.getpid()
@@ -203,28 +208,46 @@ def _fresh_arena(traced, shared) -> guard.Arena:
 def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, runs, case) -> None:
     """Runs one case on every (isa, threads) of `runs`, sending ("run", answer, port output,
     seconds) as each run ends, then ("done", None). A run whose outputs equal the first's
-    byte for byte is sent as ("same", None). An fpenv answer ends the batch: the environment
-    is broken for every run after it."""
+    byte for byte and that printed nothing is held back, its seconds in shared.progress,
+    and the held runs go as one ("same", [seconds, ...]) before the next other answer or
+    "done": a clean case is three messages, not one a run. shared.progress names the run
+    in progress and its start, so the gate times each run from its own start and, after a
+    crash or a hang, knows which run it was and that the held ones before it passed
+    (Executor._recover). An fpenv answer ends the batch: the environment is broken for every
+    run after it."""
     if case is not None:                         # the case itself came with the request
         cases[fixture_path] = {case_name: case}
-    fflush = _LIBC.fflush
+    fflush, progress = _LIBC.fflush, shared.progress
     first = first_arena = None
-    for isa, threads in runs:
+    held = []
+    for i, (isa, threads) in enumerate(runs):
         arena = _fresh_arena(traced, shared)
+        progress[1], progress[0] = time.monotonic(), i
         t0 = time.perf_counter()
         answer = _run_one(traced, arena, cases, layer, fixture_path, case_name, isa, threads)
         seconds = time.perf_counter() - t0
         fflush(None)
+        text = shared.output()
         if first is None:
             first, first_arena = answer, arena
         elif _same_outputs(answer, first):
             answer = ("same", None)
-        conn.send(("run", answer, shared.output(), seconds))
+        if answer[0] == "same" and not text and i < MAX_HELD:
+            progress[2 + i] = seconds
+            held.append(seconds)
+        else:
+            if held:
+                conn.send(("same", held))
+                held = []
+            conn.send(("run", answer, text, seconds))
         if arena is not first_arena:
             arena.release()
         if answer[0] == "fpenv":
             break
+    if held:
+        conn.send(("same", held))
     conn.send(("done", None))
+    progress[0] = -1
     if first_arena is not None:
         first_arena.release()
 

@@ -39,3 +39,40 @@ def test_a_batch_sent_after_the_worker_died_gets_its_own_answers(ports):
             assert set(out) >= {"y", "dW", "db"}
     finally:
         ex.close()
+
+
+def test_a_hang_after_held_back_runs_is_that_runs_and_the_runs_before_it_pass(ports):
+    """Runs whose outputs equal the first's are held back by the worker and answered
+    together (worker._serve_batch). The port hangs only with 2 threads, run after 1, 3 and
+    7: the held runs at 3 and 7 keep their passing answers, the hang is the 2-thread run's,
+    and the run after it is not answered by this worker (run() redoes it)."""
+    ex = Executor(ports("-DTP_HANG_THREADS=2"), ["linear"], 3)
+    try:
+        runs = [("scalar", n) for n in (1, 3, 7, 2, 4)]
+        ex.submit("linear", LINEAR, "T16_I37_O37", runs)
+        ex.collect()
+        got = ex._batches[("linear", str(LINEAR), "T16_I37_O37")]
+        assert [got[r][0][0] for r in runs[:4]] == ["ok", "ok", "ok", "crash"]
+        assert ("scalar", 4) not in got
+        assert got[("scalar", 2)][0][1].startswith("hang: no answer")
+        assert all(got[r][0] is got[runs[0]][0] for r in runs[1:3])   # "the same as the first"
+    finally:
+        ex.close()
+
+
+def test_each_run_of_a_batch_has_its_own_timeout(ports):
+    """Four runs of 0.8 s each, answered together after 3.2 s, with a timeout of 2 s: no run
+    took 2 s, so none is a hang (the worker records each run's start, deadline())."""
+    ex = Executor(ports("-DTP_SLEEP_MS=800"), ["linear"], 2)
+    try:
+        runs = [("scalar", n) for n in (1, 2, 3, 7)]
+        t0 = time.monotonic()
+        ex.submit("linear", LINEAR, "T16_I37_O37", runs)
+        ex.collect()
+        assert time.monotonic() - t0 > 3.0
+        got = ex._batches[("linear", str(LINEAR), "T16_I37_O37")]
+        assert [got[r][0][0] for r in runs] == ["ok"] * 4
+        assert all(got[r][2] > 0.7 for r in runs)                # each run's own seconds
+    finally:
+        ex.close()
+

@@ -15,6 +15,8 @@
  *   -DTP_SEGV_THREADS=n   the same, only when run with n threads
  *   -DTP_ABORT            abort() (SIGABRT)
  *   -DTP_HANG             never returns
+ *   -DTP_HANG_THREADS=n   the same, only when run with n threads
+ *   -DTP_SLEEP_MS=ms      sleeps ms milliseconds in every linear_backward on the case above
  *   -DTP_UNWRITTEN        leaves db[O-1] unwritten (the harness's poison stays)
  *   -DTP_NAN              writes NaN to dW[1][2]
  *   -DTP_ERRCODE          returns CRNN_E_NOMEM
@@ -170,6 +172,12 @@ int32_t crnn_linear_backward(const float *x, const float *W, const float *dY,
 #endif
 #ifdef TP_HANG
     if (trigger) for (;;) sleep(1);
+#endif
+#ifdef TP_HANG_THREADS
+    if (trigger && g_threads == (TP_HANG_THREADS)) for (;;) sleep(1);
+#endif
+#ifdef TP_SLEEP_MS
+    if (trigger) usleep((TP_SLEEP_MS) * 1000);
 #endif
 #ifdef TP_ERRCODE
     if (trigger) return CRNN_E_NOMEM;
