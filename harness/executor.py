@@ -10,9 +10,10 @@ hit) and restarted for the rest. What the port prints is attached to that run's 
 Requests: one run (run()), or one case on several ISA x thread counts (submit(): a batch,
 answered run by run as each ends; runs with the first run's outputs that printed nothing are
 held back by the worker and answered together, and shared memory names the run in progress
-and its start, which time each run and place a crash or hang). Up to MAX_QUEUED batches may wait in a worker's queue, so
-it never waits for the gate between cases; receive() files each answer under its batch, and
-a gate with several workers reads whichever answers first (harness/runner.py).
+and its start, which time each run and place a crash or hang). Up to MAX_QUEUED batches may
+wait in a worker's queue, so it never waits for the gate between cases; receive() files each
+answer under its batch, and a gate with several workers reads whichever answers first
+(harness/runner.py).
 
 The floating-point environment is checked in the worker before the port is loaded, right after
 (a library built with -ffast-math may set flush-to-zero in its initialisation) and before and
