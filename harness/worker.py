@@ -35,14 +35,14 @@ OUTPUT_FILE_LIMIT = 256 << 20    # RLIMIT_FSIZE of the worker: a port printing f
 
 
 class _Shared:
-    """What the gate and its worker share: the entry point in progress, the fault slot the
+    """What the gate and its worker share: the entry point in progress, the batch's run in
+    progress with its start and the held-back runs' seconds (progress), the fault slot the
     helper's signal handler fills, the guard-page table of the call in progress, and the
     worker's stdout/stderr file (O_APPEND, unlinked; the gate reads it with pread)."""
 
     def __init__(self, ctx):
         self.current = ctx.RawArray("c", 128)
-        # the batch's run in progress (-1: none), its start (time.monotonic), then the seconds
-        # of each run whose answer is held back (_serve_batch)
+        # [run index (-1: none), its start (time.monotonic), seconds of held run i at 2 + i]
         self.progress = ctx.RawArray(ctypes.c_double, 2 + MAX_HELD)
         self.progress[0] = -1
         self.fault = ctx.RawArray(ctypes.c_uint64, 2)
