@@ -82,11 +82,18 @@ ROUNDING = {"mxcsr": ("nearest", "down", "up", "toward zero"),
             "fpcr": ("nearest", "up", "down", "toward zero")}
 
 
+def helper_source() -> str:
+    """The helper's whole source: the above, then the worker's replay of repeat runs
+    (harness/replay.c, with the ABI's prototypes)."""
+    from crnn_conformance.harness import replay
+    return FPENV_SOURCE + "\n" + replay.source()
+
+
 def fpenv_helper():
     """The helper library (ctypes), or None when it cannot be built (no C compiler)."""
     from crnn_conformance.ctypes_kernels.build import BuildError, build_helper
     try:
-        return load_helper(build_helper("crnnfpenv", FPENV_SOURCE))
+        return load_helper(build_helper("crnnfpenv", helper_source()))
     except (BuildError, OSError):
         return None
 
@@ -102,6 +109,8 @@ def load_helper(path):
     if check is not None:
         check.restype = ctypes.c_int32
         check.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p]
+    from crnn_conformance.harness import replay
+    replay.declare(lib)                               # (a helper without it: no replays)
     return lib
 
 

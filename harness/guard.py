@@ -53,6 +53,11 @@ _libc.mprotect.restype = ctypes.c_int
 _libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
+def pattern_address() -> int:
+    """The address of the canary pattern every zone holds (for the C helper's checks)."""
+    return _PATTERN_ADDR
+
+
 class Violation(abi.PortCallError):
     """A call broke the calling convention: it wrote outside a buffer or changed a const one."""
 
@@ -142,6 +147,8 @@ class Buffer:
         ctypes.memmove(self.zone_lo, _PATTERN_ADDR, self.lo - self.zone_lo)
         ctypes.memmove(self.hi, _PATTERN_ADDR, self.zone_hi - self.hi)
         self.array = raw[off:off + self.nbytes].view(dtype).reshape(shape)
+        if self.nbytes == 0:   # a zero-size slice points at raw's start: placed at lo instead
+            self.array = np.ndarray(shape, dtype, buffer=raw, offset=off)
         self.bytes = raw[off:off + self.nbytes]     # the data as uint8, for first_change
         self._original_addr = 0
         self.intact = False
@@ -209,6 +216,7 @@ class Arena:
         self._tables: dict[tuple, bytes] = {}      # guard_pages by the buffers of a call
         self.calls = 0
         self.last = ""                             # the last entry point called
+        self.tape = None                           # a replay.Tape recording the run, or None
 
     def _add(self, b: Buffer) -> Buffer:
         self.buffers.append(b)
@@ -436,6 +444,14 @@ def output(shape, dtype) -> np.ndarray:
     else:                        # no poison value for this dtype (int64 sizes): a byte pattern
         a.view(np.uint8)[...] = 0x5A
     return a
+
+
+def assign(dst: np.ndarray, src) -> None:
+    """dst[...] = src, recorded when the run is (a layer module's copy between the buffers of
+    a run: the replayed runs make it too, harness/replay.py)."""
+    if _ACTIVE is not None and _ACTIVE.tape is not None:
+        _ACTIVE.tape.copy(_ACTIVE, dst, src)
+    dst[...] = src
 
 
 def inout(a=None, shape=None, dtype=np.float32) -> np.ndarray:

@@ -25,7 +25,7 @@ import numpy as np
 
 from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.generators.h5io import read_fixture
-from crnn_conformance.harness import guard
+from crnn_conformance.harness import guard, replay
 from crnn_conformance.harness.fpenv import FpEnvError, fp_checker, fp_problem, fpenv, load_helper
 
 _LIBC = ctypes.CDLL(None)
@@ -80,6 +80,10 @@ class _Traced:
         self.fp_ok = fp_checker(helper)
         self.where = ""                      # the run in progress, for the messages
         self.table = b""                     # the guard-page table last written to shared
+        # the repeat runs of a batch replayed in C (harness/replay.py); CRNN_NO_REPLAY=1: not
+        self.replays = (helper is not None and hasattr(helper, "crnn_h_replay")
+                        and helper.crnn_h_arch() in (1, 2)
+                        and os.environ.get("CRNN_NO_REPLAY", "") in ("", "0"))
 
     def __getattr__(self, name):
         fn = getattr(self._lib, name)
@@ -104,6 +108,7 @@ class _TracedFn:
 
     def __init__(self, fn, name: str, traced: _Traced):
         self._fn, self._name, self._bname, self._t = fn, name, name.encode()[:127], traced
+        self._addr = ctypes.cast(fn, ctypes.c_void_p).value
 
     def __call__(self, *args):
         t, shared = self._t, self._t._shared
@@ -115,6 +120,8 @@ class _TracedFn:
         table = arena.guard_pages(touched) if touched else b""
         if table != t.table:              # (the calls of a `many` case touch the same buffers)
             shared.table.value = t.table = table
+        if arena is not None and arena.tape is not None:
+            arena.tape.call(arena, self._name, self._addr, args, touched, table)
         shared.current.value = self._bname
         rc = self._fn(*args)
         shared.current.value = b""
@@ -214,17 +221,31 @@ def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, ru
     in progress and its start, so the gate times each run from its own start and, after a
     crash or a hang, knows which run it was and that the held ones before it passed
     (Executor._recover). An fpenv answer ends the batch: the environment is broken for every
-    run after it."""
+    run after it.
+
+    The first run is recorded, and the runs after it are replayed in C (harness/replay.py)
+    until one of them differs from the first, prints or fails a check; that one and the rest
+    run here, each as the first did."""
     if case is not None:                         # the case itself came with the request
         cases[fixture_path] = {case_name: case}
     fflush, progress = _LIBC.fflush, shared.progress
-    first = first_arena = None
+    first = first_arena = tape = None
     held = []
-    for i, (isa, threads) in enumerate(runs):
+    i = 0
+    while i < len(runs):
+        if tape is not None:
+            done, _, _ = tape.run(traced._helper, i, runs[:MAX_HELD])
+            held += [progress[2 + j] for j in range(i, i + done)]
+            i, tape = i + done, None
+            if i == len(runs):
+                break
+        isa, threads = runs[i]
         arena = _fresh_arena(traced, shared)
         progress[1], progress[0] = time.monotonic(), i
         t0 = time.perf_counter()
-        answer = _run_one(traced, arena, cases, layer, fixture_path, case_name, isa, threads)
+        recording = replay.Tape() if first is None and traced.replays and len(runs) > 1 else None
+        answer = _run_one(traced, arena, cases, layer, fixture_path, case_name, isa, threads,
+                          recording)
         seconds = time.perf_counter() - t0
         fflush(None)
         text = shared.output()
@@ -240,10 +261,15 @@ def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, ru
                 conn.send(("same", held))
                 held = []
             conn.send(("run", answer, text, seconds))
+        if arena is first_arena and recording is not None and answer[0] == "ok" and not text:
+            tape = recording.compile(arena, traced._lib, shared, guard.pattern_address())
+            if tape is not None:   # the replays reuse these buffers: keep the outputs as sent
+                first = ("ok", {k: np.array(v, copy=True) for k, v in answer[1].items()})
         if arena is not first_arena:
             arena.release()
         if answer[0] == "fpenv":
             break
+        i += 1
     if held:
         conn.send(("same", held))
     conn.send(("done", None))
@@ -267,7 +293,7 @@ def _same_outputs(answer, first) -> bool:
     return all(same_bytes(answer[1][t], first[1][t]) for t in first[1])
 
 
-def _run_one(lib, arena, cases, layer, fixture_path, case_name, isa, threads) -> tuple:
+def _run_one(lib, arena, cases, layer, fixture_path, case_name, isa, threads, tape=None) -> tuple:
     from crnn_conformance.harness import layers as L
     lib.where = f"{layer}, case {case_name}, {isa} x {threads} thread(s)"
     case = None
@@ -280,6 +306,7 @@ def _run_one(lib, arena, cases, layer, fixture_path, case_name, isa, threads) ->
         case = cases[fixture_path][case_name]
         abi.check(lib.crnn_set_isa(abi.ISA_NAMES.index(isa)), f"crnn_set_isa({isa})")
         abi.check(lib.crnn_set_threads(threads), f"crnn_set_threads({threads})")
+        arena.tape = tape                 # the layer's calls are recorded (replay.Tape)
         result = L.module(layer).run(lib, guard.PrivateCase(case, arena))
         arena.finish()
         return ("ok", result)
@@ -292,4 +319,5 @@ def _run_one(lib, arena, cases, layer, fixture_path, case_name, isa, threads) ->
     except Exception:  # a harness bug: report it whole
         return ("exception", traceback.format_exc())
     finally:
+        arena.tape = None
         guard.activate(None)

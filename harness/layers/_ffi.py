@@ -26,6 +26,11 @@ def copy(a) -> np.ndarray:
     return guard.inout(a)
 
 
+def assign(dst, src) -> None:
+    """dst[...] = src for buffers of a run (the worker's replay of a run repeats it)."""
+    guard.assign(dst, src)
+
+
 def zeros(shape, dtype=np.float32) -> np.ndarray:
     return guard.inout(shape=shape, dtype=dtype)
 

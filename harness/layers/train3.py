@@ -11,7 +11,7 @@ import numpy as np
 from crnn_conformance.harness.compare import compare
 
 from . import step as step_layer
-from ._ffi import call, copy, f32, i32, out, ptr, zeros
+from ._ffi import assign, call, copy, f32, i32, out, ptr, zeros
 
 LAYER = "train3"
 FIXTURE = "train3"
@@ -60,7 +60,7 @@ def run(lib, case) -> dict:
             a, b = int(offs[i]), int(offs[i + 1])
             call(lib, "crnn_adamw", ptr(p[i]), ptr(m[i]), ptr(v[i]), ptr(grads[a:b]),
                  b - a, lr, beta1, beta2, eps, wd, int(decay[i]), b1t, b2t)
-            params[a:b] = p[i]
+            assign(params[a:b], p[i])
     result = {}
     for i, (name, shape) in enumerate(zip(names, shapes)):
         result[name] = p[i].reshape(shape)

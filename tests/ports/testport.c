@@ -36,6 +36,9 @@
  *   -DTP_PRINT_BYTES=n    crnn_linear_forward prints n bytes to stdout on the case above
  *   -DTP_PRINT            prints to stdout and stderr when loaded and in every linear call
  *   -DTP_ISA_NONE         crnn_isa_available() returns 0 (no scalar bit)
+ *   -DTP_LATE=n           the case above triggers only when run with n threads (a later run
+ *                         of the batch: the worker's replay meets the mistake, harness/replay.py)
+ *   -DTP_FTZ_ON_TRIGGER   crnn_linear_backward sets FTZ and DAZ on the case above only
  */
 #include <math.h>
 #include <signal.h>
@@ -50,7 +53,7 @@
 #endif
 
 #if defined(TP_FTZ_ON_LOAD) || defined(TP_FTZ_IN_CALL) || defined(TP_FTZ_IN_BACKWARD) || \
-    defined(TP_ROUND_IN_BACKWARD)
+    defined(TP_ROUND_IN_BACKWARD) || defined(TP_FTZ_ON_TRIGGER)
 #include <xmmintrin.h>
 static void set_ftz_daz(void) { _mm_setcsr(_mm_getcsr() | 0x8040); }
 static void set_round_toward_zero(void) { _mm_setcsr(_mm_getcsr() | 0x6000); }
@@ -118,6 +121,9 @@ int32_t crnn_linear_forward(const float *x, const float *W, const float *b,
 {
     if (T < 0 || I < 0 || O < 0 || !x || !W || !b || !y) return CRNN_E_ARG;
     int trigger = T == 16 && I == 37 && O == 37;
+#ifdef TP_LATE
+    trigger = trigger && g_threads == (TP_LATE);
+#endif
     (void)trigger;
     SAY("linear_forward", T, I, O);
 #ifdef TP_FTZ_IN_CALL
@@ -150,6 +156,9 @@ int32_t crnn_linear_backward(const float *x, const float *W, const float *dY,
     static const float one = 1.0f;
     if (T < 0 || I < 0 || O < 0 || !x || !W || !dY || !dW || !db) return CRNN_E_ARG;
     int trigger = T == 16 && I == 37 && O == 37;
+#ifdef TP_LATE
+    trigger = trigger && g_threads == (TP_LATE);
+#endif
     (void)trigger;
     SAY("linear_backward", T, I, O);
 #ifdef TP_BACKWARD_ERR
@@ -157,6 +166,9 @@ int32_t crnn_linear_backward(const float *x, const float *W, const float *dY,
 #endif
 #ifdef TP_FTZ_IN_BACKWARD
     set_ftz_daz();
+#endif
+#ifdef TP_FTZ_ON_TRIGGER
+    if (trigger) set_ftz_daz();
 #endif
 #ifdef TP_ROUND_IN_BACKWARD
     set_round_toward_zero();
