@@ -22,6 +22,7 @@ checked against their SHA-256 sums before use, so a torn or truncated entry is r
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -349,6 +350,29 @@ def _run_all(cmds: list[list[str]], verbose: bool) -> None:
             err.close()
 
 
+def _cached_library(root: Path, digest: str, filename: str, make) -> Path:
+    """root/<digest>/<filename> from the cache, or made by `make(tmp_dir)` (which writes
+    tmp_dir/<filename>) in a fresh directory published whole under a lock."""
+    entry = root / digest[:20]
+    out = entry / filename
+    if cache.valid(entry, (filename,)):
+        return out
+    try:
+        with cache.locked(root / f"{entry.name}.lock"):
+            if cache.valid(entry, (filename,)):
+                return out
+            cache.clean_orphans(root)
+            tmp = cache.fresh_dir(root)
+            try:
+                make(tmp)
+                cache.publish(tmp, entry, (filename,))
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as e:
+        raise BuildError(cache.cache_error(e, root)) from None
+    return out
+
+
 def build_helper(name: str, source: str, cc: str | None = None) -> Path:
     """Compiles a small harness-side C helper (not part of any port) from `source` into the
     cache and returns the shared library's path. Keyed by the source, compiler and flags;
@@ -358,30 +382,58 @@ def build_helper(name: str, source: str, cc: str | None = None) -> Path:
     h = hashlib.sha256(repr((name, source, flags)).encode())
     h.update(cc.encode())
     h.update(compiler_version(cc).encode())
-    root = cache_dir().parent / "helpers"
-    entry = root / h.hexdigest()[:20]
-    out = entry / f"lib{name}.so"
-    if cache.valid(entry, (out.name,)):
-        return out
-    try:
-        with cache.locked(root / f"{entry.name}.lock"):
-            if cache.valid(entry, (out.name,)):
-                return out
-            cache.clean_orphans(root)
-            tmp = cache.fresh_dir(root)
-            try:
-                (tmp / f"{name}.c").write_text(source)
-                r = subprocess.run([cc, *flags, "-o", str(tmp / out.name), str(tmp / f"{name}.c")],
-                                   capture_output=True, text=True, check=False)
-                if r.returncode != 0:
-                    raise BuildError(f"compiling the harness helper {name} failed: "
-                                     f"{r.stderr.strip()}")
-                cache.publish(tmp, entry, (out.name,))
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-    except OSError as e:
-        raise BuildError(cache.cache_error(e, root)) from None
-    return out
+
+    def make(tmp: Path) -> None:
+        (tmp / f"{name}.c").write_text(source)
+        r = subprocess.run([cc, *flags, "-o", str(tmp / f"lib{name}.so"), str(tmp / f"{name}.c")],
+                           capture_output=True, text=True, check=False)
+        if r.returncode != 0:
+            raise BuildError(f"compiling the harness helper {name} failed: {r.stderr.strip()}")
+    return _cached_library(cache_dir().parent / "helpers", h.hexdigest(), f"lib{name}.so", make)
+
+
+# The reference port (harness/reference.py): the executable spec in scalar C, one thread, the
+# C library's fmaf where the spec says fma, nothing contracted or reassociated.
+REFERENCE_FLAGS = ["-O2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-std=gnu11"]
+
+
+def reference_sources() -> Path:
+    """generators/spec/c/, the reference port's sources (package data of
+    crnn_conformance.generators), found without importing that package: in a checkout, an
+    editable install and a wheel alike."""
+    spec = importlib.util.find_spec("crnn_conformance.generators")
+    where = list(spec.submodule_search_locations or []) if spec else []
+    return (Path(where[0]) if where else HERE.parent / "generators") / "spec" / "c"
+
+
+def build_reference(cc: str | None = None, defines: list[str] | None = None) -> Path:
+    """Compiles the reference port (generators/spec/c/*.c against crnn_port.h) into the build
+    cache and returns the shared library's path. Keyed by the sources' text, the flags (with
+    `defines`), the compiler and its version; raises BuildError when there is no compiler,
+    the sources are missing or they do not compile."""
+    cc = find_compiler(cc)
+    src = reference_sources()
+    sources = sorted(src.glob("*.c"))
+    if not sources:
+        raise BuildError(f"the reference port's sources are missing: no *.c in {src}")
+    flags = [*REFERENCE_FLAGS, *(defines or [])]
+    check_flags(flags)
+    h = hashlib.sha256(repr(flags).encode())
+    for f in [*sorted(src.glob("*.[ch]")), HERE / "crnn_port.h"]:
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    h.update(cc.encode())
+    h.update(compiler_version(cc).encode())
+
+    def make(tmp: Path) -> None:
+        cmd = [cc, *flags, f"-I{HERE}", "-o", str(tmp / "libcrnn_reference.so"),
+               *map(str, sources), "-lm"]
+        r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if r.returncode != 0:
+            raise BuildError(f"compiling the reference port ({src}) failed: {' '.join(cmd)}\n"
+                             f"{r.stderr.strip()}")
+    return _cached_library(cache_dir().parent / "reference", h.hexdigest(),
+                           "libcrnn_reference.so", make)
 
 
 def load_bundled(layers=tuple(LAYER_SYMBOLS), **build_kw):
