@@ -42,7 +42,7 @@ typedef struct {
     int64_t restore[2];    /* [first, count] of rp_tape.restore: buffers first used here */
     int64_t snap[2];       /* [first, count] of rp_tape.snap: const outputs copied before */
     int64_t check[2];      /* [first, count] of rp_tape.check: the records checked after */
-    uint64_t a[RP_ARGS];   /* integer and pointer arguments, in order; a copy: dst, src, n */
+    int64_t a[RP_ARGS];    /* integer and pointer arguments, in order; a copy: dst, src, n */
     double d[RP_DBL];      /* double arguments, in order */
 } rp_op;
 
@@ -64,6 +64,9 @@ typedef struct {
     char *shared_table;        /* shared: the guard-page table of the call in progress */
 } rp_tape;
 
+/* sizeof(rp_op) * 1000 + sizeof(rp_tape): replay.py lays them out with NumPy and checks. */
+int64_t crnn_h_replay_layout(void) { return (int64_t)sizeof(rp_op) * 1000 + (int64_t)sizeof(rp_tape); }
+
 static int fp_ok(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -84,8 +87,8 @@ static double now(void)
 }
 
 #define P(i) ((void *)(uintptr_t)op->a[i])
-#define I(i) ((int32_t)(int64_t)op->a[i])
-#define L(i) ((int64_t)op->a[i])
+#define I(i) ((int32_t)op->a[i])
+#define L(i) (op->a[i])
 #define D(i) (op->d[i])
 #define CALL(f) ((__typeof__(&f))op->fn)
 

@@ -41,29 +41,33 @@ def source() -> str:
     return header + "\n" + SOURCE.read_text()
 
 
-class _Op(C.Structure):
-    _fields_ = [("kind", C.c_int64), ("entry", C.c_int64), ("fn", C.c_void_p),
-                ("name", C.c_void_p), ("table", C.c_void_p), ("restore", C.c_int64 * 2),
-                ("snap", C.c_int64 * 2), ("check", C.c_int64 * 2),
-                ("a", C.c_uint64 * N_ARGS), ("d", C.c_double * N_DBL)]
+# rp_op and rp_tape of replay.c: every field 8 bytes, so no padding on any 64-bit ABI
+# (crnn_h_replay_layout() returns their sizes; a helper that disagrees is not used)
+OP = np.dtype([("kind", "<i8"), ("entry", "<i8"), ("fn", "<u8"), ("name", "<u8"),
+               ("table", "<u8"), ("restore", "<i8", 2), ("snap", "<i8", 2), ("check", "<i8", 2),
+               ("a", "<i8", N_ARGS), ("d", "<f8", N_DBL)])
+TAPE_FIELDS = ("ops", "n_ops", "restore", "snap", "check", "finish", "n_finish", "compare",
+               "n_compare", "set_isa", "set_threads", "pattern", "out_fd", "progress",
+               "current", "shared_table")
+_KINDS = {name: tuple("d" if t is C.c_double else "p" if t is C.c_void_p else "i"
+                      for t in abi.SIGNATURES[name][1]) for name in ENTRIES}
+_NAMES = {name: C.create_string_buffer(name.encode()) for name in ENTRIES}
+_EMPTY = C.create_string_buffer(b"")
 
 
-class _Tape(C.Structure):
-    _fields_ = [("ops", C.c_void_p), ("n_ops", C.c_int64), ("restore", C.c_void_p),
-                ("snap", C.c_void_p), ("check", C.c_void_p), ("finish", C.c_void_p),
-                ("n_finish", C.c_int64), ("compare", C.c_void_p), ("n_compare", C.c_int64),
-                ("set_isa", C.c_void_p), ("set_threads", C.c_void_p), ("pattern", C.c_void_p),
-                ("out_fd", C.c_int64), ("progress", C.c_void_p), ("current", C.c_void_p),
-                ("shared_table", C.c_void_p)]
-
-
-def declare(helper) -> None:
-    """Sets crnn_h_replay's signature on a loaded helper (when it has one)."""
-    fn = getattr(helper, "crnn_h_replay", None)
-    if fn is not None:
-        fn.restype = C.c_int64
-        fn.argtypes = [C.c_void_p, C.c_int64, C.c_int64, C.c_void_p, C.c_void_p, C.c_void_p,
-                       C.c_void_p]
+def declare(helper) -> bool:
+    """Sets crnn_h_replay's signature on a loaded helper. -> False when it has none or its
+    structures are not laid out as OP and TAPE_FIELDS say (the worker then replays nothing)."""
+    fn, layout = (getattr(helper, n, None) for n in ("crnn_h_replay", "crnn_h_replay_layout"))
+    if fn is None or layout is None:
+        return False
+    layout.restype, layout.argtypes = C.c_int64, []
+    if layout() != OP.itemsize * 1000 + 8 * len(TAPE_FIELDS):
+        return False
+    fn.restype = C.c_int64
+    fn.argtypes = [C.c_void_p, C.c_int64, C.c_int64, C.c_void_p, C.c_void_p, C.c_void_p,
+                   C.c_void_p]
+    return True
 
 
 class Tape:
@@ -99,25 +103,23 @@ class Tape:
         """Before the call `name` runs (touched: guard.Arena.before's list)."""
         if not self.usable:
             return
-        if name not in _ENTRY:
+        kinds = _KINDS.get(name)
+        if kinds is None:
             return self.refuse(f"{name} is not replayed")
         ints, dbls, buffers = [], [], []
-        for i, (arg, kind) in enumerate(zip(args, abi.SIGNATURES[name][1])):
-            if kind is C.c_double:
-                dbls.append(float(arg))
-                continue
-            if kind is C.c_void_p:
+        for arg, kind in zip(args, kinds):
+            if kind == "p":
                 addr = int(arg) if arg else 0
-                b = arena.find(addr) if addr else None
-                if addr and b is None:
-                    return self.refuse(f"{name} got a pointer outside the run's buffers")
-                if b is not None:
+                if addr:
+                    b = arena.find(addr)
+                    if b is None:
+                        return self.refuse(f"{name} got a pointer outside the run's buffers")
                     buffers.append(b)
                 ints.append(addr)
-            else:
+            elif kind == "i":
                 ints.append(int(arg))
-        if len(ints) > N_ARGS or len(dbls) > N_DBL:
-            return self.refuse(f"{name} has more arguments than the replay holds")
+            else:
+                dbls.append(float(arg))
         snaps, checks = [], []
         for b, _, written, snap in touched:
             ref = 0
@@ -158,48 +160,44 @@ def _records(rows, width: int, keep: list) -> int:
     return a.ctypes.data
 
 
+def _ranges(groups: list) -> tuple[np.ndarray, list]:
+    """[first, count] of each op's records in their concatenation, and the concatenation."""
+    counts = np.array([len(g) for g in groups], np.int64)
+    return np.stack([np.cumsum(counts) - counts, counts], axis=1), [r for g in groups for r in g]
+
+
 class _Compiled:
     def __init__(self, tape: Tape, arena, lib, shared, pattern_addr: int):
         keep = self.keep = list(tape.keep)
-        ops = (_Op * len(tape.ops))()
-        restore, snap, check, strings = [], [], [], {}
-
-        def cstr(s: bytes) -> int:
-            if s not in strings:
-                strings[s] = C.create_string_buffer(s)
-            return C.addressof(strings[s])
-        for op, (kind, entry, fn, name, ints, dbls, rs, ss, cs, table) in zip(ops, tape.ops):
-            op.kind, op.entry, op.fn = kind, entry, fn
-            op.name, op.table = cstr(name.encode()[:127]), cstr(table)
-            for field, rows, into in (("restore", rs, restore), ("snap", ss, snap),
-                                      ("check", cs, check)):
-                getattr(op, field)[0], getattr(op, field)[1] = len(into), len(rows)
-                into.extend(rows)
-            for i, v in enumerate(ints):
-                op.a[i] = v & 0xFFFFFFFFFFFFFFFF
-            for i, v in enumerate(dbls):
-                op.d[i] = v
-        seen = {id(b) for b in arena.buffers if id(b) in tape.seen}
+        ops = self.ops = np.zeros(len(tape.ops), OP)
+        kind, entry, fn, name, ints, dbls, rs, ss, cs, tables = zip(*tape.ops)
+        ops["kind"], ops["entry"], ops["fn"] = kind, entry, fn
+        ops["name"] = [C.addressof(_NAMES[n]) if n else 0 for n in name]
+        self.tables = {t: C.create_string_buffer(t) for t in set(tables) if t}
+        ops["table"] = [C.addressof(self.tables[t]) if t else C.addressof(_EMPTY) for t in tables]
+        ops["a"] = [v + [0] * (N_ARGS - len(v)) for v in ints]
+        ops["d"] = [v + [0.0] * (N_DBL - len(v)) for v in dbls]
+        records = {}
+        for field, groups, width in (("restore", rs, 3), ("snap", ss, 3), ("check", cs, 5)):
+            ops[field], rows = _ranges(groups)
+            records[field] = _records(rows, width, keep)
         finish = [(*b.span, b._original_addr if b.kind == "input" else 0) for b in arena.buffers]
         compare = []
         for b in arena.buffers:
-            if id(b) in seen and b.kind != "input":
+            if id(b) in tape.seen and b.kind != "input":
                 first = b.bytes.copy()
                 keep.append(first)
                 compare.append((b.lo, first.ctypes.data, b.nbytes))
-        self.strings, self.ops = strings, ops
         self.buffers = list(arena.buffers)
-        t = self.tape = _Tape()
-        t.ops, t.n_ops = C.addressof(ops), len(tape.ops)
-        t.restore, t.snap = _records(restore, 3, keep), _records(snap, 3, keep)
-        t.check = _records(check, 5, keep)
-        t.finish, t.n_finish = _records(finish, 5, keep), len(finish)
-        t.compare, t.n_compare = _records(compare, 3, keep), len(compare)
-        t.set_isa = C.cast(lib.crnn_set_isa, C.c_void_p).value
-        t.set_threads = C.cast(lib.crnn_set_threads, C.c_void_p).value
-        t.pattern, t.out_fd = pattern_addr, shared.out_fd
-        t.progress, t.current = C.addressof(shared.progress), C.addressof(shared.current)
-        t.shared_table = C.addressof(shared.table)
+        fields = dict(
+            ops=ops.ctypes.data, n_ops=len(ops), **records,
+            finish=_records(finish, 5, keep), n_finish=len(finish),
+            compare=_records(compare, 3, keep), n_compare=len(compare),
+            set_isa=C.cast(lib.crnn_set_isa, C.c_void_p).value,
+            set_threads=C.cast(lib.crnn_set_threads, C.c_void_p).value,
+            pattern=pattern_addr, out_fd=shared.out_fd, progress=C.addressof(shared.progress),
+            current=C.addressof(shared.current), shared_table=C.addressof(shared.table))
+        self.tape = np.array([fields[f] for f in TAPE_FIELDS], np.uint64)
 
     def run(self, helper, first: int, runs: list) -> tuple[int, str, int]:
         """Replays runs[first:] (isa name, threads) -> (how many passed, why the next one
@@ -207,7 +205,7 @@ class _Compiled:
         isa = (C.c_int32 * len(runs))(*[abi.ISA_NAMES.index(i) for i, _ in runs])
         threads = (C.c_int32 * len(runs))(*[int(t) for _, t in runs])
         stop, stop_op = C.c_int32(0), C.c_int64(-1)
-        done = helper.crnn_h_replay(C.addressof(self.tape), first, len(runs) - first, isa,
+        done = helper.crnn_h_replay(self.tape.ctypes.data, first, len(runs) - first, isa,
                                     threads, C.byref(stop), C.byref(stop_op))
         if stop.value:                       # the zones may be damaged: rewritten on reuse
             for b in self.buffers:

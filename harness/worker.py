@@ -81,7 +81,7 @@ class _Traced:
         self.where = ""                      # the run in progress, for the messages
         self.table = b""                     # the guard-page table last written to shared
         # the repeat runs of a batch replayed in C (harness/replay.py); CRNN_NO_REPLAY=1: not
-        self.replays = (helper is not None and hasattr(helper, "crnn_h_replay")
+        self.replays = (helper is not None and getattr(helper, "replays", False)
                         and helper.crnn_h_arch() in (1, 2)
                         and os.environ.get("CRNN_NO_REPLAY", "") in ("", "0"))
 
