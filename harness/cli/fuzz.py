@@ -36,8 +36,10 @@ from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run
               help="stop at the first finding (every process)")
 @click.option("--no-database", is_flag=True,
               help="neither replay nor save failures in the example database (cache dir)")
+@click.option("--numpy-spec", is_flag=True,
+              help="golden bits from the NumPy spec on every case (slow), not the reference port")
 def fuzz(port, layers, seconds, seed, jobs, out, isa, threads, timeout, shrink_seconds,
-         stop_at_first, no_database):
+         stop_at_first, no_database, numpy_spec):
     """Fuzz a port against the executable spec; exit 0 nothing found, 1 found, 2 cannot run."""
     from crnn_conformance.harness import fuzz as F
     from crnn_conformance.harness.fuzz import strategies
@@ -47,7 +49,8 @@ def fuzz(port, layers, seconds, seed, jobs, out, isa, threads, timeout, shrink_s
             seconds=seconds, seed=random.randrange(2 ** 31) if seed is None else seed,
             out=Path(out), isas=_split(isa, abi.ISA_NAMES, "ISA"),
             threads=tuple(_split(threads, None, "thread count", int)), timeout=timeout,
-            database=not no_database, shrink_seconds=shrink_seconds, stop_at_first=stop_at_first)
+            database=not no_database, shrink_seconds=shrink_seconds, stop_at_first=stop_at_first,
+            numpy_spec=numpy_spec)
     except click.BadParameter as e:
         cannot_run(e.message)
     if not opts.threads or any(t < 1 or t > 256 for t in opts.threads):
@@ -59,7 +62,7 @@ def fuzz(port, layers, seconds, seed, jobs, out, isa, threads, timeout, shrink_s
     click.echo(f"fuzz: seed {opts.seed}, {seconds:g} s, findings to {out}", err=True)
     try:
         result = F.run(opts, jobs)
-    except (abi.PortError, FixtureError, ValueError, OSError) as e:
+    except (abi.PortError, FixtureError, ValueError, OSError, F.ReferenceMismatch) as e:
         cannot_run(str(e))
     except Exception as e:   # a harness bug (a strategy the spec rejects, ...): say so, exit 2
         cannot_run(f"harness error, please report it: {type(e).__name__}: {e}")

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import strategies, writer
-from .engine import CHUNK, Finding, Fuzzer, FuzzOptions, LayerStats  # noqa: F401 (the API)
+from .engine import (CHUNK, Finding, Fuzzer, FuzzOptions, LayerStats,  # noqa: F401 (API)
+                     ReferenceMismatch)
 
 
 @dataclass
@@ -24,6 +25,7 @@ class FuzzResult:
     seconds: float
     seed: int
     isas: list = field(default_factory=list)
+    reference: bool = False          # golden bits from the reference port (harness/reference.py)
 
     @property
     def findings(self) -> list:
@@ -44,7 +46,7 @@ def _job(opts: FuzzOptions, layers: list[str], started: float, end_wall: float,
         stats = fz.run(end, found)
     finally:
         fz.close()
-    return stats, fz.isas
+    return stats, fz.isas, fz.reference is not None
 
 
 def split(layers: list[str], jobs: int) -> list[list[str]]:
@@ -63,6 +65,7 @@ def merge(parts: list[dict]) -> dict:
         for layer, s in stats.items():
             m = out.setdefault(layer, LayerStats(layer))
             m.cases += s.cases
+            m.audited += s.audited
             m.seconds = max(m.seconds, s.seconds)
             if s.finding and (m.finding is None or s.finding.found_s < m.finding.found_s):
                 m.finding = s.finding
@@ -81,7 +84,7 @@ def run(opts: FuzzOptions, jobs: int = 1) -> FuzzResult:
     parts = split(list(layers), jobs)
     if len(parts) == 1:
         import threading
-        s, isas = _job(opts, parts[0], t0, end_wall, True, threading.Event())
+        s, isas, ref = _job(opts, parts[0], t0, end_wall, True, threading.Event())
         results = [s]
     else:
         import concurrent.futures as cf
@@ -95,11 +98,11 @@ def run(opts: FuzzOptions, jobs: int = 1) -> FuzzResult:
                        for i, p in enumerate(parts)]
             results = []
             for f in futures:
-                s, isas = f.result()
+                s, isas, ref = f.result()
                 results.append(s)
     stats = merge(results)
     ordered = {layer: stats[layer] for layer in layers}
-    return FuzzResult(ordered, time.time() - t0, opts.seed, isas)
+    return FuzzResult(ordered, time.time() - t0, opts.seed, isas, ref)
 
 
 def render(result: FuzzResult) -> str:
@@ -113,8 +116,11 @@ def render(result: FuzzResult) -> str:
         lines.append(f"fuzz {s.layer:<7} {s.cases:>7} cases in {s.seconds:6.1f} s "
                      f"({s.rate:6.1f}/s): {what}")
     total = sum(s.cases for s in result.stats.values())
+    audited = sum(s.audited for s in result.stats.values())
     n = len(result.findings)
+    golden = (f"golden bits from the reference port, {audited} cases also from the NumPy spec"
+              if result.reference else "golden bits from the NumPy spec")
     verdict = (f"FAIL: {n} finding(s)" if n else "PASS: no failure") + (
         f" in {total} cases ({result.seconds:.1f} s; ISA {','.join(result.isas)}; "
-        f"seed {result.seed})")
+        f"seed {result.seed}; {golden})")
     return "\n".join(lines + [verdict])

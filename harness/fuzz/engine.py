@@ -9,6 +9,12 @@ speed. A chunk first replays the failures Hypothesis's database (under the cache
 for that layer. A failing case is shrunk by Hypothesis (for at most SHRINK_SECONDS; after that
 the smallest failure so far stands), written as a one-case fixture (writer.py) and reported in
 the gate's failure-line format; that layer then rests, the others go on.
+
+The golden bits come from the reference port (harness/reference.py: the spec in plain C) while
+the worker runs the port; the NumPy spec (generators/exact.py), which is the definition,
+recomputes them for every case that does not pass at once and for a fixed share of the passing
+ones (AUDIT_EVERY), and a case where the two disagree ends the run as a harness error
+(ReferenceMismatch), the case written for the report. `numpy_spec` uses the NumPy spec alone.
 """
 from __future__ import annotations
 
@@ -26,14 +32,21 @@ from crnn_conformance.harness import layers as L
 from crnn_conformance.harness import runner
 from crnn_conformance.harness.executor import Executor, same_bytes
 
-from . import strategies
+from . import strategies, writer
 
 INLINE = "<fuzz>"   # the executor's key for the case this process sends it
-# cases per Hypothesis run, per layer: about half a second to a second each on the 2-core
-# machine (a ctc case holds up to 48 lines, a step or train3 case a whole small model)
-CHUNK = {"dot16": 150, "linear": 100, "conv": 60, "lstm": 60, "ctc": 60, "step": 8,
-         "clip": 100, "adamw": 150, "train3": 6}
+# cases per Hypothesis run, per layer: about half a second each on the 2-core machine. Every
+# run first tries the all-zero case (Hypothesis's simplest), so a run of few cases would spend
+# a good share of them on that one case again.
+CHUNK = {"dot16": 120, "linear": 100, "conv": 80, "lstm": 80, "ctc": 60, "step": 50,
+         "clip": 100, "adamw": 120, "train3": 40}
 SHRINK_SECONDS = 10.0
+# A passing case is also checked against the NumPy spec when its digest is a multiple of this
+# (and the first case of each layer always): about 5 % of the CPU a case costs, from the NumPy
+# spec's time per case (docs/performance.md), so a reference that drifted from the spec is
+# caught within a few seconds of fuzzing and costs little.
+AUDIT_EVERY = {"dot16": 8, "linear": 8, "conv": 16, "lstm": 16, "ctc": 16, "step": 64,
+               "clip": 8, "adamw": 8, "train3": 64}
 
 
 @dataclass
@@ -49,6 +62,7 @@ class FuzzOptions:
     database: bool = True
     shrink_seconds: float = SHRINK_SECONDS
     stop_at_first: bool = False          # end the run (every process) at the first finding
+    numpy_spec: bool = False             # golden bits from the NumPy spec only (no reference port)
 
 
 @dataclass
@@ -68,6 +82,7 @@ class LayerStats:
     cases: int = 0
     seconds: float = 0.0
     finding: Finding | None = None
+    audited: int = 0                      # cases also checked against the NumPy spec
 
     @property
     def rate(self) -> float:
@@ -107,6 +122,18 @@ def database_dir() -> Path:
     return cache_dir().parent / "fuzz" / "hypothesis"
 
 
+class ReferenceMismatch(RuntimeError):
+    """The reference port and the NumPy spec disagree on a case (a harness bug)."""
+
+
+def _reference(opts):
+    """harness.reference when its port can be built and the options allow it, else None."""
+    if opts.numpy_spec:
+        return None
+    from crnn_conformance.harness import reference
+    return reference if reference.available() else None
+
+
 class Fuzzer:
     """One process's fuzzing: its worker (the gate's Executor) and its layers."""
 
@@ -125,6 +152,9 @@ class Fuzzer:
         self.db = DirectoryBasedExampleDatabase(str(database_dir())) if opts.database else None
         self.stats = {layer: LayerStats(layer) for layer in layers}
         self.t0 = time.monotonic() - (time.time() - started if started else 0.0)
+        self.reference = _reference(opts)
+        self.mismatch: ReferenceMismatch | None = None
+        self.audited: set[str] = set()         # names of the cases held to the NumPy spec
 
     def close(self) -> None:
         self.executor.close()
@@ -133,28 +163,75 @@ class Fuzzer:
         """-> (case, failing records): the gate's checks of one drawn case."""
         case = Case(case_name(layer, params, inputs), params, inputs)
         case.expected = {}
+        fast = {}
 
-        def golden():       # the spec, while the worker runs the port
-            case.expected["exact"] = exact.expected(layer, params, inputs)
+        def golden():       # the spec's bits, while the worker runs the port
+            if self.reference is None:
+                case.expected["exact"] = exact.expected(layer, params, inputs)
+            else:
+                fast["out"] = self._reference_outputs(layer, params, inputs)
         self.executor.prefetch(layer, INLINE, case.name, self.runs, case=case, meanwhile=golden)
-        if self._all_golden(case):
-            return case, []
+        if self.reference is None:
+            if self._agrees(case.expected["exact"]):
+                return case, []
+        else:
+            agrees = self._agrees(fast["out"])
+            if agrees and not self._audit_due(layer, case.name):
+                return case, []
+            case.expected["exact"] = exact.expected(layer, params, inputs)
+            self.stats[layer].audited += 1
+            self._hold_to_spec(layer, case, fast["out"])
+            if agrees or self.mismatch is not None:
+                return case, []
         records = runner.check_case(self.gate, self.executor, L.module(layer), INLINE, case,
                                     self.isas)
         return case, [r for r in records if not r.passed]
 
-    def _all_golden(self, case) -> bool:
-        """Every run answered with the spec's bits, byte for byte (dtype and shape too), and
+    def _reference_outputs(self, layer: str, params: dict, inputs: dict):
+        """The reference port's outputs of a case, or the error it raised."""
+        try:
+            return self.reference.expected(layer, params, inputs)
+        except Exception as e:   # noqa: BLE001 (any error is the reference's: held to NumPy)
+            return e
+
+    def _audit_due(self, layer: str, name: str) -> bool:
+        """The layer's first case, and a case whose digest is a multiple of AUDIT_EVERY, once
+        (Hypothesis tries its simplest case again in every run)."""
+        if name in self.audited or not (self.stats[layer].cases == 0
+                                        or int(name[-8:], 16) % AUDIT_EVERY[layer] == 0):
+            return False
+        self.audited.add(name)
+        return True
+
+    def _hold_to_spec(self, layer: str, case, ref) -> None:
+        """The reference port's outputs against the NumPy spec's, on every tensor the spec
+        gives; a difference ends the run (self.mismatch), the case written under --out."""
+        truth = case.expected["exact"]
+        if isinstance(ref, Exception):
+            what = f"it raised {type(ref).__name__}: {ref}"
+        else:
+            bad = [t for t in truth if t not in ref or not same_bytes(ref[t], truth[t])]
+            if not bad:
+                return
+            what = f"tensor(s) {', '.join(bad[:4])} differ"
+        path = writer.write_mismatch(self.opts.out, layer, case, self.opts.seed)
+        self.mismatch = ReferenceMismatch(
+            f"the reference port (generators/spec/c) disagrees with the executable spec on "
+            f"{layer} case {case.name}: {what} (the case: {path}). A harness bug: please "
+            "report it with that file; `fuzz --numpy-spec` fuzzes with the NumPy spec alone")
+
+    def _agrees(self, golden) -> bool:
+        """Every run answered with `golden`'s bits, byte for byte (dtype and shape too), and
         all with the same outputs: then every exact and identity check that check_case makes
         passes (compare() decides equal bytes at once), so its records, which cost more than
         the comparisons for 16 runs of a small case, are not built. Anything else (an error,
         a crash, a differing bit) takes the gate's whole way and gets its records."""
         answers = self.executor.prefetched()
-        if len(answers) != len(self.runs) or any(kind != "ok" for kind, _ in answers):
+        if (isinstance(golden, Exception) or len(answers) != len(self.runs)
+                or any(kind != "ok" for kind, _ in answers)):
             return False
         first = answers[0][1]
-        golden = case.expected["exact"].items()
-        return all(t in first and same_bytes(first[t], g) for t, g in golden) and all(
+        return all(t in first and same_bytes(first[t], g) for t, g in golden.items()) and all(
             out.keys() == first.keys() and all(same_bytes(out[t], first[t]) for t in first)
             for _, out in answers[1:])
 
@@ -209,7 +286,7 @@ class Fuzzer:
                        time.monotonic() - self.t0 - hunt.first_s)
 
     def stopped(self) -> bool:
-        return self.stop is not None and self.stop.is_set()
+        return self.mismatch is not None or (self.stop is not None and self.stop.is_set())
 
     def run(self, end: float, on_finding=None) -> dict:
         """Layers in turn, a chunk each, until `end` (time.monotonic()), every layer has a
@@ -230,4 +307,8 @@ class Fuzzer:
                     if on_finding:
                         on_finding(f)
             round_ += 1
+        if self.mismatch is not None:
+            if self.stop is not None:
+                self.stop.set()
+            raise self.mismatch
         return self.stats

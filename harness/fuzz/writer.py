@@ -26,6 +26,15 @@ def write(out: Path, finding, seed: int, port: str | None) -> Path:
     return path
 
 
+def write_mismatch(out: Path, layer: str, case, seed: int) -> Path:
+    """A case where the reference port and the NumPy spec disagree, with the NumPy spec's
+    bits as its exact tier: `crnn-conformance gate --port <the reference port> --fixtures
+    OUT` reproduces the difference."""
+    path = Path(out) / f"reference-mismatch-{layer}-{case.name[len('fuzz_'):]}.h5"
+    write_fixture(path, layer, GENERATOR, seed, [case])
+    return path
+
+
 def gate_command(out: Path, finding, port: str | None) -> str:
     cmd = ["crnn-conformance", "gate", "--fixtures", str(out), "--layers", finding.layer,
            "--case", finding.case.name]
