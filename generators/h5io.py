@@ -59,7 +59,10 @@ def digest(a: np.ndarray) -> str:
     h = hashlib.sha256()
     h.update(a.dtype.str.encode())
     h.update(repr(a.shape).encode())
-    h.update(a.tobytes())
+    try:
+        h.update(a)           # the C-contiguous buffer: the bytes of tobytes(), not copied
+    except (BufferError, TypeError, ValueError):
+        h.update(a.tobytes())
     return h.hexdigest()
 
 
@@ -102,7 +105,7 @@ def write_fixture(path, layer: str, generator: str, seed: int, cases: list[Case]
             for case in cases:
                 _write_case(f, case)
         with h5py.File(tmp, "r+") as f:     # the manifest of what was written, as it reads back
-            m = _manifest_text(_scan(f)[0])
+            m = _manifest_text(_scan(f).manifest)
             f.attrs["manifest"] = m
             f.attrs["manifest_sha256"] = hashlib.sha256(m.encode()).hexdigest()
         tmp.replace(path)
@@ -125,29 +128,68 @@ def _write_case(f, case: Case) -> None:
         g.attrs["floor"] = json.dumps(case.floor, sort_keys=True)
 
 
-def _scan(f) -> tuple[dict, dict]:
-    """Reads every dataset of an open file -> (manifest, {dataset path: array})."""
-    groups, datasets, attrs, data = ["/"], [], [], {}
+@dataclass
+class _Contents:
+    """Everything _scan read from an open file."""
+    manifest: dict
+    data: dict        # dataset path -> array
+    attrs: dict       # object path -> {name: value}, for the objects that have attributes
+    fid: object       # the file's low-level id (groups are listed from it on demand)
 
-    def attrs_of(name, obj):
-        for k in sorted(obj.attrs):
-            if name == "/" and k in MANIFEST_ATTRS:
-                continue
-            attrs.append([name, k, _value_digest(obj.attrs[k])])
+    def members(self, group: str) -> list:
+        """A group's member names in its own order (creation order when tracked), as
+        iterating the h5py Group gives them."""
+        return [_text(n) for n in h5py.h5g.open(self.fid, group.encode())]
 
-    attrs_of("/", f)
 
-    def visit(name, obj):
-        if isinstance(obj, h5py.Dataset):
-            a = np.asarray(obj[()])
+def _text(name: bytes):
+    """An object name as h5py gives it: UTF-8 text, else the bytes."""
+    try:
+        return name.decode("utf8")
+    except UnicodeDecodeError:
+        return name
+
+
+def _read_dataset(dsid) -> np.ndarray:
+    """A dataset's contents as `np.asarray(dataset[()])` gives them; numbers of a simple or
+    scalar shape are read straight into an array (no high-level object per dataset)."""
+    dt, space = dsid.dtype, dsid.get_space()
+    if dt.kind not in "iuf" or space.get_simple_extent_type() not in (h5py.h5s.SIMPLE,
+                                                                       h5py.h5s.SCALAR):
+        return np.asarray(h5py.Dataset(dsid)[()])
+    a = np.empty(space.shape, dt)
+    if a.size:
+        dsid.read(h5py.h5s.ALL, h5py.h5s.ALL, a)
+    return a
+
+
+def _scan(f) -> _Contents:
+    """Reads every dataset and attribute of an open file and makes its manifest. Objects are
+    listed by HDF5's own walk (what h5py's visititems walks) without opening each one, and
+    only the objects that have attributes are opened to read them."""
+    groups, datasets, data, attrs = ["/"], [], {}, {}
+    with_attrs = ["/"]
+
+    def visit(raw_name, info):
+        name = _text(raw_name)
+        if info.type == h5py.h5o.TYPE_DATASET:
+            a = _read_dataset(h5py.h5d.open(f.id, raw_name))
             data[name] = a
             datasets.append([name, a.dtype.str, list(a.shape), digest(a)])
         else:
             groups.append(name)
-        attrs_of(name, obj)
+        if info.num_attrs:           # (the walk reuses `info`: read it here)
+            with_attrs.append(name)
 
-    f.visititems(visit)
-    return {"groups": sorted(groups), "datasets": sorted(datasets), "attrs": sorted(attrs)}, data
+    h5py.h5o.visit(f.id, visit, info=True)
+    digests = []
+    for name in with_attrs:
+        obj = f[name]
+        attrs[name] = {k: obj.attrs[k] for k in sorted(obj.attrs)}
+        digests += [[name, k, _value_digest(v)] for k, v in attrs[name].items()
+                    if not (name == "/" and k in MANIFEST_ATTRS)]
+    manifest = {"groups": sorted(groups), "datasets": sorted(datasets), "attrs": sorted(digests)}
+    return _Contents(manifest, data, attrs, f.id)
 
 
 def _manifest_text(m: dict) -> str:
@@ -168,18 +210,19 @@ def _manifest_changes(stored: dict, found: dict) -> list[str]:
     return out
 
 
-def _check_manifest(f, path: Path) -> dict:
-    """-> {dataset path: array}; raises FixtureError when the file differs from its manifest."""
-    found, data = _scan(f)
-    stored_text = f.attrs.get("manifest")
-    stored_sha = f.attrs.get("manifest_sha256")
+def _check_manifest(f, path: Path) -> _Contents:
+    """-> the file's contents; raises FixtureError when the file differs from its manifest."""
+    contents = _scan(f)
+    found = contents.manifest
+    stored_text = contents.attrs["/"].get("manifest")
+    stored_sha = contents.attrs["/"].get("manifest_sha256")
     if stored_text is None or stored_sha is None:
         raise FixtureError(f"fixture {path} has no manifest (not written by regen-fixtures, or "
                            f"edited); run `regen-fixtures --only {path.stem}`")
     stored_text = stored_text.decode() if isinstance(stored_text, bytes) else str(stored_text)
     ok_sha = hashlib.sha256(stored_text.encode()).hexdigest() == str(stored_sha)
     if ok_sha and stored_text == _manifest_text(found):
-        return data
+        return contents
     try:
         changes = _manifest_changes(json.loads(stored_text), found) if ok_sha else []
     except (ValueError, TypeError, AttributeError):
@@ -195,7 +238,9 @@ def read_fixture(path) -> Fixture:
     if not path.exists():
         raise FixtureError(f"fixture not found: {path} (run `regen-fixtures`)")
     try:
-        with h5py.File(path, "r") as f:
+        # the whole file in memory at once (the core driver): HDF5's many small reads of
+        # object headers and chunks then cost no system call each
+        with h5py.File(path, "r", driver="core", backing_store=False) as f:
             attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()
                      if k not in MANIFEST_ATTRS}
             schema = attrs.get("schema_version")
@@ -205,9 +250,9 @@ def read_fixture(path) -> Fixture:
             if attrs.get("spec_version") != SPEC_VERSION:
                 raise FixtureError(f"fixture {path} is stale: spec version {attrs.get('spec_version')}, "
                                    f"the code is at {SPEC_VERSION}; run `regen-fixtures`")
-            data = _check_manifest(f, path)
+            contents = _check_manifest(f, path)
             attrs["manifest_sha256"] = str(f.attrs["manifest_sha256"])
-            cases = [_read_case(f, name, data) for name in json.loads(attrs["case_names"])]
+            cases = [_read_case(contents, name) for name in json.loads(attrs["case_names"])]
     except FixtureError:
         raise
     except (OSError, KeyError, ValueError, TypeError) as e:
@@ -216,12 +261,14 @@ def read_fixture(path) -> Fixture:
     return Fixture(path, attrs, cases)
 
 
-def _read_case(f, name: str, data: dict) -> Case:
-    g = f[name]
-    case = Case(name, json.loads(g.attrs["params"]))
-    case.inputs = {k: data[f"{name}/inputs/{k}"] for k in g["inputs"]}
-    for tier in g["expected"]:
-        case.expected[tier] = {k: data[f"{name}/expected/{tier}/{k}"] for k in g["expected"][tier]}
-    if "floor" in g.attrs:
-        case.floor = json.loads(g.attrs["floor"])
+def _read_case(contents: _Contents, name: str) -> Case:
+    """One case from what _scan read (a missing group or attribute is a KeyError)."""
+    attrs, data = contents.attrs.get(name, {}), contents.data
+    case = Case(name, json.loads(attrs["params"]))
+    case.inputs = {k: data[f"{name}/inputs/{k}"] for k in contents.members(f"{name}/inputs")}
+    for tier in contents.members(f"{name}/expected"):
+        tensors = contents.members(f"{name}/expected/{tier}")
+        case.expected[tier] = {k: data[f"{name}/expected/{tier}/{k}"] for k in tensors}
+    if "floor" in attrs:
+        case.floor = json.loads(attrs["floor"])
     return case

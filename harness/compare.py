@@ -172,9 +172,10 @@ def _usage(o, r, tier, atol, rtol, floor):
     allow = allowance(tier, r, atol, rtol, floor)
     with np.errstate(all="ignore"):
         diff = np.abs(o - r)
-        same_special = (o == r) | (np.isnan(o) & np.isnan(r))  # inf == inf, NaN where ref NaN
-        diff = np.where(same_special, 0.0, diff)
-        diff = np.where(np.isnan(diff), np.inf, diff)            # NaN/Inf against finite ref
+        if np.isnan(diff).any():   # (else neither side is NaN, no infinities are equal)
+            same_special = (o == r) | (np.isnan(o) & np.isnan(r))  # inf == inf, NaN where ref NaN
+            diff = np.where(same_special, 0.0, diff)
+            diff = np.where(np.isnan(diff), np.inf, diff)            # NaN/Inf against finite ref
         ratio = np.where(diff == 0, 0.0, diff / allow)
     return allow, diff, ratio
 
@@ -192,8 +193,11 @@ def resolution(allow, diff, ref, mask=None) -> float | None:
         return None
     allow, diff = np.broadcast_to(allow, r.shape), np.broadcast_to(diff, r.shape)
     with np.errstate(all="ignore"):
-        slack = (allow[ok] - diff[ok]) / r[ok]
-    return max(0.0, float(np.min(np.where(np.isnan(slack), -np.inf, slack))))
+        slack = (allow - diff) / r
+    if not ok.all():
+        slack = np.where(ok, slack, np.inf)
+    least = float(np.min(slack))
+    return 0.0 if least != least else max(0.0, least)   # a NaN slack counts as -inf
 
 
 def _over(ratio) -> np.ndarray:
@@ -233,11 +237,20 @@ def compare(ours, ref, tier: str, atol: float = 0.0, rtol: float = 0.0, floor: f
     return _compare_tolerance(ours, ref, tier, atol, rtol, floor, mask, heatmap_cols)
 
 
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """a.tobytes() == b.tobytes() (same shape and dtype), without copying either."""
+    if a is b:
+        return True
+    if a.size and a.flags.c_contiguous and b.flags.c_contiguous:
+        return memoryview(a).cast("B") == memoryview(b).cast("B")
+    return a.tobytes() == b.tobytes()
+
+
 def _compare_bits(ours, ref, tier, mask, cols=None) -> Comparison:
     if ours.dtype != ref.dtype:
         return Comparison(float("inf"), float("inf"), int(ref.size), int(ref.size), False,
                           note=f"dtype {ours.dtype} != reference {ref.dtype}")
-    if mask is None and ours.tobytes() == ref.tobytes():   # the common case, decided at once
+    if mask is None and _same_bytes(ours, ref):   # the common case, decided at once
         return Comparison(0.0, 0.0, 0, int(ours.size), True, max_ulp=0)
     bad = ~within(ours, ref, tier)
     if mask is not None:
@@ -278,11 +291,11 @@ def _compare_tolerance(ours, ref, tier, atol, rtol, floor, mask, cols=None) -> C
         ratio = np.where(mask, ratio, 0.0)
         diff = np.where(mask, diff, 0.0)
     over = _over(ratio)
-    n = int(over.sum())
+    n = int(np.count_nonzero(over))
     w = int(np.argmax(ratio)) if ratio.size else 0
     usage = float(ratio.flat[w]) if ratio.size else 0.0
-    poison = int((is_poison(ours) & over).sum())
-    nonfinite = int((~np.isfinite(o) & np.isfinite(r) & over).sum())
+    poison = int(np.count_nonzero(is_poison(ours) & over)) if n else 0
+    nonfinite = int(np.count_nonzero(~np.isfinite(o) & np.isfinite(r) & over)) if n else 0
     notes = []
     if poison:
         notes.append(f"{poison} element(s) never written (poison left)")

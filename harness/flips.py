@@ -43,7 +43,7 @@ DEAD, TWIN, FLIP = "dead", "twin", "flip"
 @dataclass
 class WindowDiff:
     """One pool window whose winners differ between the port and PyTorch."""
-    kind: str                 # dead | twin | flip
+    kind: str                 # twin | flip (a block's dead windows: DeadWindows)
     line: int
     block: int                # 0-based block index (conv<block>.W)
     window: list              # [oy, ox, o]
@@ -56,6 +56,8 @@ class WindowDiff:
     margin: float
     bound: float
 
+    count = 1                 # windows this entry stands for (a class attribute, not a field)
+
     def describe(self) -> str:
         cell = lambda w: "none" if w < 0 else f"cell {w}"
         return (f"line {self.line}, block {self.block + 1} (conv{self.block}), channel "
@@ -66,8 +68,19 @@ class WindowDiff:
 
 
 @dataclass
+class DeadWindows:
+    """The dead windows of one block, counted together: they are the same decision, never
+    reported one by one (the trained model's step case has about 75 000 of them)."""
+    line: int
+    block: int
+    count: int
+    kind: str = DEAD
+
+
+@dataclass
 class Verdict:
-    diffs: list = field(default_factory=list)      # every differing window (dead, twin, flip)
+    diffs: list = field(default_factory=list)   # every differing window: twins and flips one
+                                                # by one, each block's dead ones as DeadWindows
 
     @property
     def flips(self) -> list:
@@ -75,7 +88,10 @@ class Verdict:
 
     @property
     def counts(self) -> dict:
-        return {k: sum(d.kind == k for d in self.diffs) for k in (DEAD, TWIN, FLIP)}
+        out = dict.fromkeys((DEAD, TWIN, FLIP), 0)
+        for d in self.diffs:
+            out[d.kind] += d.count
+        return out
 
     @property
     def passed(self) -> bool:
@@ -146,16 +162,13 @@ def classify_block(ours_w, pt_w, pt_pooled, conv, x, geo: dict, line: int, block
     pt_eff = np.where(pt_dead, -1, pt_w)
     differ = ours_w != pt_eff
     dead = (ours_w != pt_w) & pt_dead & (ours_w == -1)
-    out = []
-    if not differ.any() and not dead.any():
+    n_dead = int(np.count_nonzero(dead))   # same decision, different index: counted, not flips
+    out = [DeadWindows(line, block, n_dead)] if n_dead else []
+    if not differ.any():
         return out
     Out = conv.shape[1]
     pat = None
     val = lambda w: 0.0 if w < 0 else float(conv.flat[w])
-    # dead windows: same decision, different index (counted, not flips)
-    for idx in zip(*np.nonzero(dead)):
-        out.append(WindowDiff(DEAD, line, block, [int(i) for i in idx], int(idx[2]), -1,
-                              int(pt_w[idx]), 0.0, val(int(pt_w[idx])), 0.0, 0.0, 0.0))
     for idx in zip(*np.nonzero(differ)):
         a, b = int(ours_w[idx]), int(pt_eff[idx])
         va, vb = val(a), val(b)

@@ -37,29 +37,37 @@ DEPTH = 2      # batches a worker has waiting at most: the one it runs and the n
 WINDOW = 8     # cases per worker that may be sent before their turn (their answers kept)
 
 
-def tier_tolerance(layer: str, case, tier: str, tensor: str, shape=None):
+def tier_tolerance(layer: str, case, tier: str, tensor: str, shape=None, arrays=None):
     """The allowance of one tensor in a tolerance tier: the error model's per-element Atol on
     the case's inputs (harness/allowance/) joined with the table's entry; None for the bit
     tiers. `shape`: the reference's, when it holds the model's elements in another shape
-    (the Python API's 0-d loss against the fixtures' [1])."""
+    (the Python API's 0-d loss against the fixtures' [1]); `arrays`: the case's
+    _model_allowances(), when the caller has them."""
     if tier not in ("float64", "pytorch"):
         return None
-    from crnn_conformance.harness import allowance
-    arrays = allowance.allowances(layer, case) if layer in allowance.LAYERS else {}
+    arrays = _model_allowances(layer, case) if arrays is None else arrays
     model = arrays.get(tensor)
     if model is not None and shape is not None and model.size == int(np.prod(shape)):
         model = model.reshape(shape)
     return elementwise(lookup(layer, tensor), model, arrays)
 
 
+def _model_allowances(layer: str, case) -> dict:
+    """{tensor: the error model's per-element Atol} of a case ({} for a layer without one)."""
+    from crnn_conformance.harness import allowance
+    return allowance.allowances(layer, case) if layer in allowance.LAYERS else {}
+
+
 def _tier_records(opts, module, case, tier, ours, isa) -> list[Record]:
     out = []
     ref = case.expected[tier]
     hook = getattr(module, "compare_tier", None)
+    # once per case and tier: finding them keys the cache with a digest of every input
+    arrays = _model_allowances(module.LAYER, case) if tier in ("float64", "pytorch") else None
     for tensor, r in ref.items():
         if tensor not in ours:
             continue
-        tol = tier_tolerance(module.LAYER, case, tier, tensor, np.shape(r))
+        tol = tier_tolerance(module.LAYER, case, tier, tensor, np.shape(r), arrays)
         floor = float(case.floor.get(tensor, 0.0)) if tier == "pytorch" else None
         if hook is not None:
             c = hook(case, tier, tensor, ours, ref, tol, floor)
@@ -239,8 +247,9 @@ class GateSession:
             return []
         finally:
             ex.drop(*_key(job))
+        stem = Path(job.fixture).stem
         for r in records:
-            r.fixture = Path(job.fixture).stem
+            r.fixture = stem
         for r in records:   # a record that judged pool flips reports them (possibly none)
             if getattr(r, "flips", None) is not None:
                 self.flips = (self.flips or []) + list(r.flips)

@@ -82,15 +82,45 @@ def dumps(doc: dict) -> str:
 def _clean(o):
     """JSON has no NaN or Inf: a non-finite float anywhere is written as null. A string holding
     bytes that are not UTF-8 (a path: Python keeps them as surrogates) shows them as U+FFFD."""
+    return _cleaned((o,))[0]
+
+
+def _cleaned(values) -> list:
+    """[_clean(v) for v in values], the builtin types decided inline: a gate's records hold
+    10^5 values, and a call for each cost more than the rest of the report."""
+    out = []
+    for v in values:
+        kind = type(v)
+        if kind is str:
+            out.append(v if v.isascii() else _text(v))
+        elif kind is float:
+            out.append(v if v - v == 0.0 else None)    # inf - inf and NaN - NaN are NaN
+        elif kind is int or kind is bool or v is None:
+            out.append(v)
+        elif kind is dict:
+            out.append(dict(zip(v.keys(), _cleaned(v.values()))))
+        elif kind is list or kind is tuple:
+            out.append(_cleaned(v))
+        else:
+            out.append(_clean_subclass(v))
+    return out
+
+
+def _clean_subclass(o):
+    """_clean of anything else: subclasses of float (numpy's float64), str, dict, list, tuple."""
     if isinstance(o, float):
         return o if o == o and o not in (float("inf"), float("-inf")) else None
     if isinstance(o, str):
-        return o.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        return _text(o)
     if isinstance(o, dict):
         return {k: _clean(v) for k, v in o.items()}
     if isinstance(o, (list, tuple)):
         return [_clean(v) for v in o]
     return o
+
+
+def _text(s: str) -> str:
+    return s.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def write(result_or_doc, directory) -> Path:

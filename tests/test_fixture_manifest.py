@@ -51,6 +51,12 @@ def _floor(f):
     f[name].attrs["floor"] = json.dumps(fl, sort_keys=True)
 
 
+def _big_endian(f):
+    a = f[f"{CASE}/inputs/W"][()]
+    del f[f"{CASE}/inputs/W"]
+    f.create_dataset(f"{CASE}/inputs/W", data=a.astype(a.dtype.newbyteorder(">")))
+
+
 EDITS = {
     "a case's params": ("linear", _params, f"attribute 'params' of {CASE} changed"),
     "case_names cut to one": ("linear", _one_case, "attribute 'case_names' of / changed"),
@@ -63,6 +69,14 @@ EDITS = {
                           f"dataset {CASE}/inputs/W changed"),
     "a dataset added": ("linear", lambda f: f.create_dataset(f"{CASE}/inputs/extra", data=[1]),
                         f"dataset {CASE}/inputs/extra added"),
+    # not numbers: read through h5py's own Dataset (h5io._read_dataset's other path)
+    "a text dataset added": ("linear", lambda f: f.create_dataset(f"{CASE}/inputs/note", data="x"),
+                             f"dataset {CASE}/inputs/note added"),
+    "an attribute of a dataset added": ("linear",
+                                        lambda f: f[f"{CASE}/inputs/x"].attrs.__setitem__("u", 1),
+                                        f"attribute 'u' of {CASE}/inputs/x added"),
+    "a dataset stored big-endian, same values": ("linear", _big_endian,
+                                                 f"dataset {CASE}/inputs/W changed"),
 }
 
 
@@ -145,3 +159,49 @@ def test_writes_are_byte_reproducible_and_the_manifest_covers_decoded_data(tmp_p
         for k in x.inputs:
             assert x.inputs[k].tobytes() == y.inputs[k].tobytes()
     assert np.asarray(got.cases[0].expected["exact"]["y"]).dtype == np.float32
+
+
+def test_cases_are_read_as_the_files_groups_and_attributes_hold_them():
+    """read_fixture (HDF5's walk, then each case from what it read) gives every case as the
+    file's h5py Groups hold it: the params and floor attributes, and the inputs, tiers and
+    tensors in each group's own order, with their values, dtypes and shapes."""
+    for path in sorted(FIX.glob("*.h5")):
+        fx = h5io.read_fixture(path)
+        with h5py.File(path, "r") as f:
+            assert [c.name for c in fx.cases] == json.loads(f.attrs["case_names"]), path
+            for case in fx.cases:
+                g = f[case.name]
+                assert case.params == json.loads(g.attrs["params"]), (path, case.name)
+                assert case.floor == (json.loads(g.attrs["floor"]) if "floor" in g.attrs else {})
+                groups = [(case.inputs, g["inputs"])]
+                assert list(case.expected) == list(g["expected"]), (path, case.name)
+                groups += [(case.expected[t], g["expected"][t]) for t in g["expected"]]
+                for got, group in groups:
+                    assert list(got) == list(group), (path, case.name, group.name)
+                    for k, a in got.items():
+                        want = np.asarray(group[k][()])
+                        assert a.dtype == want.dtype and a.shape == want.shape, (path, k)
+                        assert a.tobytes() == want.tobytes(), (path, case.name, k)
+
+
+def test_datasets_of_every_kind_read_as_h5py_reads_them(tmp_path):
+    """Numbers are read straight into an array, anything else through h5py's Dataset: either
+    way each dataset's array is np.asarray(dataset[()]), its dtype and shape too."""
+    path = tmp_path / "kinds.h5"
+    kinds = {"f4": np.arange(6, dtype="<f4").reshape(2, 3), "f8_be": np.arange(3, dtype=">f8"),
+             "i8_scalar": np.int64(-7), "u1_empty": np.zeros((0, 4), np.uint8),
+             "bool": np.array([True, False]), "text": "words", "texts": ["a", "bc"],
+             "null": h5py.Empty("f4"), "pairs": np.array([(1, 2.5)], [("n", "<i4"), ("v", "<f8")]),
+             "chunked": np.arange(4096, dtype="<f4").reshape(64, 64)}
+    with h5py.File(path, "w") as f:
+        for name, value in kinds.items():
+            kw = {"chunks": (8, 16), "compression": "gzip", "shuffle": True} if name == "chunked" else {}
+            f.create_dataset(name, data=value, **kw)
+    with h5py.File(path, "r") as f:
+        got = h5io._scan(f).data
+        assert set(got) == set(kinds)
+        for name in kinds:
+            want = np.asarray(f[name][()])
+            assert got[name].dtype == want.dtype and got[name].shape == want.shape, name
+            assert got[name].tolist() == want.tolist(), name
+

@@ -115,6 +115,7 @@ def test_dead_window_is_not_a_difference():
     v = classify(win, pt, pooled, conv, x)
     assert v.counts == {"dead": win.size, "twin": 0, "flip": 0}
     assert v.passed and v.used is None
+    assert len(v.diffs) == 1        # the block's dead windows, counted in one entry
 
 
 def _flip(conv, win, pooled, margin):

@@ -407,3 +407,23 @@ def test_html_shows_resolution(runs):
     text = (runs["good"] / "index.html").read_text(encoding="utf-8")
     t = next(t for t in doc["tensors"] if t["tier"] == "float64")
     assert f"f64 {t['resolution']:.1e}" in text
+
+
+def test_results_json_holds_no_nan_and_only_utf8():
+    """Non-finite floats anywhere (numpy's float64 too) are written as null; text holding
+    bytes that are not UTF-8 (surrogates, in a str subclass too) shows them as U+FFFD; tuples
+    become lists, and everything else stays as it was."""
+    import numpy as np
+    from crnn_conformance.reports import json_report
+
+    class Text(str):
+        pass
+
+    doc = {"floats": [1.5, -0.0, float("nan"), float("inf"), -float("inf"), np.float64("nan"),
+                      np.float64(2.5), np.float64("-inf")],
+           "text": ("plain", "caf\u00e9", "bad \udcff byte", Text("sub \udc80"), Text("ok")),
+           "nested": {"none": None, "flag": True, "n": 3, "deep": [{"x": float("nan")}, ()]}}
+    got = json.loads(json_report.dumps(doc))
+    assert got == {"floats": [1.5, -0.0, None, None, None, None, 2.5, None],
+                   "text": ["plain", "caf\u00e9", "bad \ufffd byte", "sub \ufffd", "ok"],
+                   "nested": {"none": None, "flag": True, "n": 3, "deep": [{"x": None}, []]}}
