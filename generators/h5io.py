@@ -255,7 +255,8 @@ def read_fixture(path) -> Fixture:
             cases = [_read_case(contents, name) for name in json.loads(attrs["case_names"])]
     except FixtureError:
         raise
-    except (OSError, KeyError, ValueError, TypeError) as e:
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as e:
+        # (HDF5 reports some damaged object headers as RuntimeError)
         raise FixtureError(f"fixture {path} cannot be read ({type(e).__name__}: {e}); "
                            f"it is corrupt or not a crnn-conformance fixture") from None
     return Fixture(path, attrs, cases)
