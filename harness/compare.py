@@ -155,7 +155,10 @@ def _detail(c: "Comparison", v: np.ndarray, unit: str, shape, cols) -> "Comparis
 
 
 def _index(flat: int, shape) -> list[int]:
-    return [int(i) for i in np.unravel_index(flat, shape)] if shape else []
+    """The multi-index of element `flat` ([] for a scalar or a tensor with no element)."""
+    if not shape or 0 in shape:
+        return []
+    return [int(i) for i in np.unravel_index(flat, shape)]
 
 
 def _same_bits(ours: np.ndarray, ref: np.ndarray) -> np.ndarray:

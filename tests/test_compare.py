@@ -93,3 +93,12 @@ def test_a_nan_slack_makes_the_resolution_zero():
     assert compare(ours, ref, "float64", atol, 0.0).resolution == 0.0
     assert compare(ref, ref, "float64", atol, 0.0).resolution == pytest.approx(1e-6 / 3)
 
+
+@pytest.mark.parametrize("shape", [(0,), (0, 3), (3, 0)])
+@pytest.mark.parametrize("tier", ["exact", "float64", "pytorch", "identity"])
+def test_a_tensor_with_no_element_passes_every_tier(shape, tier):
+    """(A zero-size 2-D tensor once raised in the tolerance tiers: its worst index.)"""
+    z = np.zeros(shape, np.float32)
+    c = compare(z, z.copy(), tier, np.zeros(shape), 0.0, 0.0)
+    assert c.passed and c.usage == 0.0 and c.mismatches == 0
+    assert compare(z, np.zeros((1,) + shape[1:], np.float32), tier).passed is False
