@@ -217,6 +217,7 @@ class Arena:
         self.calls = 0
         self.last = ""                             # the last entry point called
         self.tape = None                           # a replay.Tape recording the run, or None
+        self.found, self.outside = [], False       # the last call's buffers (before())
 
     def _add(self, b: Buffer) -> Buffer:
         self.buffers.append(b)
@@ -250,13 +251,17 @@ class Arena:
         return b if b is not None and b.holds(addr) else None
 
     def before(self, fn: str, args) -> list:
-        """Called before entry point `fn`: -> what after() checks."""
-        touched = []
+        """Called before entry point `fn`: -> what after() checks. Also leaves in `found` the
+        buffer of every pointer argument, and `outside` true when one points elsewhere (what
+        a replay.Tape recording the call needs)."""
+        touched, found, outside = [], [], False
         for i, arg, written in _pointer_args(fn):
             addr = args[i] if i < len(args) else None
             b = self.find(addr) if isinstance(addr, int) and addr else None
             if b is None:
+                outside = outside or bool(addr)
                 continue
+            found.append(b)
             snap = None
             if written:
                 b.writers.append([self.calls, fn, arg, False])
@@ -267,6 +272,7 @@ class Arena:
             touched.append((b, arg, written, snap))
         self.calls += 1
         self.last = fn
+        self.found, self.outside = found, outside
         return touched
 
     def after(self, fn: str, touched: list, rc: int) -> None:

@@ -100,26 +100,17 @@ class Tape:
         return out
 
     def call(self, arena, name: str, fn_addr: int, args, touched, table: bytes) -> None:
-        """Before the call `name` runs (touched: guard.Arena.before's list)."""
+        """Before the call `name` runs, right after arena.before() made `touched` (and
+        arena.found, arena.outside)."""
         if not self.usable:
             return
         kinds = _KINDS.get(name)
         if kinds is None:
             return self.refuse(f"{name} is not replayed")
-        ints, dbls, buffers = [], [], []
-        for arg, kind in zip(args, kinds):
-            if kind == "p":
-                addr = int(arg) if arg else 0
-                if addr:
-                    b = arena.find(addr)
-                    if b is None:
-                        return self.refuse(f"{name} got a pointer outside the run's buffers")
-                    buffers.append(b)
-                ints.append(addr)
-            elif kind == "i":
-                ints.append(int(arg))
-            else:
-                dbls.append(float(arg))
+        if arena.outside:
+            return self.refuse(f"{name} got a pointer outside the run's buffers")
+        ints = [int(a) if a else 0 for a, k in zip(args, kinds) if k != "d"]
+        dbls = [float(a) for a, k in zip(args, kinds) if k == "d"]
         snaps, checks = [], []
         for b, _, written, snap in touched:
             ref = 0
@@ -132,7 +123,7 @@ class Tape:
                 ref = scratch.ctypes.data
             checks.append((*b.span, ref))
         self.ops.append((0, _ENTRY[name], fn_addr, name, ints, dbls,
-                         self._first_use(buffers), snaps, checks, table))
+                         self._first_use(arena.found), snaps, checks, table))
 
     def copy(self, arena, dst: np.ndarray, src: np.ndarray) -> None:
         """Before `dst[...] = src` between two buffers of the run (_ffi.assign)."""
