@@ -13,13 +13,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from crnn_conformance.ctypes_kernels.build import build
+from crnn_conformance.generators import exact
 from crnn_conformance.generators.h5io import read_fixture
 from crnn_conformance.harness import fuzz as F
 from crnn_conformance.harness import mutants as M
-from crnn_conformance.harness.fuzz import engine, strategies
+from crnn_conformance.harness.fuzz import engine, strategies, values
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
 from testports import build_port  # noqa: E402
@@ -63,14 +65,225 @@ def test_a_mutant_is_found_shrunk_and_written_as_a_fixture(tmp_path):
     assert cli("gate", "--fixtures", str(out), "--layers", "conv", "-q").returncode == 0
 
 
-def test_cached_strategies_tell_signed_zeros_apart():
-    """The strategy objects are made once per arguments (harness/fuzz/values.py), keyed so
-    that options or specials differing only in the sign of a zero get their own."""
-    from crnn_conformance.harness.fuzz import values
-    a, b = values.sampled((0.0, -0.0)), values.sampled((-0.0, 0.0))
-    assert a is not b and values.sampled((0.0, -0.0)) is a
-    assert (values.array(2, specials=(np.float32(0.0),))
-            is not values.array(2, specials=(np.float32(-0.0),)))
+LAYERS = strategies.available()
+
+
+def decoded(layer, data: bytes):
+    return strategies.module(layer).decode(values.Reader(data))
+
+
+def key(layer, case) -> str:
+    return engine.inputs_key(layer, *case)
+
+
+def random_bytes(layer, rng, first=None) -> bytes:
+    data = bytearray(rng.integers(0, 256, strategies.module(layer).SIZE, dtype=np.uint8))
+    if first is not None:
+        data[0] = first
+    return bytes(data)
+
+
+def test_a_case_is_one_fixed_size_byte_string():
+    """Each layer's strategy draws one choice (Hypothesis charges per choice), a byte string
+    of the SIZE its decoder reads at most."""
+    rng = np.random.default_rng(0)
+    for layer in LAYERS:
+        m = strategies.module(layer)
+        choices = []
+
+        @settings(database=None, max_examples=5, phases=[Phase.generate],
+                  suppress_health_check=list(HealthCheck))
+        @given(st.data())
+        def draw(data):
+            data.draw(m.cases())
+            choices.append([type(c) for c in data.conjecture_data.choices])
+        draw()
+        assert choices and all(c == [bytes] for c in choices), (layer, choices)
+        for data in [bytes([255]) * m.SIZE] + [random_bytes(layer, rng) for _ in range(200)]:
+            r = values.Reader(data)
+            m.decode(r)
+            assert r.at <= m.SIZE, (layer, r.at)
+
+
+def test_zero_bytes_decode_to_the_simplest_case_of_each_layer():
+    """Byte 0 is every decision's simplest option, and past the end every byte reads 0."""
+    for layer in LAYERS:
+        assert key(layer, decoded(layer, b"")) == key(layer, decoded(layer, bytes(300))), layer
+    params, inputs = decoded("conv", b"")
+    assert {k: params[k] for k in ("H", "W", "C", "Out", "kh", "kw", "padH", "padW", "poolH",
+                                   "poolW", "dx")} == dict(H=1, W=1, C=1, Out=1, kh=1, kw=1,
+                                                           padH=0, padW=0, poolH=1, poolW=1,
+                                                           dx=False)
+    assert all(not v.any() for v in inputs.values())
+    params, inputs = decoded("linear", b"")
+    assert params == {"T": 1, "I": 1, "O": 1} and all(not v.any() for v in inputs.values())
+    params, inputs = decoded("lstm", b"")
+    assert params == {"T": 1, "I": 1, "H": 1} and all(not v.any() for v in inputs.values())
+    assert decoded("dot16", b"")[1]["a"].size == 0
+    params, inputs = decoded("ctc", b"")
+    assert params == {"T": 0, "K": 1, "L": 0, "scale": 1.0} and inputs["logits"].size == 0
+    params, inputs = decoded("clip", b"")
+    assert params["shapes"] == [[0]] and inputs["enabled"][0] == 1
+    params, inputs = decoded("adamw", b"")
+    assert params == {"steps": 1, "shape": [1]} and not inputs["p"].any()
+    assert inputs["hparams"].tolist() == list(strategies.module("adamw").DEFAULTS)
+    for layer in ("step", "train3"):
+        params, inputs = decoded(layer, b"")
+        c = params["config"]
+        assert (c["classes"], c["hidden"], c["input_height"]) == (2, 1, 4), layer
+        assert c["blocks"] == [{"out": 1, "kh": 1, "kw": 1, "padH": 0, "padW": 0, "poolH": 1,
+                                "poolW": 1}], layer
+        images = [v for k, v in inputs.items() if k.endswith("images")]
+        assert len(images) == 1 and not images[0].any(), layer
+    assert decoded("step", b"")[0]["B"] == 1 and decoded("train3", b"")[0]["steps"] == 1
+
+
+def test_the_same_bytes_decode_to_the_same_case():
+    """Decoding is deterministic: no state carried from one case to the next (the arrays'
+    generator is reset from each recipe's seed)."""
+    rng = np.random.default_rng(1)
+    for layer in LAYERS:
+        datas = [random_bytes(layer, rng) for _ in range(20)]
+        first = [key(layer, decoded(layer, d)) for d in datas]
+        assert first == [key(layer, decoded(layer, d)) for d in reversed(datas)][::-1], layer
+        assert len(set(first)) > 15, layer
+
+
+def test_reading_past_the_end_gives_zeros():
+    r = values.Reader(bytes([7, 200]))
+    assert [r.byte(), r.u16(), r.u16(), r.take(3), r.at] == [7, 200 << 8, 0, bytes(3), 8]
+    rng = np.random.default_rng(2)
+    for layer in LAYERS:
+        data = random_bytes(layer, rng)[:20]
+        assert key(layer, decoded(layer, data)) == key(layer, decoded(layer, data + bytes(300)))
+
+
+def test_every_family_of_every_layer_is_reached_and_gives_a_valid_case(monkeypatch):
+    """A family's byte makes the decoder call that family, and the spec runs on its cases."""
+    rng = np.random.default_rng(3)
+    for layer in LAYERS:
+        m = strategies.module(layer)
+        family = getattr(m, "FAMILY", None)
+        for name in family.options if family else [None]:
+            seen = []
+            if name:
+                real = m.FAMILIES[name]
+                monkeypatch.setitem(m.FAMILIES, name,
+                                    lambda *a, real=real: (seen.append(1), real(*a))[1])
+            for _ in range(3):
+                calls = len(seen)
+                params, inputs = decoded(layer, random_bytes(
+                    layer, rng, family.byte_of(name) if name else None))
+                assert not name or len(seen) > calls, (layer, name)
+                exact.expected(layer, params, inputs)
+
+
+def every_choice():
+    for layer in LAYERS:
+        m = strategies.module(layer)
+        yield from ((layer, n, c) for n, c in vars(m).items() if isinstance(c, values.Choice))
+    yield from (("values", n, c) for n, c in vars(values).items() if isinstance(c, values.Choice))
+
+
+def test_every_option_of_every_choice_has_a_byte_and_byte_0_is_the_first():
+    choices = list(every_choice())
+    assert len(choices) > 20
+    for where, name, c in choices:
+        assert len(c.lut) == 256 and c.lut[0] is c.options[0], (where, name)
+        assert len(set(map(repr, c.lut))) == len(set(map(repr, c.options))), (where, name)
+
+
+def outputs(read, nbytes: int) -> set:
+    """Every value read() gives over every string of nbytes bytes."""
+    return {read(values.Reader(v.to_bytes(nbytes, "big"))) for v in range(256 ** nbytes)}
+
+
+def test_every_entry_of_a_table_can_be_drawn():
+    """Special values (one byte for tables of up to 80, two beyond) and table indices (two
+    bytes) reach every entry, whatever the table's size; 0 is an inactive slot."""
+    for m in (1, 13, 80, 81, 691, 3080):
+        nbytes = 1 if m <= 256 - values.INACTIVE else 2
+        assert outputs(lambda r: values.special(r, m), nbytes) == set(range(m)) | {None}, m
+        assert outputs(lambda r: r.index(m), 2) == set(range(m)), m
+    for n in (1, 3, 80, 128):
+        assert outputs(lambda r: r.below(n), 1) == set(range(n))
+        assert outputs(lambda r: r.size(5, 4 + n), 1) == set(range(5, 5 + n))
+    with pytest.raises(ValueError):
+        values.Reader().size(0, 128)               # a size of one byte has at most 128 values
+    assert outputs(lambda r: r.size(256, 1100, wide=True), 2) == set(range(256, 1101))
+
+
+def test_each_threshold_reaches_the_activations():
+    """End to end, the biggest table: a run of sigmoid's and tanh's thresholds starts at any
+    of its 3080 entries (family, n, the run flag, x's recipe, the run's length, its first)."""
+    lstm = strategies.module("lstm")
+    table = lstm.THRESHOLDS
+    at = 3 + values.recipe_bytes(lstm.ACT_SPECIALS, 6) + 1
+    for i in sorted({0, 1, len(table) - 1} | set(range(0, len(table), 97))):
+        first = -(-i * 65536 // len(table))
+        data = bytearray(at + 4)
+        data[:3] = bytes([lstm.FAMILY.byte_of("activations"), 0, 255])
+        data[at:at + 2] = first.to_bytes(2, "big")
+        params, inputs = decoded("lstm", bytes(data))
+        assert params == {"kind": "activations"}
+        assert inputs["x"][:1].tobytes() == np.float32(table[i]).tobytes(), i
+
+
+def test_an_input_nan_never_meets_a_value_that_overflows():
+    """Conv draws NaN inputs (the pool's rules): its values stay below 2^59, so no product
+    (below 2^118) nor any dot of them (576 terms at most) reaches infinity, and every NaN
+    the port returns is an input's (generators/edge_values.py)."""
+    rng = np.random.default_rng(4)
+    nans = 0
+    for _ in range(400):
+        _, inputs = decoded("conv", random_bytes("conv", rng))
+        v = np.concatenate([a.ravel() for a in inputs.values()])
+        if np.isnan(v).any():
+            nans += 1
+            assert np.abs(v[np.isfinite(v)]).max(initial=0) < 2.0 ** 59
+    assert nans > 20
+
+
+def test_clip_draws_its_limits_at_the_specs_norm():
+    """clip's strategy computes the norm its limits are drawn at in one call (all tensors
+    zero-padded as rows of one matrix): the spec's norm, bit for bit, overflow included."""
+    from crnn_conformance.generators.spec import clip as spec
+    clip = strategies.module("clip")
+    rng = np.random.default_rng(5)
+    infinite = 0
+    for _ in range(500):
+        r = values.Reader(random_bytes("clip", rng))
+        ts = clip.tensors(r, clip.COUNT.read(r))
+        with np.errstate(over="ignore"):
+            want = spec.global_norm(ts)
+        assert np.float64(clip.global_norm(ts)).tobytes() == np.float64(want).tobytes()
+        infinite += np.isinf(want)
+    assert 10 < infinite < 400
+
+
+def test_step_lays_out_the_weights_as_the_model_does():
+    """The step strategy's own parameter specs (cheaper than generators/model's) name the same
+    tensors with the same shapes and decay flags, and its initialisation keeps model.init_params'
+    ranges and zero padding columns."""
+    from crnn_conformance.generators import model
+    step = strategies.module("step")
+    rng = np.random.default_rng(6)
+    for _ in range(60):
+        r = values.Reader(random_bytes("step", rng, first=0))
+        r.byte()
+        c = step.config(r)
+        want = model.param_specs(c)
+        specs = step.specs_of(c)
+        assert [(s.name, s.shape, s.decay) for s in specs] == \
+            [(s.name, tuple(s.shape), s.decay) for s in want]
+        p = step.weights(values.Reader(bytes([0, 9, 0])), specs)     # seed 9, none replaced
+        refs = [model.init_params(c, np.random.default_rng(k)) for k in range(20)]
+        assert p.flat.size == sum(v.size for v in refs[0].values())
+        for s in specs:
+            widest = max(np.abs(ref[s.name]).max() for ref in refs)
+            assert 0.8 * s.bound <= widest <= s.bound, s.name
+            assert np.abs(p[s.name]).max() <= s.bound, s.name
+            assert np.array_equal(p[s.name] == 0, refs[0][s.name] == 0), s.name
 
 
 def names_of_a_chunk(opts, layer, seed):

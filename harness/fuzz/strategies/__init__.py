@@ -2,10 +2,11 @@
 `cases()`, a Hypothesis strategy of (params, inputs) for one case of that layer, in the
 format the layer's harness module runs and generators/exact.py computes the golden bits of.
 
-A strategy is ordinary data mixed with the edge families of docs/edge-cases.md (special
-values, boundaries, signed zeros, underflow, values rounded once); `st.one_of` shrinks towards
-its first, ordinary alternative, the shapes towards their smallest sizes and the arrays towards
-plain values (harness/fuzz/values.py)."""
+A case is one fixed-size byte string (the module's SIZE), turned into the case by the
+module's decode(Reader) (harness/fuzz/values.py): ordinary data mixed with the edge families
+of docs/edge-cases.md (special values, boundaries, signed zeros, underflow, values rounded
+once), the first, ordinary family and the smallest shapes and plainest arrays at byte 0, so
+that Hypothesis, which shrinks bytes towards 0, shrinks a case towards them."""
 import importlib
 
 from crnn_conformance.harness import layers as L

@@ -1,47 +1,41 @@
-"""dot16: one dot of 0..80 terms, ordinary, underflowing (signed-zero lanes) or overflowing; or a
-long one (256..1100 terms: a port may split those across its threads, which no rule allows)."""
+"""dot16: one dot of 0..80 terms, ordinary (overflowing values too) or underflowing
+(signed-zero lanes); or a long one (256..1100 terms: a port may split those across its
+threads, which no rule allows). Lengths favour the short end; every tail length is drawn."""
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
-from hypothesis import strategies as st
 
-from ..values import array, f32_specials, ints
+from ..values import Choice, Reader, array, cases as from_bytes, f32_specials
 
-
-@lru_cache(maxsize=None)   # one strategy object (values.sampled says why)
-@st.composite
-def ordinary(draw):
-    n = draw(ints(0, 80))
-    sp = f32_specials()
-    return draw(array(n, specials=sp, huge_exp=127)), draw(array(n, specials=sp, huge_exp=127))
+SIZE = 31           # bytes a case at most (the family, n, two arrays)
+FAMILY = Choice(("ordinary", "underflow", "long"), (5, 2, 2))
+SPECIALS = f32_specials()
 
 
-@lru_cache(maxsize=None)
-@st.composite
-def underflow(draw):
+def ordinary(r: Reader, n: int):
+    return (array(r, n, specials=SPECIALS, huge_exp=127),
+            array(r, n, specials=SPECIALS, huge_exp=127))
+
+
+def underflow(r: Reader, n: int):
     """Every product about 2^-160: each lane ends at a zero with its last product's sign."""
-    n = draw(ints(0, 80))
-    a = draw(array(n, kinds=("tiny",), specials=f32_specials()))
-    b = draw(array(n, kinds=("tiny",), specials=f32_specials()))
-    return a, b
+    return (array(r, n, kinds=("tiny",), specials=SPECIALS),
+            array(r, n, kinds=("tiny",), specials=SPECIALS))
 
 
-@lru_cache(maxsize=None)
-@st.composite
-def long(draw):
-    n = draw(ints(256, 1100))
-    return draw(array(n, specials=f32_specials())), draw(array(n, specials=f32_specials()))
+def long(r: Reader, n: int):
+    return array(r, n, specials=SPECIALS), array(r, n, specials=SPECIALS)
 
 
-@lru_cache(maxsize=None)
-def families():
-    return st.one_of(ordinary(), underflow(), long())
+FAMILIES = {"ordinary": ordinary, "underflow": underflow, "long": long}
 
 
-@st.composite
-def cases(draw):
-    a, b = draw(families())
+def decode(r: Reader):
+    family = FAMILY.read(r)
+    n = r.size(256, 1100, wide=True) if family == "long" else r.size(0, 80, wide=True)
+    a, b = FAMILIES[family](r, n)
     return {"count": 1}, {"a": a, "b": b, "lengths": np.array([a.size], np.int64)}
 
+
+def cases():
+    return from_bytes(decode, SIZE)
