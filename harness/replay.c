@@ -137,6 +137,10 @@ static void copy_records(const uint64_t *rec, int64_t n)
         memcpy((void *)(uintptr_t)rec[0], (const void *)(uintptr_t)rec[1], rec[2]);
 }
 
+/* {dst, src, bytes} records, copied in order (replay.py: the first run's outputs kept, and put
+ * back after a replay that stopped). */
+void crnn_h_copy_records(const uint64_t *rec, int64_t n) { copy_records(rec, n); }
+
 static void set_current(const rp_tape *t, const char *name)
 {
     size_t n = strlen(name);

@@ -51,8 +51,9 @@ TAPE_FIELDS = ("ops", "n_ops", "restore", "snap", "check", "finish", "n_finish",
                "current", "shared_table")
 _KINDS = {name: tuple("d" if t is C.c_double else "p" if t is C.c_void_p else "i"
                       for t in abi.SIGNATURES[name][1]) for name in ENTRIES}
-_NAMES = {name: C.create_string_buffer(name.encode()) for name in ENTRIES}
-_EMPTY = C.create_string_buffer(b"")
+_STRINGS = [C.create_string_buffer(s.encode()) for s in ("", *ENTRIES)]   # alive for good
+_EMPTY = C.addressof(_STRINGS[0])
+_NAMES = {name: C.addressof(b) for name, b in zip(ENTRIES, _STRINGS[1:])}
 
 
 def declare(helper) -> bool:
@@ -67,6 +68,8 @@ def declare(helper) -> bool:
     fn.restype = C.c_int64
     fn.argtypes = [C.c_void_p, C.c_int64, C.c_int64, C.c_void_p, C.c_void_p, C.c_void_p,
                    C.c_void_p]
+    helper.crnn_h_copy_records.restype = None
+    helper.crnn_h_copy_records.argtypes = [C.c_void_p, C.c_int64]
     return True
 
 
@@ -136,12 +139,12 @@ class Tape:
         ints = [arena.address(dst), arena.address(src), dst.nbytes]
         self.ops.append((1, 0, 0, "", ints, [], self._first_use([bd, bs]), [], [], b""))
 
-    def compile(self, arena, lib, shared, pattern_addr: int) -> _Compiled | None:
+    def compile(self, arena, lib, helper, shared, pattern_addr: int) -> _Compiled | None:
         """After the first run ended (the buffers hold its outputs): the C tape, or None when
         the run cannot be replayed."""
         if not self.usable or not self.ops:
             return None
-        return _Compiled(self, arena, lib, shared, pattern_addr)
+        return _Compiled(self, arena, lib, helper, shared, pattern_addr)
 
 
 def _records(rows, width: int, keep: list) -> int:
@@ -151,21 +154,33 @@ def _records(rows, width: int, keep: list) -> int:
     return a.ctypes.data
 
 
-def _ranges(groups: list) -> tuple[np.ndarray, list]:
+def _ranges(groups: list) -> tuple[list, list]:
     """[first, count] of each op's records in their concatenation, and the concatenation."""
-    counts = np.array([len(g) for g in groups], np.int64)
-    return np.stack([np.cumsum(counts) - counts, counts], axis=1), [r for g in groups for r in g]
+    ranges, rows = [], []
+    for g in groups:
+        ranges.append((len(rows), len(g)))
+        rows += g
+    return ranges, rows
+
+
+def _control(lib) -> tuple[int, int]:
+    """The addresses of lib's crnn_set_isa and crnn_set_threads (looked up once a library)."""
+    got = getattr(lib, "_crnn_control", None)
+    if got is None:
+        got = lib._crnn_control = (C.cast(lib.crnn_set_isa, C.c_void_p).value,
+                                   C.cast(lib.crnn_set_threads, C.c_void_p).value)
+    return got
 
 
 class _Compiled:
-    def __init__(self, tape: Tape, arena, lib, shared, pattern_addr: int):
+    def __init__(self, tape: Tape, arena, lib, helper, shared, pattern_addr: int):
         keep = self.keep = list(tape.keep)
         ops = self.ops = np.zeros(len(tape.ops), OP)
         kind, entry, fn, name, ints, dbls, rs, ss, cs, tables = zip(*tape.ops)
         ops["kind"], ops["entry"], ops["fn"] = kind, entry, fn
-        ops["name"] = [C.addressof(_NAMES[n]) if n else 0 for n in name]
+        ops["name"] = [_NAMES[n] if n else 0 for n in name]
         self.tables = {t: C.create_string_buffer(t) for t in set(tables) if t}
-        ops["table"] = [C.addressof(self.tables[t]) if t else C.addressof(_EMPTY) for t in tables]
+        ops["table"] = [C.addressof(self.tables[t]) if t else _EMPTY for t in tables]
         ops["a"] = [v + [0] * (N_ARGS - len(v)) for v in ints]
         ops["d"] = [v + [0.0] * (N_DBL - len(v)) for v in dbls]
         records = {}
@@ -173,19 +188,24 @@ class _Compiled:
             ops[field], rows = _ranges(groups)
             records[field] = _records(rows, width, keep)
         finish = [(*b.span, b._original_addr if b.kind == "input" else 0) for b in arena.buffers]
-        compare = []
-        for b in arena.buffers:
-            if id(b) in tape.seen and b.kind != "input":
-                first = b.bytes.copy()
-                keep.append(first)
-                compare.append((b.lo, first.ctypes.data, b.nbytes))
+        written = [b for b in arena.buffers if id(b) in tape.seen and b.kind != "input"]
+        kept = np.empty(sum(b.nbytes for b in written), np.uint8)   # the first run's bytes
+        keep.append(kept)
+        compare, at = [], kept.ctypes.data
+        for b in written:
+            compare.append((b.lo, at, b.nbytes))
+            at += b.nbytes
+        back = np.array(compare, np.uint64).reshape(-1, 3)
+        self.put_back = back                           # {lo, kept, bytes}: kept -> lo
+        self.take = back[:, [1, 0, 2]].copy()          # {kept, lo, bytes}: lo -> kept
+        self.helper = helper
+        helper.crnn_h_copy_records(self.take.ctypes.data, len(compare))
         self.buffers = list(arena.buffers)
         fields = dict(
             ops=ops.ctypes.data, n_ops=len(ops), **records,
             finish=_records(finish, 5, keep), n_finish=len(finish),
             compare=_records(compare, 3, keep), n_compare=len(compare),
-            set_isa=C.cast(lib.crnn_set_isa, C.c_void_p).value,
-            set_threads=C.cast(lib.crnn_set_threads, C.c_void_p).value,
+            set_isa=_control(lib)[0], set_threads=_control(lib)[1],
             pattern=pattern_addr, out_fd=shared.out_fd, progress=C.addressof(shared.progress),
             current=C.addressof(shared.current), shared_table=C.addressof(shared.table))
         self.tape = np.array([fields[f] for f in TAPE_FIELDS], np.uint64)
@@ -201,4 +221,6 @@ class _Compiled:
         if stop.value:                       # the zones may be damaged: rewritten on reuse
             for b in self.buffers:
                 b.intact = False
+            # the first run's outputs as they were: its answer holds views of these buffers
+            helper.crnn_h_copy_records(self.put_back.ctypes.data, len(self.put_back))
         return int(done), STOPS[stop.value], int(stop_op.value)

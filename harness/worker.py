@@ -262,9 +262,10 @@ def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, ru
                 held = []
             conn.send(("run", answer, text, seconds))
         if arena is first_arena and recording is not None and answer[0] == "ok" and not text:
-            tape = recording.compile(arena, traced._lib, shared, guard.pattern_address())
-            if tape is not None:   # the replays reuse these buffers: keep the outputs as sent
-                first = ("ok", {k: np.array(v, copy=True) for k, v in answer[1].items()})
+            # (the replays reuse these buffers; a replay that stops puts the first run's
+            # outputs back, which `first` holds views of)
+            tape = recording.compile(arena, traced._lib, traced._helper, shared,
+                                     guard.pattern_address())
         if arena is not first_arena:
             arena.release()
         if answer[0] == "fpenv":
