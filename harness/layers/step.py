@@ -4,6 +4,8 @@ The port's gradient vector is split into the named parameter tensors with the si
 reports; a port whose sizes differ from the config's parameter shapes fails the call."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from crnn_conformance.ctypes_kernels.abi import PortCallError
@@ -28,8 +30,8 @@ def param_sizes(lib, cfg, shapes) -> np.ndarray:
     call(lib, "crnn_model_sizes", ptr(cfg), ptr(n), None)
     sizes = out(max(int(n[0]), 0), np.int64)
     call(lib, "crnn_model_sizes", ptr(cfg), ptr(n), ptr(sizes))
-    want = [int(np.prod(s)) for s in shapes]
-    if list(sizes) != want:
+    want = [math.prod(s) for s in shapes]
+    if sizes.tolist() != want:
         raise PortCallError(f"crnn_model_sizes reports {len(sizes)} tensors {list(sizes)[:6]}...; "
                             f"the config has {len(want)} tensors {want[:6]}...")
     return sizes
@@ -53,7 +55,7 @@ def batch_gradient(lib, case, params) -> tuple[np.ndarray, np.ndarray, np.ndarra
 def split(flat, names, shapes) -> dict:
     result, at = {}, 0
     for name, shape in zip(names, shapes):
-        n = int(np.prod(shape))
+        n = math.prod(shape)
         result[name] = flat[at:at + n].reshape(shape)
         at += n
     return result
