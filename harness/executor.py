@@ -173,13 +173,12 @@ class Executor:
             self._lost(key, runs[0] if runs else None, message)
             return
         self._since = time.monotonic()
-        if msg[0] == "done":
-            self._queue.popleft()
-            self._latest = key
-            return
-        if msg[0] == "same":                    # runs held back: the first's outputs, no output
-            for seconds in msg[1]:
+        if msg[0] in ("same", "done"):          # runs held back: the first's outputs, no output
+            for seconds in msg[1] or ():
                 self._batches[key][runs.pop(0)] = (entry[2], "", seconds)
+            if msg[0] == "done":
+                self._queue.popleft()
+                self._latest = key
             return
         _, answer, text, seconds = msg
         if answer[0] == "same":                 # the first run's outputs, byte for byte

@@ -214,10 +214,10 @@ def _fresh_arena(traced, shared) -> guard.Arena:
 
 def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, runs, case) -> None:
     """Runs one case on every (isa, threads) of `runs`, sending ("run", answer, port output,
-    seconds) as each run ends, then ("done", None). A run whose outputs equal the first's
-    byte for byte and that printed nothing is held back, its seconds in shared.progress,
-    and the held runs go as one ("same", [seconds, ...]) before the next other answer or
-    "done": a clean case is three messages, not one a run. shared.progress names the run
+    seconds) as each run ends, then ("done", [seconds, ...]). A run whose outputs equal the
+    first's byte for byte and that printed nothing is held back, its seconds in
+    shared.progress, and the held runs go as one ("same", [seconds, ...]) before the next
+    other answer, or with "done": a clean case is two messages, not one a run. shared.progress names the run
     in progress and its start, so the gate times each run from its own start and, after a
     crash or a hang, knows which run it was and that the held ones before it passed
     (Executor._recover). An fpenv answer ends the batch: the environment is broken for every
@@ -271,9 +271,7 @@ def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, ru
         if answer[0] == "fpenv":
             break
         i += 1
-    if held:
-        conn.send(("same", held))
-    conn.send(("done", None))
+    conn.send(("done", held))       # the last held runs with the end: a clean case is two messages
     progress[0] = -1
     if first_arena is not None:
         first_arena.release()
