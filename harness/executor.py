@@ -98,13 +98,17 @@ class Executor:
             raise abi.PortError(payload)
         return payload
 
-    def submit(self, layer: str, fixture_path, case_name: str, runs: list, case=None) -> None:
+    def submit(self, layer: str, fixture_path, case_name: str, runs: list, case=None,
+               symbolic=None) -> None:
         """Queues one case's runs on every (isa, threads) of `runs` as one request; the worker
         answers each run as it ends, and run(), collect() or receive() take the answers.
         `case`: an in-memory case sent with the request (the fuzzer's), run as if
         fixture_path held it alone (a restarted worker inherits it); the batches before it
         are collected first, and so is the oldest when MAX_QUEUED wait. A batch's answers
-        are kept until drop()."""
+        are kept until drop(). `symbolic`: the case's calls recorded elsewhere
+        (replay.Tape.symbolic, the fuzzer's reference run): the worker then makes every run
+        from it in C, and the first run's answer is its written buffers as one array
+        (replay.BLOB) instead of the layer's tensors (worker._serve_symbolic)."""
         if case is not None or len(self._queue) >= MAX_QUEUED:
             self.collect(None if case is not None else self._queue[0][0])
         key = (layer, str(fixture_path), case_name)
@@ -114,7 +118,8 @@ class Executor:
             self.collect()          # a dead worker's queue: what it answered, then its crash
             self._start()
         try:
-            self.conn.send(("batch", layer, str(fixture_path), case_name, list(runs), case))
+            self.conn.send(("batch", layer, str(fixture_path), case_name, list(runs), case,
+                            symbolic))
         except (BrokenPipeError, ConnectionResetError):
             return      # it died just now: collect() reads its crash, run() redoes these runs
         if not self._queue:
@@ -228,13 +233,13 @@ class Executor:
         self._batches.pop(key, None)
 
     def prefetch(self, layer: str, fixture_path, case_name: str, runs: list, case=None,
-                 meanwhile=None) -> None:
+                 meanwhile=None, symbolic=None) -> None:
         """submit() and collect(), calling `meanwhile()` while the worker runs (the fuzzer
         computes the spec's bits then; the answers are read even if it raises). The
         answers of earlier prefetches are dropped."""
         self.collect()
         self._batches.clear()
-        self.submit(layer, fixture_path, case_name, runs, case)
+        self.submit(layer, fixture_path, case_name, runs, case, symbolic)
         try:
             if meanwhile is not None:
                 meanwhile()

@@ -220,6 +220,7 @@ class Arena:
         self.found, self.outside = [], False       # the last call's buffers (before())
 
     def _add(self, b: Buffer) -> Buffer:
+        b.index = len(self.buffers)                # its place in this arena (replay.Tape)
         self.buffers.append(b)
         bisect.insort(self._los, b.lo)
         self._at[b.lo] = b
@@ -250,10 +251,11 @@ class Arena:
             b = self._at[self._los[i]] if i >= 0 else None
         return b if b is not None and b.holds(addr) else None
 
-    def before(self, fn: str, args) -> list:
+    def before(self, fn: str, args, checked: bool = True) -> list:
         """Called before entry point `fn`: -> what after() checks. Also leaves in `found` the
         buffer of every pointer argument, and `outside` true when one points elsewhere (what
-        a replay.Tape recording the call needs)."""
+        a replay.Tape recording the call needs). Not `checked` (a call after() will not
+        check: the reference port's recorded run): no copies of const outputs, no writers."""
         touched, found, outside = [], [], False
         for i, arg, written in _pointer_args(fn):
             addr = args[i] if i < len(args) else None
@@ -264,11 +266,12 @@ class Arena:
             found.append(b)
             snap = None
             if written:
-                b.writers.append([self.calls, fn, arg, False])
+                if checked:
+                    b.writers.append([self.calls, fn, arg, False])
             elif b.kind != "input":        # an earlier output passed back as a const argument:
                 if addr != b.lo:           # checked when passed whole (a slice's extent is the
                     continue               # call's business: adamw's g, a view of the gradient)
-                snap = b.array.copy()
+                snap = b.array.copy() if checked else None
             touched.append((b, arg, written, snap))
         self.calls += 1
         self.last = fn

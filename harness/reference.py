@@ -20,12 +20,18 @@ exact.expected). Where the reference and NumPy could disagree, NumPy decides.
 
     lib = library()                            # built (or cached) and loaded once per process
     expected(layer, params, inputs) -> dict    # a case's outputs, named like the port's
+    record(layer, params, inputs) -> Recorded  # the same, with the run's calls as a tape
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
 
 from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.ctypes_kernels.build import build_reference
 from crnn_conformance.generators.h5io import Case
+from crnn_conformance.harness import guard, replay
 from crnn_conformance.harness import layers as L
 
 _loaded: dict = {}
@@ -64,3 +70,51 @@ def expected(layer: str, params: dict, inputs: dict) -> dict:
     the exact tier's tensors, the same bits as generators.exact.expected. A port call that
     returns an error code raises abi.PortCallError."""
     return L.module(layer).run(library(), Case("reference", dict(params), dict(inputs)))
+
+
+@dataclass
+class Recorded:
+    """A case run on the reference port in an arena, its calls recorded."""
+    outputs: dict            # what expected() returns
+    symbolic: dict | None    # replay.Tape.symbolic(): the worker makes a port's runs from it
+    blob: bytes              # the run's written buffers, in the tape's order (replay.BLOB)
+
+
+class _Recorder:
+    """The reference port as the layer modules see it while a tape records: each crnn_* call
+    goes through the arena's checks' bookkeeping (guard.Arena.before) into the tape."""
+
+    def __init__(self, lib, arena):
+        self._lib, self._arena = lib, arena
+
+    def __getattr__(self, name):
+        fn = getattr(self._lib, name)
+        if not name.startswith("crnn_"):
+            return fn
+        arena = self._arena
+
+        def traced(*args):
+            arena.tape.call(arena, name, args, arena.before(name, args, checked=False))
+            return fn(*args)
+        setattr(self, name, traced)
+        return traced
+
+
+def record(layer: str, params: dict, inputs: dict) -> Recorded:
+    """expected(), run in a guard.Arena with a replay.Tape recording it: the tape as symbols
+    (None when it cannot be replayed) and the bytes of the buffers it writes, which a port's
+    run made from the tape must equal."""
+    lib = library()
+    arena = guard.Arena()
+    tape = arena.tape = replay.Tape()
+    guard.activate(arena)
+    try:
+        out = L.module(layer).run(_Recorder(lib, arena), guard.PrivateCase(
+            Case("reference", dict(params), dict(inputs)), arena))
+        out = {k: np.array(v, copy=True) for k, v in out.items()}   # (views of the arena)
+        blob = b"".join(b.bytes.tobytes() for b in tape.written(arena.buffers))
+        return Recorded(out, tape.symbolic(arena), blob)
+    finally:
+        arena.tape = None
+        guard.activate(None)
+        arena.release()

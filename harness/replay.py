@@ -30,6 +30,7 @@ ENTRIES = ("crnn_dot16", "crnn_linear_forward", "crnn_linear_backward", "crnn_co
            "crnn_tanh", "crnn_detmath_exp", "crnn_detmath_log", "crnn_ctc", "crnn_model_sizes",
            "crnn_step_gradients", "crnn_clip_gradients", "crnn_adamw")
 STOPS = ("none", "setup", "fpenv", "rc", "guard", "finish", "printed", "differs")
+BLOB = "<written buffers>"   # the answer of a run made from a symbolic tape (worker)
 N_ARGS, N_DBL = 18, 8
 _ENTRY = {name: i for i, name in enumerate(ENTRIES)}
 
@@ -75,12 +76,22 @@ def declare(helper) -> bool:
 
 class Tape:
     """What the first run of a batch did, as it did it (recorded by worker._TracedFn and
-    _ffi.assign while the arena's `tape` is this)."""
+    _ffi.assign while the arena's `tape` is this). An op is
+
+        (kind, name, args, dbls, restores, snaps, checks)
+
+    kind 0 a call of entry point `name`, 1 a copy (args: dst, src, bytes); args the integer
+    and pointer arguments in order, a pointer as (buffer, byte offset), NULL as 0; dbls the
+    double arguments; restores [(buffer, its bytes)] for the buffers the op uses first;
+    snaps [buffer]: earlier outputs passed back whole as const arguments; checks
+    [(buffer, ref, label)], ref "w" (written), "in" (an input, against its original) or
+    "snap" (against the copy made before the call). A buffer is its index in the arena
+    (guard.Buffer.index), so a tape recorded in one process compiles for another process's
+    arena holding buffers of the same shapes in the same order (symbolic, from_symbolic)."""
 
     def __init__(self):
-        self.ops = []            # (kind, entry, fn address, name, args, restore, snap, check, table)
-        self.seen = set()        # ids of the buffers already used (restored before that op)
-        self.keep = []           # arrays whose addresses the records hold
+        self.ops = []
+        self.seen = set()        # the buffers used so far (restored before their first op)
         self.usable = True
         self.why = ""
 
@@ -89,20 +100,17 @@ class Tape:
             self.usable, self.why = False, why
 
     def _first_use(self, buffers) -> list:
-        """Restore records of the output and in/out buffers not used before: their content
-        now, which every replayed run puts back before this op."""
+        """[(buffer, its bytes now)] of the output and in/out buffers not used before: every
+        replayed run puts that content back before this op."""
         out = []
         for b in buffers:
-            if id(b) in self.seen:
-                continue
-            self.seen.add(id(b))
-            if b.kind != "input":
-                snap = b.bytes.copy()
-                self.keep.append(snap)
-                out.append((b.lo, snap.ctypes.data, b.nbytes))
+            if b.index not in self.seen:
+                self.seen.add(b.index)
+                if b.kind != "input":
+                    out.append((b.index, b.bytes.copy()))
         return out
 
-    def call(self, arena, name: str, fn_addr: int, args, touched, table: bytes) -> None:
+    def call(self, arena, name: str, args, touched) -> None:
         """Before the call `name` runs, right after arena.before() made `touched` (and
         arena.found, arena.outside)."""
         if not self.usable:
@@ -112,39 +120,63 @@ class Tape:
             return self.refuse(f"{name} is not replayed")
         if arena.outside:
             return self.refuse(f"{name} got a pointer outside the run's buffers")
-        ints = [int(a) if a else 0 for a, k in zip(args, kinds) if k != "d"]
-        dbls = [float(a) for a, k in zip(args, kinds) if k == "d"]
-        snaps, checks = [], []
-        for b, _, written, snap in touched:
-            ref = 0
-            if not written and b.kind == "input":
-                ref = b._original_addr
-            elif not written:                     # an earlier output passed back const
-                scratch = np.empty(b.nbytes, np.uint8)
-                self.keep.append(scratch)
-                snaps.append((scratch.ctypes.data, b.lo, b.nbytes))
-                ref = scratch.ctypes.data
-            checks.append((*b.span, ref))
-        self.ops.append((0, _ENTRY[name], fn_addr, name, ints, dbls,
-                         self._first_use(arena.found), snaps, checks, table))
+        found, ints, dbls = iter(arena.found), [], []
+        for a, k in zip(args, kinds):
+            if k == "d":
+                dbls.append(float(a))
+            elif k == "i" or not a:
+                ints.append(int(a) if a else 0)
+            else:
+                b = next(found)
+                ints.append((b.index, int(a) - b.lo))
+        checks = [(b.index, "w" if written else "in" if b.kind == "input" else "snap",
+                   b.name or arg) for b, arg, written, _ in touched]
+        snaps = [i for i, ref, _ in checks if ref == "snap"]
+        self.ops.append((0, name, ints, dbls, self._first_use(arena.found), snaps, checks))
 
     def copy(self, arena, dst: np.ndarray, src: np.ndarray) -> None:
         """Before `dst[...] = src` between two buffers of the run (_ffi.assign)."""
         if not self.usable:
             return
-        bd, bs = arena.find(arena.address(dst)), arena.find(arena.address(src))
+        ad, as_ = arena.address(dst), arena.address(src)
+        bd, bs = arena.find(ad), arena.find(as_)
         if (bd is None or bs is None or not dst.flags.c_contiguous or not src.flags.c_contiguous
                 or dst.nbytes != src.nbytes or dst.dtype != src.dtype):
             return self.refuse("a copy outside the run's buffers")
-        ints = [arena.address(dst), arena.address(src), dst.nbytes]
-        self.ops.append((1, 0, 0, "", ints, [], self._first_use([bd, bs]), [], [], b""))
+        args = [(bd.index, ad - bd.lo), (bs.index, as_ - bs.lo), dst.nbytes]
+        self.ops.append((1, "", args, [], self._first_use([bd, bs]), [], []))
+
+    def written(self, buffers) -> list:
+        """The buffers among `buffers` (an arena's, in its order) that the run used and may
+        write: the ones a replay compares."""
+        return [b for b in buffers if b.index in self.seen and b.kind != "input"]
 
     def compile(self, arena, lib, helper, shared, pattern_addr: int) -> _Compiled | None:
-        """After the first run ended (the buffers hold its outputs): the C tape, or None when
-        the run cannot be replayed."""
+        """The C tape for this arena's buffers, or None when the run cannot be replayed."""
         if not self.usable or not self.ops:
             return None
         return _Compiled(self, arena, lib, helper, shared, pattern_addr)
+
+    def symbolic(self, arena) -> dict | None:
+        """What from_symbolic needs in another process (picklable): the ops and the arena's
+        buffers' shapes, dtypes, kinds and names. None when the run cannot be replayed."""
+        if not self.usable or not self.ops:
+            return None
+        return {"buffers": [(b.shape, b.dtype.str, b.kind, b.name) for b in arena.buffers],
+                "seen": sorted(self.seen), "ops": self.ops}
+
+    @classmethod
+    def from_symbolic(cls, sym: dict, inputs, arena) -> Tape:
+        """The tape of `sym` on new buffers of `arena`: the inputs private copies of
+        `inputs` (by name), the others as their first use restores them."""
+        for shape, dtype, kind, name in sym["buffers"]:
+            if kind == "input":
+                arena.private(name, inputs[name])
+            else:
+                arena.new(tuple(shape), np.dtype(dtype), kind, name)
+        tape = cls()
+        tape.seen, tape.ops = set(sym["seen"]), sym["ops"]
+        return tape
 
 
 def _records(rows, width: int, keep: list) -> int:
@@ -163,35 +195,57 @@ def _ranges(groups: list) -> tuple[list, list]:
     return ranges, rows
 
 
-def _control(lib) -> tuple[int, int]:
-    """The addresses of lib's crnn_set_isa and crnn_set_threads (looked up once a library)."""
-    got = getattr(lib, "_crnn_control", None)
+def _entry_addresses(lib) -> dict:
+    """{entry point: address} of lib, with crnn_set_isa and crnn_set_threads (looked up once
+    a library)."""
+    got = getattr(lib, "_crnn_addresses", None)
     if got is None:
-        got = lib._crnn_control = (C.cast(lib.crnn_set_isa, C.c_void_p).value,
-                                   C.cast(lib.crnn_set_threads, C.c_void_p).value)
+        got = lib._crnn_addresses = {
+            n: C.cast(getattr(lib, n), C.c_void_p).value
+            for n in (*ENTRIES, "crnn_set_isa", "crnn_set_threads") if hasattr(lib, n)}
     return got
+
+
+def _table(checks, bufs) -> bytes:
+    """The guard-page table of a call (guard.Arena.guard_pages): its paged buffers."""
+    return "".join(f"{label} {bufs[i].zone_lo} {bufs[i].zone_hi} {bufs[i].lo} {bufs[i].hi}\n"
+                   for i, _, label in checks if bufs[i].paged).encode()[:4095]
 
 
 class _Compiled:
     def __init__(self, tape: Tape, arena, lib, helper, shared, pattern_addr: int):
-        keep = self.keep = list(tape.keep)
+        keep = self.keep = []
+        bufs = arena.buffers
+        fns = _entry_addresses(lib)
         ops = self.ops = np.zeros(len(tape.ops), OP)
-        kind, entry, fn, name, ints, dbls, rs, ss, cs, tables = zip(*tape.ops)
-        ops["kind"], ops["entry"], ops["fn"] = kind, entry, fn
+        kind, name, ints, dbls, rs, ss, cs = zip(*tape.ops)
+        ops["kind"] = kind
+        ops["entry"] = [_ENTRY.get(n, 0) for n in name]
+        ops["fn"] = [fns.get(n, 0) for n in name]
         ops["name"] = [_NAMES[n] if n else 0 for n in name]
+        tables = [_table(c, bufs) for c in cs]
         self.tables = {t: C.create_string_buffer(t) for t in set(tables) if t}
         ops["table"] = [C.addressof(self.tables[t]) if t else _EMPTY for t in tables]
-        ops["a"] = [v + [0] * (N_ARGS - len(v)) for v in ints]
+        ops["a"] = [[bufs[v[0]].lo + v[1] if isinstance(v, tuple) else v for v in a]
+                    + [0] * (N_ARGS - len(a)) for a in ints]
         ops["d"] = [v + [0.0] * (N_DBL - len(v)) for v in dbls]
+        keep += [snap for r in rs for _, snap in r]
+        restore = [[(bufs[i].lo, snap.ctypes.data, bufs[i].nbytes) for i, snap in r] for r in rs]
+        scratch = [{i: np.empty(bufs[i].nbytes, np.uint8) for i in s} for s in ss]
+        keep += [a for d in scratch for a in d.values()]
+        snap = [[(d[i].ctypes.data, bufs[i].lo, bufs[i].nbytes) for i in s]
+                for d, s in zip(scratch, ss)]
+        check = [[(*bufs[i].span, 0 if r == "w" else bufs[i]._original_addr if r == "in" else
+                   d[i].ctypes.data) for i, r, _ in c] for d, c in zip(scratch, cs)]
         records = {}
-        for field, groups, width in (("restore", rs, 3), ("snap", ss, 3), ("check", cs, 5)):
+        for field, groups, width in (("restore", restore, 3), ("snap", snap, 3),
+                                     ("check", check, 5)):
             ops[field], rows = _ranges(groups)
             records[field] = _records(rows, width, keep)
         finish = [(*b.span, b._original_addr if b.kind == "input" else 0) for b in arena.buffers]
-        written = [b for b in arena.buffers if id(b) in tape.seen and b.kind != "input"]
-        kept = np.empty(sum(b.nbytes for b in written), np.uint8)   # the first run's bytes
-        keep.append(kept)
-        compare, at = [], kept.ctypes.data
+        written = tape.written(arena.buffers)
+        self.kept = np.empty(sum(b.nbytes for b in written), np.uint8)   # the first run's bytes
+        compare, at = [], self.kept.ctypes.data
         for b in written:
             compare.append((b.lo, at, b.nbytes))
             at += b.nbytes
@@ -199,28 +253,39 @@ class _Compiled:
         self.put_back = back                           # {lo, kept, bytes}: kept -> lo
         self.take = back[:, [1, 0, 2]].copy()          # {kept, lo, bytes}: lo -> kept
         self.helper = helper
-        helper.crnn_h_copy_records(self.take.ctypes.data, len(compare))
         self.buffers = list(arena.buffers)
         fields = dict(
             ops=ops.ctypes.data, n_ops=len(ops), **records,
             finish=_records(finish, 5, keep), n_finish=len(finish),
             compare=_records(compare, 3, keep), n_compare=len(compare),
-            set_isa=_control(lib)[0], set_threads=_control(lib)[1],
+            set_isa=fns["crnn_set_isa"], set_threads=fns["crnn_set_threads"],
             pattern=pattern_addr, out_fd=shared.out_fd, progress=C.addressof(shared.progress),
             current=C.addressof(shared.current), shared_table=C.addressof(shared.table))
         self.tape = np.array([fields[f] for f in TAPE_FIELDS], np.uint64)
 
-    def run(self, helper, first: int, runs: list) -> tuple[int, str, int]:
+    def keep_first(self) -> None:
+        """The buffers' bytes now (the first run's) become what the replays compare with."""
+        self.helper.crnn_h_copy_records(self.take.ctypes.data, len(self.take))
+
+    def run(self, helper, first: int, runs: list, compare: bool = True) -> tuple[int, str, int]:
         """Replays runs[first:] (isa name, threads) -> (how many passed, why the next one
-        stopped ("none": all passed), the op it stopped at or -1)."""
+        stopped ("none": all passed), the op it stopped at or -1). Without `compare`, a run
+        is not compared with the first run's bytes (it is the first run)."""
         isa = (C.c_int32 * len(runs))(*[abi.ISA_NAMES.index(i) for i, _ in runs])
         threads = (C.c_int32 * len(runs))(*[int(t) for _, t in runs])
         stop, stop_op = C.c_int32(0), C.c_int64(-1)
-        done = helper.crnn_h_replay(self.tape.ctypes.data, first, len(runs) - first, isa,
-                                    threads, C.byref(stop), C.byref(stop_op))
+        n_compare = TAPE_FIELDS.index("n_compare")
+        saved = self.tape[n_compare]
+        if not compare:
+            self.tape[n_compare] = 0
+        try:
+            done = helper.crnn_h_replay(self.tape.ctypes.data, first, len(runs) - first, isa,
+                                        threads, C.byref(stop), C.byref(stop_op))
+        finally:
+            self.tape[n_compare] = saved
         if stop.value:                       # the zones may be damaged: rewritten on reuse
             for b in self.buffers:
                 b.intact = False
-            # the first run's outputs as they were: its answer holds views of these buffers
-            helper.crnn_h_copy_records(self.put_back.ctypes.data, len(self.put_back))
+            if compare:   # the first run's outputs as they were: its answer holds views of them
+                helper.crnn_h_copy_records(self.put_back.ctypes.data, len(self.put_back))
         return int(done), STOPS[stop.value], int(stop_op.value)

@@ -108,7 +108,6 @@ class _TracedFn:
 
     def __init__(self, fn, name: str, traced: _Traced):
         self._fn, self._name, self._bname, self._t = fn, name, name.encode()[:127], traced
-        self._addr = ctypes.cast(fn, ctypes.c_void_p).value
 
     def __call__(self, *args):
         t, shared = self._t, self._t._shared
@@ -121,7 +120,7 @@ class _TracedFn:
         if table != t.table:              # (the calls of a `many` case touch the same buffers)
             shared.table.value = t.table = table
         if arena is not None and arena.tape is not None:
-            arena.tape.call(arena, self._name, self._addr, args, touched, table)
+            arena.tape.call(arena, self._name, args, touched)
         shared.current.value = self._bname
         rc = self._fn(*args)
         shared.current.value = b""
@@ -212,7 +211,8 @@ def _fresh_arena(traced, shared) -> guard.Arena:
     return guard.Arena()
 
 
-def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, runs, case) -> None:
+def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, runs, case,
+                 symbolic=None) -> None:
     """Runs one case on every (isa, threads) of `runs`, sending ("run", answer, port output,
     seconds) as each run ends, then ("done", [seconds, ...]). A run whose outputs equal the
     first's byte for byte and that printed nothing is held back, its seconds in
@@ -232,6 +232,11 @@ def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, ru
     first = first_arena = tape = None
     held = []
     i = 0
+    if symbolic is not None and traced.replays:
+        first_arena, tape, first = _serve_symbolic(conn, traced, shared,
+                                                   cases[fixture_path][case_name], runs,
+                                                   symbolic)
+        i = 0 if first is None else 1
     while i < len(runs):
         if tape is not None:
             done, _, _ = tape.run(traced._helper, i, runs[:MAX_HELD])
@@ -266,6 +271,8 @@ def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, ru
             # outputs back, which `first` holds views of)
             tape = recording.compile(arena, traced._lib, traced._helper, shared,
                                      guard.pattern_address())
+            if tape is not None:
+                tape.keep_first()
         if arena is not first_arena:
             arena.release()
         if answer[0] == "fpenv":
@@ -275,6 +282,30 @@ def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, ru
     progress[0] = -1
     if first_arena is not None:
         first_arena.release()
+
+
+def _serve_symbolic(conn, traced, shared, case, runs, symbolic):
+    """The first run of a batch made in C from a tape recorded elsewhere (the fuzzer's run of
+    the case on the reference port, replay.Tape.symbolic) on this process's own buffers, with
+    every check the replays make; its answer is the run's written buffers as one array
+    (replay.BLOB), which the fuzzer compares with the reference's. -> (its arena, the tape
+    for the next runs, its answer), or (None, None, None) when the tape does not fit this
+    case or the run stopped (then the batch runs as any other, from its first run)."""
+    arena = _fresh_arena(traced, shared)
+    try:
+        tape = replay.Tape.from_symbolic(symbolic, case.inputs, arena)
+        compiled = tape.compile(arena, traced._lib, traced._helper, shared,
+                                guard.pattern_address())
+    except (KeyError, ValueError, TypeError, IndexError):
+        compiled = None
+    t0 = time.perf_counter()
+    if compiled is None or compiled.run(traced._helper, 0, runs[:1], compare=False)[0] != 1:
+        arena.release()
+        return None, None, None
+    compiled.keep_first()
+    answer = ("ok", {replay.BLOB: compiled.kept})
+    conn.send(("run", answer, "", time.perf_counter() - t0))
+    return arena, compiled, answer
 
 
 def same_bytes(a, b) -> bool:

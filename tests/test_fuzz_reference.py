@@ -77,16 +77,15 @@ def test_a_failing_case_is_judged_by_the_numpy_spec(tmp_path, monkeypatch):
 @pytest.mark.parametrize("how", ["bit", "error"])
 def test_a_reference_that_disagrees_with_the_spec_ends_the_run(tmp_path, monkeypatch, how):
     _fixed(monkeypatch, _linear_cases(4))
-    real = reference.expected
+    real = reference.record
 
     def drifted(layer, params, inputs):
-        out = real(layer, params, inputs)
+        rec = real(layer, params, inputs)
         if how == "error":
             raise reference.abi.PortCallError("crnn_linear_forward returned -1", -1)
-        out["dW"] = out["dW"].copy()
-        out["dW"].view(np.uint32)[0, 0] ^= 1          # one bit of one tensor
-        return out
-    monkeypatch.setattr(reference, "expected", drifted)
+        rec.outputs["dW"].view(np.uint32)[0, 0] ^= 1          # one bit of one tensor
+        return rec
+    monkeypatch.setattr(reference, "record", drifted)
     fz = _fuzzer(tmp_path)
     try:
         with pytest.raises(engine.ReferenceMismatch) as e:
@@ -111,3 +110,71 @@ def test_the_verdict_says_where_the_golden_bits_came_from(tmp_path, flag, says):
                         str(tmp_path), *flag], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert says in r.stdout.splitlines()[-1], r.stdout
+
+
+def _drawn(layer: str, n: int, seed: int = 4) -> list:
+    from hypothesis import HealthCheck, Phase, given, settings
+    from crnn_conformance.harness.fuzz.strategies import module
+    got = []
+
+    @settings(max_examples=n, phases=(Phase.generate,), database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(module(layer).cases())
+    def draw(c):
+        got.append(c)
+    draw._hypothesis_internal_use_seed = seed
+    draw()
+    return got
+
+
+@pytest.mark.parametrize("layer", ["dot16", "linear", "conv", "lstm", "ctc", "step", "clip",
+                                   "adamw", "train3"])
+def test_the_bundled_ports_runs_made_from_the_reference_tape_pass(tmp_path, layer):
+    """Every run of the port is made from the tape of the case's reference run
+    (worker._serve_symbolic), and the bundled port's written buffers equal the reference's."""
+    fz = engine.Fuzzer(engine.FuzzOptions(out=tmp_path, database=False), [layer])
+    seen = []
+    real = fz._agrees_blob
+    fz._agrees_blob = lambda blob: seen.append(real(blob)) or seen[-1]
+    try:
+        cases = _drawn(layer, 12)
+        for params, inputs in cases:
+            assert fz.check(layer, params, inputs)[1] == []
+    finally:
+        fz.close()
+    assert seen == [True] * len(cases)
+
+
+@pytest.mark.parametrize("late", [(), ("-DTP_LATE=3",)], ids=["first run", "late run"])
+@pytest.mark.parametrize("mistake", ["-DTP_OOB_Y=1", "-DTP_MODIFY_B", "-DTP_NAN",
+                                     "-DTP_UNWRITTEN", "-DTP_ERRCODE", "-DTP_PRINT_BYTES=100",
+                                     "-DTP_FTZ_ON_TRIGGER", "-DTP_SEGV"])
+def test_a_mistake_in_a_run_made_from_the_tape_is_reported_as_the_gate_reports_it(tmp_path,
+                                                                                    mistake, late):
+    """A run made from the reference's tape (the first, or a later one at 3 threads) meets
+    the mistake: the fuzzer then runs the case as the gate does, and its failing records are
+    those of a fuzzer that takes the NumPy spec's bits without any tape (--numpy-spec)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
+    from testports import build_port
+    port = build_port(tmp_path, mistake, *late)
+    rng = np.random.default_rng(0)
+    u = lambda *s: rng.uniform(-1, 1, s).astype(np.float32)   # noqa: E731
+    params, inputs = {"T": 16, "I": 37, "O": 37}, {"x": u(16, 37), "W": u(37, 37), "b": u(37),
+                                                    "dY": u(16, 37)}
+    found = []
+    for numpy_spec in (False, True):
+        opts = engine.FuzzOptions(port=str(port), out=tmp_path, database=False,
+                                  isas=["scalar"], threads=(1, 3), numpy_spec=numpy_spec)
+        fz = engine.Fuzzer(opts, ["linear"])
+        try:
+            _, fails = fz.check("linear", params, inputs)
+            found.append([(r.tensor, r.tier, r.isa, r.threads, r.note) for r in fails])
+        except reference.abi.PortError as e:     # FTZ left set: the gate's exit 2
+            found.append(str(e))
+        finally:
+            fz.close()
+    assert found[0] == found[1]
+    if mistake != "-DTP_PRINT_BYTES=100":
+        assert found[0]

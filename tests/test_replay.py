@@ -76,12 +76,12 @@ def test_a_tape_refuses_a_pointer_outside_the_runs_buffers():
         tape = replay.Tape()
         temp = np.ones(4, np.float32)              # not a buffer of the run
         args = (guard.address(a), temp.ctypes.data, 4, guard.address(out))
-        tape.call(arena, "crnn_dot16", 1, args, arena.before("crnn_dot16", args), b"")
+        tape.call(arena, "crnn_dot16", args, arena.before("crnn_dot16", args))
         assert not tape.usable and "outside" in tape.why
         tape = replay.Tape()
         args = (guard.address(a), guard.address(a), 4, guard.address(out))
-        tape.call(arena, "crnn_dot16", 1, args, arena.before("crnn_dot16", args), b"")
-        tape.call(arena, "crnn_get_threads", 1, (), [], b"")
+        tape.call(arena, "crnn_dot16", args, arena.before("crnn_dot16", args))
+        tape.call(arena, "crnn_get_threads", (), [])
         assert not tape.usable and "not replayed" in tape.why
     finally:
         guard.activate(None)

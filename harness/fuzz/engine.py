@@ -28,10 +28,11 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import strategies as hst
 from hypothesis.database import DirectoryBasedExampleDatabase
 
+from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.generators import exact
 from crnn_conformance.generators.h5io import Case, digest
 from crnn_conformance.harness import layers as L
-from crnn_conformance.harness import runner
+from crnn_conformance.harness import replay, runner
 from crnn_conformance.harness.executor import Executor, same_bytes
 
 from . import strategies, writer
@@ -172,34 +173,49 @@ class Fuzzer:
         """-> (case, failing records): the gate's checks of one drawn case."""
         case = Case(case_name(layer, params, inputs), params, inputs)
         case.expected = {}
-        fast = {}
-
-        def golden():       # the spec's bits, while the worker runs the port
-            if self.reference is None:
-                case.expected["exact"] = exact.expected(layer, params, inputs)
-            else:
-                fast["out"] = self._reference_outputs(layer, params, inputs)
-        self.executor.prefetch(layer, INLINE, case.name, self.runs, case=case, meanwhile=golden)
         if self.reference is None:
+            def golden():       # the spec's bits, while the worker runs the port
+                case.expected["exact"] = exact.expected(layer, params, inputs)
+            self.executor.prefetch(layer, INLINE, case.name, self.runs, case=case,
+                                   meanwhile=golden)
             if self._agrees(case.expected["exact"]):
                 return case, []
-        else:
-            agrees = self._agrees(fast["out"])
-            if agrees and not self._audit_due(layer, case.name):
-                return case, []
-            case.expected["exact"] = exact.expected(layer, params, inputs)
-            self.stats[layer].audited += 1
-            self._hold_to_spec(layer, case, fast["out"])
-            if agrees or self.mismatch is not None:
-                return case, []
+        elif not self._check_on_reference(layer, case):
+            return case, []
         records = runner.check_case(self.gate, self.executor, L.module(layer), INLINE, case,
                                     self.isas)
         return case, [r for r in records if not r.passed]
 
-    def _reference_outputs(self, layer: str, params: dict, inputs: dict):
-        """The reference port's outputs of a case, or the error it raised."""
+    def _check_on_reference(self, layer: str, case) -> bool:
+        """The case run on the reference port first, its calls recorded, and the port's runs
+        made from that tape in C (worker._serve_symbolic): the port's first run answers with
+        the buffers it wrote, equal byte for byte to the reference's when it passes. -> True
+        when the case needs the gate's checks (case.expected then holds the NumPy spec's
+        bits, and the worker's answers the layer's tensors); False when it passed (or the
+        reference disagreed with the spec: self.mismatch)."""
+        rec = self._reference_record(layer, case.params, case.inputs)
+        fast = rec.outputs if isinstance(rec, self.reference.Recorded) else rec
+        sym = rec.symbolic if fast is not rec else None
+        self.executor.prefetch(layer, INLINE, case.name, self.runs, case=case, symbolic=sym)
+        agrees = self._agrees_blob(rec.blob) if sym is not None else self._agrees(fast)
+        if agrees and not self._audit_due(layer, case.name):
+            return False
+        case.expected["exact"] = exact.expected(layer, case.params, case.inputs)
+        self.stats[layer].audited += 1
+        self._hold_to_spec(layer, case, fast)
+        if agrees or self.mismatch is not None:
+            return False
+        if sym is not None:        # the gate's checks read the layer's tensors: run it plainly
+            for kind, payload in self.executor.prefetched():
+                if kind == "fpenv":  # what check_case raises; the worker's environment is
+                    raise abi.PortError(payload)   # broken for any later run
+            self.executor.prefetch(layer, INLINE, case.name, self.runs, case=case)
+        return True
+
+    def _reference_record(self, layer: str, params: dict, inputs: dict):
+        """The reference port's run of a case (reference.Recorded), or the error it raised."""
         try:
-            return self.reference.expected(layer, params, inputs)
+            return self.reference.record(layer, params, inputs)
         except Exception as e:   # noqa: BLE001 (any error is the reference's: held to NumPy)
             return e
 
@@ -228,6 +244,18 @@ class Fuzzer:
             f"the reference port (generators/spec/c) disagrees with the executable spec on "
             f"{layer} case {case.name}: {what} (the case: {path}). A harness bug: please "
             "report it with that file; `fuzz --numpy-spec` fuzzes with the NumPy spec alone")
+
+    def _agrees_blob(self, blob: bytes) -> bool:
+        """Every run answered, the first with the written buffers of a run made from the
+        reference's tape (replay.BLOB) equal to the reference's bytes, the others held as
+        its equals."""
+        answers = self.executor.prefetched()
+        if len(answers) != len(self.runs) or any(kind != "ok" for kind, _ in answers):
+            return False
+        first = answers[0][1]
+        got = first.get(replay.BLOB) if len(first) == 1 else None
+        return (got is not None and memoryview(got).cast("B") == blob
+                and all(out is first for _, out in answers[1:]))
 
     def _agrees(self, golden) -> bool:
         """Every run answered with `golden`'s bits, byte for byte (dtype and shape too), and
