@@ -107,7 +107,7 @@ class Tape:
             if b.index not in self.seen:
                 self.seen.add(b.index)
                 if b.kind != "input":
-                    out.append((b.index, b.bytes.copy()))
+                    out.append((b.index, b.bytes.tobytes()))   # (bytes: cheap to pickle)
         return out
 
     def call(self, arena, name: str, args, touched) -> None:
@@ -229,8 +229,7 @@ class _Compiled:
         ops["a"] = [[bufs[v[0]].lo + v[1] if isinstance(v, tuple) else v for v in a]
                     + [0] * (N_ARGS - len(a)) for a in ints]
         ops["d"] = [v + [0.0] * (N_DBL - len(v)) for v in dbls]
-        keep += [snap for r in rs for _, snap in r]
-        restore = [[(bufs[i].lo, snap.ctypes.data, bufs[i].nbytes) for i, snap in r] for r in rs]
+        restore = self._restores(rs, bufs)
         scratch = [{i: np.empty(bufs[i].nbytes, np.uint8) for i in s} for s in ss]
         keep += [a for d in scratch for a in d.values()]
         snap = [[(d[i].ctypes.data, bufs[i].lo, bufs[i].nbytes) for i in s]
@@ -262,6 +261,20 @@ class _Compiled:
             pattern=pattern_addr, out_fd=shared.out_fd, progress=C.addressof(shared.progress),
             current=C.addressof(shared.current), shared_table=C.addressof(shared.table))
         self.tape = np.array([fields[f] for f in TAPE_FIELDS], np.uint64)
+
+    def _restores(self, rs, bufs) -> list:
+        """Each op's restore records {buffer, its bytes at first use, size}, the bytes joined
+        into one array."""
+        snaps = [snap for r in rs for _, snap in r]
+        joined = np.frombuffer(b"".join(snaps), np.uint8) if snaps else np.zeros(1, np.uint8)
+        self.keep.append(joined)
+        at, out = joined.ctypes.data, []
+        for r in rs:
+            out.append([])
+            for i, snap in r:
+                out[-1].append((bufs[i].lo, at, len(snap)))
+                at += len(snap)
+        return out
 
     def keep_first(self) -> None:
         """The buffers' bytes now (the first run's) become what the replays compare with."""
