@@ -49,6 +49,7 @@ def test_a_mutant_is_found_shrunk_and_written_as_a_fixture(tmp_path):
     port = build(mutant="pool_maxps")
     out = tmp_path / "found"
     r = cli("fuzz", "--port", str(port), "--layers", "conv", "--seconds", "30", "--seed", "1",
+            "--jobs", "1",
             "--no-database", "--out", str(out))
     assert r.returncode == 1, r.stdout + r.stderr
     assert re.search(r"^FOUND conv after [\d.]+ s", r.stdout, re.M), r.stdout

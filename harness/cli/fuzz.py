@@ -10,7 +10,7 @@ from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.generators.h5io import FixtureError
 from crnn_conformance.harness.runner import THREADS
 
-from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run
+from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run, default_workers
 
 
 @click.command()
@@ -21,8 +21,9 @@ from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run
               help="wall-clock time to fuzz (shrinking a finding may add up to --shrink-seconds)")
 @click.option("--seed", type=int, default=None,
               help="makes the run's cases deterministic (default: a random seed, printed)")
-@click.option("--jobs", type=int, default=1, show_default=True,
-              help="processes, each fuzzing its share of the layers")
+@click.option("--jobs", type=int, default=None,
+              help="processes, each fuzzing its share of the layers (default: 2 with 2 or "
+                   "more CPUs, else 1)")
 @click.option("--out", type=click.Path(file_okay=False), default="fuzz-findings",
               show_default=True, help="directory the findings are written to, as fixtures")
 @click.option("--isa", "isa", default=None, help="comma list of ISA paths (default: all available)")
@@ -55,6 +56,7 @@ def fuzz(port, layers, seconds, seed, jobs, out, isa, threads, timeout, shrink_s
         cannot_run(e.message)
     if not opts.threads or any(t < 1 or t > 256 for t in opts.threads):
         cannot_run("thread counts must be between 1 and 256")
+    jobs = default_workers() if jobs is None else jobs
     if not seconds > 0 or not timeout > 0 or shrink_seconds < 0 or jobs < 1:
         cannot_run("need --seconds > 0, --timeout > 0, --shrink-seconds >= 0, --jobs >= 1")
     if port and not Path(port).is_file():
