@@ -103,9 +103,19 @@ def required_symbols(layers) -> list[str]:
     return need
 
 
+def has(lib, name: str) -> bool:
+    """Whether `lib` exports `name`. (hasattr is not enough: for a library whose path is not
+    UTF-8, ctypes' message for a missing symbol raises UnicodeDecodeError.)"""
+    try:
+        getattr(lib, name)
+    except (AttributeError, UnicodeError):
+        return False
+    return True
+
+
 def exported(lib) -> list[str]:
     """The ABI's symbols that `lib` exports (SIGNATURES order)."""
-    return [s for s in SIGNATURES if hasattr(lib, s)]
+    return [s for s in SIGNATURES if has(lib, s)]
 
 
 def missing_message(path, present, layers, hint: bool = True) -> str:
@@ -129,10 +139,10 @@ def load(path, layers=tuple(LAYER_SYMBOLS)) -> C.CDLL:
         lib = C.CDLL(str(path.resolve()))
     except OSError as e:
         raise PortError(f"port library {path} cannot be loaded: {e}") from None
-    if any(not hasattr(lib, s) for s in required_symbols(layers)):
+    if any(not has(lib, s) for s in required_symbols(layers)):
         raise PortError(missing_message(path, exported(lib), layers))
     for name, (res, args) in SIGNATURES.items():
-        if hasattr(lib, name):
+        if has(lib, name):
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = res, args
     version = lib.crnn_abi_version()

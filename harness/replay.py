@@ -195,15 +195,18 @@ def _ranges(groups: list) -> tuple[list, list]:
     return ranges, rows
 
 
+_ADDRESSES: dict = {}        # id(lib) -> (lib, {entry point: address}), per process
+
+
 def _entry_addresses(lib) -> dict:
     """{entry point: address} of lib, with crnn_set_isa and crnn_set_threads (looked up once
     a library)."""
-    got = getattr(lib, "_crnn_addresses", None)
-    if got is None:
-        got = lib._crnn_addresses = {
+    got = _ADDRESSES.get(id(lib))
+    if got is None or got[0] is not lib:
+        got = _ADDRESSES[id(lib)] = (lib, {
             n: C.cast(getattr(lib, n), C.c_void_p).value
-            for n in (*ENTRIES, "crnn_set_isa", "crnn_set_threads") if hasattr(lib, n)}
-    return got
+            for n in (*ENTRIES, "crnn_set_isa", "crnn_set_threads") if abi.has(lib, n)})
+    return got[1]
 
 
 def _table(checks, bufs) -> bytes:

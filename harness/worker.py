@@ -269,8 +269,7 @@ def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, ru
         if arena is first_arena and recording is not None and answer[0] == "ok" and not text:
             # (the replays reuse these buffers; a replay that stops puts the first run's
             # outputs back, which `first` holds views of)
-            tape = recording.compile(arena, traced._lib, traced._helper, shared,
-                                     guard.pattern_address())
+            tape = _compiled(recording, arena, traced, shared)
             if tape is not None:
                 tape.keep_first()
         if arena is not first_arena:
@@ -284,6 +283,16 @@ def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, ru
         first_arena.release()
 
 
+def _compiled(tape, arena, traced, shared):
+    """tape.compile() for this arena, or None: also when the compiling itself fails, which is
+    the harness's error, not the port's (the runs then go through Python; an error here must
+    not end the worker, which the gate would report as the port's crash)."""
+    try:
+        return tape.compile(arena, traced._lib, traced._helper, shared, guard.pattern_address())
+    except Exception:   # noqa: BLE001
+        return None
+
+
 def _serve_symbolic(conn, traced, shared, case, runs, symbolic):
     """The first run of a batch made in C from a tape recorded elsewhere (the fuzzer's run of
     the case on the reference port, replay.Tape.symbolic) on this process's own buffers, with
@@ -294,10 +303,9 @@ def _serve_symbolic(conn, traced, shared, case, runs, symbolic):
     arena = _fresh_arena(traced, shared)
     try:
         tape = replay.Tape.from_symbolic(symbolic, case.inputs, arena)
-        compiled = tape.compile(arena, traced._lib, traced._helper, shared,
-                                guard.pattern_address())
-    except (KeyError, ValueError, TypeError, IndexError):
-        compiled = None
+    except (KeyError, ValueError, TypeError, IndexError):   # not this case's tape
+        tape = None
+    compiled = _compiled(tape, arena, traced, shared) if tape is not None else None
     t0 = time.perf_counter()
     if compiled is None or compiled.run(traced._helper, 0, runs[:1], compare=False)[0] != 1:
         arena.release()

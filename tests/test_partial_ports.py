@@ -114,3 +114,18 @@ def test_plugin_skips_what_is_not_implemented(ports, tmp_path):
     tail = r.stdout.strip().splitlines()[-1]
     assert tail.startswith("21 passed, ") and "skipped" in tail and "failed" not in tail, tail
     assert "not implemented: missing symbol(s) crnn_linear_forward" in r.stdout
+
+
+def test_a_partial_port_at_a_path_that_is_not_utf8(ports, tmp_path):
+    """ctypes' message for a missing symbol cannot be decoded when the library's path holds
+    the byte 0xff: the port is still a partial port (exit 2 naming the missing symbols, or
+    its layers gated under --layers available), not a crash while loading."""
+    so = Path(os.fsdecode(bytes(tmp_path) + b"/lib\xff.so"))
+    so.write_bytes(ports["dot16"].read_bytes())
+    r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "gate", "--port",
+                        so, "-q"], cwd=ROOT, capture_output=True, timeout=300)
+    assert r.returncode == 2 and b"is missing" in r.stderr and b"crashed" not in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "gate", "--port",
+                        so, "--layers", "available", "-q"], cwd=ROOT, capture_output=True,
+                       timeout=300)
+    assert r.returncode == 0 and b"not implemented: linear" in r.stdout, r.stdout + r.stderr
