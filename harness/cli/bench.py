@@ -31,7 +31,7 @@ from .common import _split, cannot_run
 @click.option("--no-layers", is_flag=True, help="skip the per-layer timings")
 @click.option("--no-memory", is_flag=True, help="skip the peak-memory measurement")
 @click.option("--no-gate", is_flag=True, help="skip timing the gate")
-@click.option("--fuzz-seconds", type=float, default=2.0, show_default=True,
+@click.option("--fuzz-seconds", type=float, default=6.0, show_default=True,
               help="seconds of `fuzz` per layer for its cases per second (0: skip)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="also write the results as JSON")
