@@ -148,7 +148,7 @@ def test_the_bundled_ports_runs_made_from_the_reference_tape_pass(tmp_path, laye
 @pytest.mark.parametrize("late", [(), ("-DTP_LATE=3",)], ids=["first run", "late run"])
 @pytest.mark.parametrize("mistake", ["-DTP_OOB_Y=1", "-DTP_MODIFY_B", "-DTP_NAN",
                                      "-DTP_UNWRITTEN", "-DTP_ERRCODE", "-DTP_PRINT_BYTES=100",
-                                     "-DTP_FTZ_ON_TRIGGER", "-DTP_SEGV"])
+                                     "-DTP_FTZ_ON_TRIGGER", "-DTP_SEGV", "-DTP_HANG"])
 def test_a_mistake_in_a_run_made_from_the_tape_is_reported_as_the_gate_reports_it(tmp_path,
                                                                                     mistake, late):
     """A run made from the reference's tape (the first, or a later one at 3 threads) meets
@@ -166,7 +166,8 @@ def test_a_mistake_in_a_run_made_from_the_tape_is_reported_as_the_gate_reports_i
     found = []
     for numpy_spec in (False, True):
         opts = engine.FuzzOptions(port=str(port), out=tmp_path, database=False,
-                                  isas=["scalar"], threads=(1, 3), numpy_spec=numpy_spec)
+                                  isas=["scalar"], threads=(1, 3), numpy_spec=numpy_spec,
+                                  timeout=2)
         fz = engine.Fuzzer(opts, ["linear"])
         try:
             _, fails = fz.check("linear", params, inputs)

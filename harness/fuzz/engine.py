@@ -205,10 +205,13 @@ class Fuzzer:
         self._hold_to_spec(layer, case, fast)
         if agrees or self.mismatch is not None:
             return False
-        if sym is not None:        # the gate's checks read the layer's tensors: run it plainly
-            for kind, payload in self.executor.prefetched():
-                if kind == "fpenv":  # what check_case raises; the worker's environment is
-                    raise abi.PortError(payload)   # broken for any later run
+        answers = self.executor.prefetched()
+        for kind, payload in answers:
+            if kind == "fpenv":    # what check_case raises; the worker's environment is
+                raise abi.PortError(payload)       # broken for any later run
+        if answers and answers[0][0] == "ok" and replay.BLOB in answers[0][1]:
+            # the gate's checks read the layer's tensors: the case again, the gate's way (when
+            # the tape's first run stopped or crashed, the worker already went the gate's way)
             self.executor.prefetch(layer, INLINE, case.name, self.runs, case=case)
         return True
 
