@@ -217,11 +217,11 @@ def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, ru
     seconds) as each run ends, then ("done", [seconds, ...]). A run whose outputs equal the
     first's byte for byte and that printed nothing is held back, its seconds in
     shared.progress, and the held runs go as one ("same", [seconds, ...]) before the next
-    other answer, or with "done": a clean case is two messages, not one a run. shared.progress names the run
-    in progress and its start, so the gate times each run from its own start and, after a
-    crash or a hang, knows which run it was and that the held ones before it passed
-    (Executor._recover). An fpenv answer ends the batch: the environment is broken for every
-    run after it.
+    other answer, or with "done": a clean case is two messages, not one a run.
+    shared.progress names the run in progress and its start, so the gate times each run from
+    its own start and, after a crash or a hang, knows which run it was and that the held ones
+    before it passed (Executor._recover). An fpenv answer ends the batch: the environment is
+    broken for every run after it.
 
     The first run is recorded, and the runs after it are replayed in C (harness/replay.py)
     until one of them differs from the first, prints or fails a check; that one and the rest
@@ -277,7 +277,7 @@ def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, ru
         if answer[0] == "fpenv":
             break
         i += 1
-    conn.send(("done", held))       # the last held runs with the end: a clean case is two messages
+    conn.send(("done", held))       # the last held runs go with the end
     progress[0] = -1
     if first_arena is not None:
         first_arena.release()

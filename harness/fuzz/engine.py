@@ -10,11 +10,12 @@ for that layer. A failing case is shrunk by Hypothesis (for at most SHRINK_SECON
 the smallest failure so far stands), written as a one-case fixture (writer.py) and reported in
 the gate's failure-line format; that layer then rests, the others go on.
 
-The golden bits come from the reference port (harness/reference.py: the spec in plain C) while
-the worker runs the port; the NumPy spec (generators/exact.py), which is the definition,
-recomputes them for every case that does not pass at once and for a fixed share of the passing
-ones (AUDIT_EVERY), and a case where the two disagree ends the run as a harness error
-(ReferenceMismatch), the case written for the report. `numpy_spec` uses the NumPy spec alone.
+The golden bits come from the reference port (harness/reference.py: the spec in plain C),
+whose run of the case is recorded and sent with it: the worker makes the port's runs from that
+tape. The NumPy spec (generators/exact.py), which is the definition, recomputes them for every
+case that does not pass at once and for a fixed share of the passing ones (AUDIT_EVERY), and a
+case where the two disagree ends the run as a harness error (ReferenceMismatch), the case
+written for the report. `numpy_spec` uses the NumPy spec alone.
 """
 from __future__ import annotations
 
@@ -252,13 +253,17 @@ class Fuzzer:
         """Every run answered, the first with the written buffers of a run made from the
         reference's tape (replay.BLOB) equal to the reference's bytes, the others held as
         its equals."""
+        outs = self._outputs()
+        got = outs[0].get(replay.BLOB) if outs and len(outs[0]) == 1 else None
+        return (got is not None and memoryview(got).cast("B") == blob
+                and all(out is outs[0] for out in outs[1:]))
+
+    def _outputs(self) -> list | None:
+        """The outputs of every run of the case just run, or None unless all answered ok."""
         answers = self.executor.prefetched()
         if len(answers) != len(self.runs) or any(kind != "ok" for kind, _ in answers):
-            return False
-        first = answers[0][1]
-        got = first.get(replay.BLOB) if len(first) == 1 else None
-        return (got is not None and memoryview(got).cast("B") == blob
-                and all(out is first for _, out in answers[1:]))
+            return None
+        return [out for _, out in answers]
 
     def _agrees(self, golden) -> bool:
         """Every run answered with `golden`'s bits, byte for byte (dtype and shape too), and
@@ -266,15 +271,14 @@ class Fuzzer:
         passes (compare() decides equal bytes at once), so its records, which cost more than
         the comparisons for 16 runs of a small case, are not built. Anything else (an error,
         a crash, a differing bit) takes the gate's whole way and gets its records."""
-        answers = self.executor.prefetched()
-        if (isinstance(golden, Exception) or len(answers) != len(self.runs)
-                or any(kind != "ok" for kind, _ in answers)):
+        outs = None if isinstance(golden, Exception) else self._outputs()
+        if outs is None:
             return False
-        first = answers[0][1]
+        first = outs[0]
         return all(t in first and same_bytes(first[t], g) for t, g in golden.items()) and all(
             out is first or (out.keys() == first.keys()   # (a held run's answer is the first's)
                              and all(same_bytes(out[t], first[t]) for t in first))
-            for _, out in answers[1:])
+            for out in outs[1:])
 
     def chunk(self, layer: str, n: int, seed: int, end: float) -> Finding | None:
         """One Hypothesis run of up to n cases; the shrunk finding, if one failed."""
