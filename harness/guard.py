@@ -341,10 +341,15 @@ class Arena:
         most 4095 bytes."""
         key = tuple((id(b), arg) for b, arg, _, _ in touched if b.paged)
         if key not in self._tables:
-            self._tables[key] = "".join(f"{b.name or arg} {b.zone_lo} {b.zone_hi} {b.lo} {b.hi}\n"
-                                        for b, arg, _, _ in touched
-                                        if b.paged).encode()[:4095]
+            self._tables[key] = page_table((b, b.name or arg) for b, arg, _, _ in touched)
         return self._tables[key]
+
+
+def page_table(labelled) -> bytes:
+    """b'label zone_lo zone_hi lo hi' a line for each paged buffer of (buffer, label) pairs:
+    what the fault report reads (fault_report), at most 4095 bytes."""
+    return "".join(f"{label} {b.zone_lo} {b.zone_hi} {b.lo} {b.hi}\n"
+                   for b, label in labelled if b.paged).encode()[:4095]
 
 
 _CHECK = None                 # the harness helper's crnn_h_guard_check (use_helper)

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.harness import guard
 
 SOURCE = Path(__file__).with_name("replay.c")
 # in replay.c's enum order
@@ -209,44 +210,56 @@ def _entry_addresses(lib) -> dict:
     return got[1]
 
 
-def _table(checks, bufs) -> bytes:
-    """The guard-page table of a call (guard.Arena.guard_pages): its paged buffers."""
-    return "".join(f"{label} {bufs[i].zone_lo} {bufs[i].zone_hi} {bufs[i].lo} {bufs[i].hi}\n"
-                   for i, _, label in checks if bufs[i].paged).encode()[:4095]
-
-
 class _Compiled:
+    """A tape in C's layout for one arena's buffers (rp_op, rp_tape of replay.c)."""
+
     def __init__(self, tape: Tape, arena, lib, helper, shared, pattern_addr: int):
-        keep = self.keep = []
-        bufs = arena.buffers
+        self.keep, self.helper, self.buffers = [], helper, list(arena.buffers)
         fns = _entry_addresses(lib)
+        records = self._ops(tape, arena.buffers, fns)
+        compare = self._compare(tape.written(arena.buffers))
+        finish = [(*b.span, b._original_addr if b.kind == "input" else 0) for b in arena.buffers]
+        fields = dict(
+            ops=self.ops.ctypes.data, n_ops=len(self.ops), **records,
+            finish=_records(finish, 5, self.keep), n_finish=len(finish),
+            compare=_records(compare, 3, self.keep), n_compare=len(compare),
+            set_isa=fns["crnn_set_isa"], set_threads=fns["crnn_set_threads"],
+            pattern=pattern_addr, out_fd=shared.out_fd, progress=C.addressof(shared.progress),
+            current=C.addressof(shared.current), shared_table=C.addressof(shared.table))
+        self.tape = np.array([fields[f] for f in TAPE_FIELDS], np.uint64)
+
+    def _ops(self, tape: Tape, bufs: list, fns: dict) -> dict:
+        """self.ops, the tape's ops as rp_op records; -> the addresses of their restore, snap
+        and check records."""
         ops = self.ops = np.zeros(len(tape.ops), OP)
         kind, name, ints, dbls, rs, ss, cs = zip(*tape.ops)
         ops["kind"] = kind
         ops["entry"] = [_ENTRY.get(n, 0) for n in name]
         ops["fn"] = [fns.get(n, 0) for n in name]
         ops["name"] = [_NAMES[n] if n else 0 for n in name]
-        tables = [_table(c, bufs) for c in cs]
+        tables = [guard.page_table((bufs[i], label) for i, _, label in c) for c in cs]
         self.tables = {t: C.create_string_buffer(t) for t in set(tables) if t}
         ops["table"] = [C.addressof(self.tables[t]) if t else _EMPTY for t in tables]
         ops["a"] = [[bufs[v[0]].lo + v[1] if isinstance(v, tuple) else v for v in a]
                     + [0] * (N_ARGS - len(a)) for a in ints]
         ops["d"] = [v + [0.0] * (N_DBL - len(v)) for v in dbls]
-        restore = self._restores(rs, bufs)
         scratch = [{i: np.empty(bufs[i].nbytes, np.uint8) for i in s} for s in ss]
-        keep += [a for d in scratch for a in d.values()]
+        self.keep += [a for d in scratch for a in d.values()]
         snap = [[(d[i].ctypes.data, bufs[i].lo, bufs[i].nbytes) for i in s]
                 for d, s in zip(scratch, ss)]
         check = [[(*bufs[i].span, 0 if r == "w" else bufs[i]._original_addr if r == "in" else
                    d[i].ctypes.data) for i, r, _ in c] for d, c in zip(scratch, cs)]
         records = {}
-        for field, groups, width in (("restore", restore, 3), ("snap", snap, 3),
-                                     ("check", check, 5)):
+        for field, groups, width in (("restore", self._restores(rs, bufs), 3),
+                                     ("snap", snap, 3), ("check", check, 5)):
             ops[field], rows = _ranges(groups)
-            records[field] = _records(rows, width, keep)
-        finish = [(*b.span, b._original_addr if b.kind == "input" else 0) for b in arena.buffers]
-        written = tape.written(arena.buffers)
-        self.kept = np.empty(sum(b.nbytes for b in written), np.uint8)   # the first run's bytes
+            records[field] = _records(rows, width, self.keep)
+        return records
+
+    def _compare(self, written: list) -> list:
+        """{lo, kept, bytes} of every buffer the run writes, `kept` a slot of self.kept (the
+        first run's bytes, which the replays compare with); also the copies both ways."""
+        self.kept = np.empty(sum(b.nbytes for b in written), np.uint8)
         compare, at = [], self.kept.ctypes.data
         for b in written:
             compare.append((b.lo, at, b.nbytes))
@@ -254,16 +267,7 @@ class _Compiled:
         back = np.array(compare, np.uint64).reshape(-1, 3)
         self.put_back = back                           # {lo, kept, bytes}: kept -> lo
         self.take = back[:, [1, 0, 2]].copy()          # {kept, lo, bytes}: lo -> kept
-        self.helper = helper
-        self.buffers = list(arena.buffers)
-        fields = dict(
-            ops=ops.ctypes.data, n_ops=len(ops), **records,
-            finish=_records(finish, 5, keep), n_finish=len(finish),
-            compare=_records(compare, 3, keep), n_compare=len(compare),
-            set_isa=fns["crnn_set_isa"], set_threads=fns["crnn_set_threads"],
-            pattern=pattern_addr, out_fd=shared.out_fd, progress=C.addressof(shared.progress),
-            current=C.addressof(shared.current), shared_table=C.addressof(shared.table))
-        self.tape = np.array([fields[f] for f in TAPE_FIELDS], np.uint64)
+        return compare
 
     def _restores(self, rs, bufs) -> list:
         """Each op's restore records {buffer, its bytes at first use, size}, the bytes joined
@@ -283,7 +287,7 @@ class _Compiled:
         """The buffers' bytes now (the first run's) become what the replays compare with."""
         self.helper.crnn_h_copy_records(self.take.ctypes.data, len(self.take))
 
-    def run(self, helper, first: int, runs: list, compare: bool = True) -> tuple[int, str, int]:
+    def run(self, first: int, runs: list, compare: bool = True) -> tuple[int, str, int]:
         """Replays runs[first:] (isa name, threads) -> (how many passed, why the next one
         stopped ("none": all passed), the op it stopped at or -1). Without `compare`, a run
         is not compared with the first run's bytes (it is the first run)."""
@@ -295,13 +299,13 @@ class _Compiled:
         if not compare:
             self.tape[n_compare] = 0
         try:
-            done = helper.crnn_h_replay(self.tape.ctypes.data, first, len(runs) - first, isa,
-                                        threads, C.byref(stop), C.byref(stop_op))
+            done = self.helper.crnn_h_replay(self.tape.ctypes.data, first, len(runs) - first,
+                                             isa, threads, C.byref(stop), C.byref(stop_op))
         finally:
             self.tape[n_compare] = saved
         if stop.value:                       # the zones may be damaged: rewritten on reuse
             for b in self.buffers:
                 b.intact = False
             if compare:   # the first run's outputs as they were: its answer holds views of them
-                helper.crnn_h_copy_records(self.put_back.ctypes.data, len(self.put_back))
+                self.helper.crnn_h_copy_records(self.put_back.ctypes.data, len(self.put_back))
         return int(done), STOPS[stop.value], int(stop_op.value)

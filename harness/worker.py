@@ -239,7 +239,7 @@ def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, ru
         i = 0 if first is None else 1
     while i < len(runs):
         if tape is not None:
-            done, _, _ = tape.run(traced._helper, i, runs[:MAX_HELD])
+            done, _, _ = tape.run(i, runs[:MAX_HELD])
             held += [progress[2 + j] for j in range(i, i + done)]
             i, tape = i + done, None
             if i == len(runs):
@@ -307,7 +307,7 @@ def _serve_symbolic(conn, traced, shared, case, runs, symbolic):
         tape = None
     compiled = _compiled(tape, arena, traced, shared) if tape is not None else None
     t0 = time.perf_counter()
-    if compiled is None or compiled.run(traced._helper, 0, runs[:1], compare=False)[0] != 1:
+    if compiled is None or compiled.run(0, runs[:1], compare=False)[0] != 1:
         arena.release()
         return None, None, None
     compiled.keep_first()
