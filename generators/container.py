@@ -99,22 +99,26 @@ def save_container(path: str, config: dict, params: dict[str, np.ndarray],
 
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
-    tmp = path + ".tmp"
-    with h5py.File(tmp, "w", libver=("earliest", "v110"), track_order=True) as f:
-        f.attrs["container_version"] = np.int64(CONTAINER_VERSION)
-        f.attrs["format"] = FORMAT
-        f.attrs["config"] = json.dumps(config)
-        f.attrs["param_order"] = json.dumps([s.name for s in specs])
-        for k in _READABLE:
-            if k in config:
-                f.attrs[k] = _attr_value(config[k])
-        for k in sorted(attrs):
-            f.attrs[k] = _attr_value(attrs[k])
-        g = f.create_group("params", track_order=True)
-        for s in specs:
-            g.create_dataset(s.name, data=half[s.name], dtype=np.float16,
-                             track_times=False, chunks=None)
-    os.replace(tmp, path)
+    tmp = os.path.join(d, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        with h5py.File(tmp, "w", libver=("earliest", "v110"), track_order=True) as f:
+            f.attrs["container_version"] = np.int64(CONTAINER_VERSION)
+            f.attrs["format"] = FORMAT
+            f.attrs["config"] = json.dumps(config)
+            f.attrs["param_order"] = json.dumps([s.name for s in specs])
+            for k in _READABLE:
+                if k in config:
+                    f.attrs[k] = _attr_value(config[k])
+            for k in sorted(attrs):
+                f.attrs[k] = _attr_value(attrs[k])
+            g = f.create_group("params", track_order=True)
+            for s in specs:
+                g.create_dataset(s.name, data=half[s.name], dtype=np.float16,
+                                 track_times=False, chunks=None)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def read_attrs(path: str) -> dict:

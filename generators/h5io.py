@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,7 +92,9 @@ def write_fixture(path, layer: str, generator: str, seed: int, cases: list[Case]
                   extra_attrs: dict | None = None) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".h5.tmp")
+    # the temporary name is this process's own: two fuzz processes that shrink to the same
+    # case write the same fixture at once, and HDF5 locks a file it is writing
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with h5py.File(tmp, "w", libver=LIBVER, track_order=True) as f:
             # no library versions: the contents do not depend on them, and a regeneration with

@@ -232,3 +232,30 @@ def test_random_bit_flips_are_read_unchanged_or_refused_never_crash(tmp_path):
             for k2 in b.inputs:
                 assert a.inputs[k2].tobytes() == b.inputs[k2].tobytes()
     assert refused > 100
+
+
+def test_two_processes_writing_the_same_fixture_at_once_both_succeed(tmp_path, monkeypatch):
+    """Two fuzz processes that shrink to the same case write the same fixture path at the same
+    moment (CI saw HDF5's "unable to lock file" when they shared a temporary name). Here a
+    second process writes the whole fixture while this one is between its two opens."""
+    import subprocess
+    fx = h5io.read_fixture(FIX / "linear.h5")
+    target = tmp_path / "fuzz-linear-x.h5"
+    script = ("import sys; from crnn_conformance.generators import h5io; "
+              "fx = h5io.read_fixture(sys.argv[1]); "
+              "h5io.write_fixture(sys.argv[2], 'linear', 'other', 2, fx.cases)")
+    real, opened = h5py.File, []
+
+    def file(name, mode="r", *a, **k):
+        if mode == "r+" and not opened:       # this writer's data is written, not yet renamed
+            opened.append(name)
+            r = subprocess.run([sys.executable, "-c", script, str(FIX / "linear.h5"),
+                                str(target)], capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+        return real(name, mode, *a, **k)
+    monkeypatch.setattr(h5io.h5py, "File", file)
+    h5io.write_fixture(target, "linear", "mine", 1, fx.cases)
+    monkeypatch.undo()
+    assert opened
+    assert h5io.read_fixture(target).attrs["generator"] == "mine"
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]    # no temporary file left
