@@ -70,6 +70,123 @@ ARGS = {
 }
 
 
+# The buffers of every entry point: dtype, shape (an expression in the call's integer
+# arguments and the derived sizes below), role and whether NULL is allowed. Roles: "in"
+# (const), "out" (written whole, poisoned first), "inout" (read and updated in place).
+# One description for every consumer that must know a buffer's size without a layer module:
+# the contract tier's invalid calls, Python ports' array views and the case bundle's calls.
+BUFFERS = {
+    "crnn_dot16": "a:f32[n] b:f32[n] out:f32[1]:out",
+    "crnn_linear_forward": "x:f32[T,I] W:f32[O,I] b:f32[O] y:f32[T,O]:out",
+    "crnn_linear_backward": "x:f32[T,I] W:f32[O,I] dY:f32[T,O] dx:f32[T,I]:out? "
+                            "dW:f32[O,I]:out db:f32[O]:out",
+    "crnn_conv_forward": "x:f32[H,W,C] Wt:f32[Out,KP] b:f32[Out] conv:f32[P,Out]:out "
+                         "pooled:f32[Hp,Wp,Out]:out winners:i32[Hp,Wp,Out]:out",
+    "crnn_conv_backward": "x:f32[H,W,C] Wt:f32[Out,KP] dPooled:f32[Hp,Wp,Out] "
+                          "winners:i32[Hp,Wp,Out] dW:f32[Out,KP]:out db:f32[Out]:out "
+                          "dx:f32[H,W,C]:out?",
+    "crnn_lstm_forward": "x:f32[T,I] W_ih:f32[2,G,I] W_hh:f32[2,G,H] b:f32[2,G] "
+                         "out:f32[T,H2]:out gates:f32[2,T,G]:out c:f32[2,T,H]:out "
+                         "tc:f32[2,T,H]:out hPrev:f32[2,T,H]:out",
+    "crnn_lstm_backward": "x:f32[T,I] W_ih:f32[2,G,I] W_hh:f32[2,G,H] gates:f32[2,T,G] "
+                          "c:f32[2,T,H] tc:f32[2,T,H] hPrev:f32[2,T,H] dOut:f32[T,H2] "
+                          "dW_ih:f32[2,G,I]:out dW_hh:f32[2,G,H]:out db:f32[2,G]:out "
+                          "dx:f32[T,I]:out?",
+    "crnn_sigmoid": "x:f32[n] y:f32[n]:out",
+    "crnn_tanh": "x:f32[n] y:f32[n]:out",
+    "crnn_detmath_exp": "x:f64[n] y:f64[n]:out",
+    "crnn_detmath_log": "x:f64[n] y:f64[n]:out",
+    "crnn_ctc": "logits:f32[T,K] target:i32[L] loss:f64[1]:out dlogits:f32[T,K]:out",
+    "crnn_model_sizes": "cfg:i32[NCFG] nTensors:i32[1]:out sizes:i64[NT]:out?",
+    "crnn_step_gradients": "cfg:i32[NCFG] params:f32[NP] widths:i32[B] images:f32[NPIX] "
+                           "targetLens:i32[B] targets:i32[NLAB] grads:f32[NP]:out "
+                           "losses:f64[B]:out batchLoss:f64[1]:out",
+    "crnn_clip_gradients": "grads:f32[NG]:inout sizes:i64[nTensors] norm:f64[1]:out",
+    "crnn_adamw": "p:f32[n]:inout m:f32[n]:inout v:f32[n]:inout g:f32[n]",
+}
+DTYPES = {"f32": "<f4", "f64": "<f8", "i32": "<i4", "i64": "<i8"}
+
+
+class Buffer(tuple):
+    """(name, dtype, shape, role, nullable) of one pointer argument of one call."""
+    __slots__ = ()
+    name = property(lambda s: s[0])
+    dtype = property(lambda s: s[1])
+    shape = property(lambda s: s[2])
+    role = property(lambda s: s[3])
+    nullable = property(lambda s: s[4])
+
+
+def _cfg_sizes(cfg) -> dict:
+    """The model's sizes from the ABI's int32 config vector (crnn_port.h): NCFG, NT (tensors),
+    NP (parameter elements), and the tensor sizes in parameter order; None when the vector is
+    too short to be read."""
+    cfg = [int(v) for v in cfg]
+    if len(cfg) < 3 or cfg[2] < 0 or len(cfg) < 3 + 7 * cfg[2] + 3:
+        return None
+    H, C, nb = cfg[0], cfg[1], cfg[2]
+    sizes = []
+    for k in range(nb):
+        out, kh, kw, padH, padW, poolH, poolW = cfg[3 + 7 * k:10 + 7 * k]
+        sizes += [out * ((kh * kw * C + 15) // 16 * 16), out]
+        H = (H + 2 * padH - kh + 1) // max(poolH, 1)
+        C = out
+    nl, hid, classes = cfg[3 + 7 * nb:6 + 7 * nb]
+    inp = H * C
+    for _ in range(nl):
+        for _d in range(2):
+            sizes += [4 * hid * inp, 4 * hid * hid, 4 * hid]
+        inp = 2 * hid
+    sizes += [classes * 2 * hid, classes]   # (nLstm >= 1: the ABI refuses 0)
+    return {"NCFG": 6 + 7 * nb, "NT": len(sizes), "NP": sum(sizes), "sizes": sizes,
+            "H_in": cfg[0], "C_in": cfg[1]}
+
+
+def _derived(name: str, ints: dict, read) -> dict:
+    """The sizes a BUFFERS shape may name beyond the call's integer arguments. `read(arg,
+    dtype, n)` returns the first n values of an input buffer (the model's calls size their
+    buffers from cfg, widths and targetLens)."""
+    d = dict(ints)
+    if "kh" in d:
+        Hc = d["H"] + 2 * d["padH"] - d["kh"] + 1
+        Wc = d["W"] + 2 * d["padW"] - d["kw"] + 1
+        d.update(KP=(d["kh"] * d["kw"] * d["C"] + 15) // 16 * 16, P=Hc * Wc,
+                 Hp=Hc // d["poolH"] if d["poolH"] > 0 else 0,
+                 Wp=Wc // d["poolW"] if d["poolW"] > 0 else 0)
+    if "H" in d and name.startswith("crnn_lstm"):
+        d.update(G=4 * d["H"], H2=2 * d["H"])
+    if name in ("crnn_model_sizes", "crnn_step_gradients"):
+        head = read("cfg", "i32", 3)
+        nb = int(head[2]) if len(head) == 3 else -1
+        m = _cfg_sizes(read("cfg", "i32", 6 + 7 * nb)) if nb >= 0 else None
+        if m is None:
+            raise ValueError("cfg cannot be read")
+        d.update(NCFG=m["NCFG"], NT=m["NT"], NP=m["NP"])
+        if name == "crnn_step_gradients":
+            B = d["B"]
+            d["NPIX"] = int(sum(int(w) for w in read("widths", "i32", B))) * m["H_in"] * m["C_in"]
+            d["NLAB"] = int(sum(int(n) for n in read("targetLens", "i32", B)))
+    if name == "crnn_clip_gradients":
+        d["NG"] = int(sum(int(s) for s in read("sizes", "i64", d["nTensors"])))
+    return d
+
+
+def buffers(name: str, ints: dict, read=None) -> list[Buffer]:
+    """The pointer arguments of a call of `name` with integer arguments `ints` ({arg name:
+    value}), in argument order, each with its dtype, shape, role and whether NULL is allowed.
+    Raises ValueError when a size cannot be derived (e.g. a cfg too short to read)."""
+    d = _derived(name, ints, read or (lambda *a: []))
+    out = []
+    for spec in BUFFERS[name].split():
+        arg, rest = spec.split(":", 1)
+        dt, rest = rest.split("[", 1)
+        dims, _, role = rest.partition("]")
+        role = role.lstrip(":") or "in"
+        shape = tuple(int(d[e]) if e in d else int(e) for e in dims.split(","))
+        out.append(Buffer((arg, DTYPES[dt], shape, role.rstrip("?"), role.endswith("?"))))
+    return out
+
+
 def pointer_args(name: str) -> list[tuple[int, str, bool]]:
     """(position, argument name, written) of every pointer argument of entry point `name`."""
     args = SIGNATURES[name][1]

@@ -192,6 +192,38 @@ def test_the_argument_table_matches_the_header():
         assert len(want) == len(types), name
 
 
+def test_the_buffer_table_matches_the_argument_table():
+    """abi.BUFFERS names every pointer argument of abi.ARGS in order, writable exactly where
+    ARGS marks it written, and every integer it sizes by is an argument or a derived size."""
+    from crnn_conformance.ctypes_kernels import abi
+    for name in abi.SIGNATURES:
+        ptrs = abi.pointer_args(name)
+        specs = abi.BUFFERS.get(name, "").split()
+        assert [s.split(":")[0] for s in specs] == [a for _, a, _ in ptrs], name
+        for spec, (_, arg, written) in zip(specs, ptrs):
+            assert (":out" in spec or ":inout" in spec) == written, (name, arg)
+    b = abi.buffers("crnn_linear_backward", {"T": 3, "I": 5, "O": 2})
+    assert [(x.name, x.shape, x.role, x.nullable) for x in b] == [
+        ("x", (3, 5), "in", False), ("W", (2, 5), "in", False), ("dY", (3, 2), "in", False),
+        ("dx", (3, 5), "out", True), ("dW", (2, 5), "out", False), ("db", (2,), "out", False)]
+
+
+def test_the_buffer_table_sizes_the_model_as_param_specs_does():
+    from crnn_conformance.ctypes_kernels import abi
+    from crnn_conformance.generators import model
+    for config in (model.default_config(), {**model.default_config(), "lstm_layers": 1}):
+        cfg = model.cfg_array(config)
+        sizes = [int(np.prod(s.shape)) for s in model.param_specs(config)]
+        bufs = abi.buffers("crnn_step_gradients", {"B": 2},
+                           lambda a, dt, n: {"cfg": cfg, "widths": [8, 12],
+                                             "targetLens": [3, 0]}[a][:n])
+        shapes = {x.name: x.shape for x in bufs}
+        assert shapes["params"] == shapes["grads"] == (sum(sizes),)
+        assert shapes["images"] == (20 * config["input_height"] * config["input_channels"],)
+        assert shapes["targets"] == (3,)
+        assert abi._cfg_sizes(cfg)["sizes"] == sizes
+
+
 @pytest.fixture(params=["C helper", "memcmp"])
 def checks(request):
     """The guard checks as the worker makes them (one call into the harness's C helper) and
