@@ -190,6 +190,8 @@ def verdict(doc: dict) -> str:
     ni = [l for l, st in layers.items() if st["status"] == "not implemented"]
     gated = len(layers) - len(ni)
     tail = f"; not implemented: {', '.join(ni)}" if ni else ""
+    if m.get("no_fixture"):
+        tail += f"; no fixture: {', '.join(m['no_fixture'])}"
     return (f"{'PASS' if passed else 'FAIL'}: {s['checks'] - s['failed']} of {s['checks']} checks "
             f"passed ({s['tensors']} tensors in {gated} layer{'s' if gated != 1 else ''}{tail}; "
             f"ISA {','.join(m.get('isas', []))}; threads {','.join(map(str, m.get('threads', [])))}; "
