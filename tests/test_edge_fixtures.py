@@ -253,7 +253,7 @@ KILLED_BY = {"ctc_libm": "ctc_edges", "pool_maxps": "conv_edges", "conv_k_terms"
 def test_every_edge_mutant_has_its_fixture():
     from crnn_conformance.harness import mutants as M
     names = [m.name for m in M.CATALOGUE]
-    start = names.index("ctc_libm")             # the edge block (issue 15's blocks follow it)
+    start = names.index("ctc_libm")             # the edge block (the legal-order and precision blocks follow it)
     assert names[start:start + len(KILLED_BY)] == list(KILLED_BY)
 
 
