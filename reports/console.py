@@ -147,8 +147,8 @@ def _worst(tier, recs) -> str:
     bad = [r for r in recs if not r["passed"]]
     if not bad:
         return "="
-    r = max(bad, key=lambda r: (r.get("max_ulp") or 0, r["mismatches"]))
-    return f"{r['mismatches']}x{r.get('max_ulp')}ulp"
+    r = max(bad, key=lambda r: (r.get("max_ulp") or 0, r.get("mismatches") or 0))
+    return f"{r['mismatches']}x{r['max_ulp']}ulp" if r.get("max_ulp") is not None else "failed"
 
 
 def _worst_res(recs) -> str:
@@ -166,10 +166,11 @@ def layer_table(doc: dict) -> list[str]:
     head = (f"  {'tier':<{W_CELL}} {'checks':>{W_CELL}} {'passed':>{W_CELL}} "
             f"{'worst':>{W_FIXTURE}} {'worst res':>{W_CELL}}")
     lines = [head, "-" * len(head)]
+    tiers = [*TIER_COLS, *sorted({r["tier"] for r in recs} - set(TIER_COLS))]
     for layer, st in (doc.get("layers") or layer_status(recs, doc.get("meta", {}))).items():
         line = _layer_line(layer, st)
         lines.append(line if st["status"] != "failed" else click.style(line, fg="red"))
-        for tier in TIER_COLS:
+        for tier in tiers:
             rs = per[layer].get(tier)
             if not rs:
                 continue
