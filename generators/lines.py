@@ -10,7 +10,7 @@ Ink is light on a dark background: pixel = bg + (ink - bg) * coverage + noise, c
 [0, 1], float32, shape [32][W] (crnn-v0 has one input channel, so [H][W] is the
 channels-last image [H][W][C] with C = 1 dropped).
 
-Everything is deterministic from the numpy Generator (or the seed of `make_batch`). The
+Everything is deterministic from the numpy Generator (or `make_batch`'s seed argument). The
 only transcendental functions (sin/cos for arcs) run once at import and their results are
 snapped to a 1/1024 grid, so libm differences between machines cannot reach the pixels;
 the rasteriser itself uses only + - * / sqrt, min, max, which are correctly rounded.

@@ -65,7 +65,7 @@ def steps_for_width(config: dict, width: int) -> int:
 
 
 def param_specs(config: dict) -> list[ParamSpec]:
-    """All trainable tensors in the seed's parameter order."""
+    """All trainable tensors in the ABI's parameter order (docs/port-abi.md)."""
     specs = []
     C = config["input_channels"]
     for n, blk in enumerate(config["blocks"]):

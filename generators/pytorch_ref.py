@@ -19,7 +19,7 @@ sequence map, bidirectional nn.LSTM with bias_hh fixed at 0, Linear), written he
 functional forward so the intermediates are reachable: one single-layer bidirectional
 nn.LSTM per layer (same weights; tests/test_pytorch_tier.py checks that the log-probs equal
 torch_model.CRNN's). The loss is nn.functional.ctc_loss with reduction='none' (blank 0), and
-the batch loss is the plain mean over the lines (sum / B), as in the seed: each line's logit
+the batch loss is the plain mean over the lines (sum / B), as in the spec: each line's logit
 gradient is scaled by 1/B, not by 1/(B * target length) as reduction='mean' would.
 
 Determinism: one torch thread (torch.set_num_threads(1)) while a fixture is built, no

@@ -29,7 +29,7 @@ FIXTURES_DIR = fixtures.directory()
 # fixture name -> builder module (generators/cases/<layer>.py); order is the write order
 BUILDERS = {
     "dot16": "crnn_conformance.generators.cases.dot16",
-    "dot16_zeros": "crnn_conformance.generators.cases.dot16_zeros",   # signed-zero tails (issue 8's mutants)
+    "dot16_zeros": "crnn_conformance.generators.cases.dot16_zeros",   # signed-zero tails (docs/mutants.md)
     "linear": "crnn_conformance.generators.cases.linear",
     "lstm": "crnn_conformance.generators.cases.lstm",
     "conv": "crnn_conformance.generators.cases.conv",

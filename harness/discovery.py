@@ -12,11 +12,25 @@ def _standard(module) -> list[str]:
     return list(getattr(module, "FIXTURES", [module.FIXTURE]))
 
 
-def fixture_paths(opts, module) -> list[Path]:
+def layer_paths(opts, modules) -> dict[str, list[Path]]:
+    """{layer: its fixture files} for the layers of `modules`. When the layers were not named
+    (no --layers, or `available`), a directory other than the packaged one gates as it is:
+    a layer with no file there maps to [] (reported as having no fixture), and only a
+    directory with no fixture for any of them is a FixtureError. A layer named explicitly
+    must have its files (fixture_paths)."""
+    implicit = opts.layers is None
+    paths = {m.LAYER: fixture_paths(opts, m, optional=implicit) for m in modules}
+    if modules and not any(paths.values()):
+        raise FixtureError(f"no fixtures in {opts.fixtures} for any layer (each layer's "
+                           "standard <name>.h5, or *.h5 files whose `layer` attribute names one)")
+    return paths
+
+
+def fixture_paths(opts, module, optional: bool = False) -> list[Path]:
     """The packaged directory must hold every standard fixture of the layer (a missing one is
     a FixtureError, exit 2). Any other directory runs the standard files it has, then every
     other *.h5 whose root `layer` attribute names this layer (e.g. fuzz findings,
-    fuzz-<layer>-<digest>.h5); none at all is a FixtureError too."""
+    fuzz-<layer>-<digest>.h5); none at all is a FixtureError too, unless `optional` ([])."""
     root = Path(opts.fixtures)
     if not root.is_dir():
         raise FixtureError(f"fixture directory not found: {root}")
@@ -24,7 +38,7 @@ def fixture_paths(opts, module) -> list[Path]:
         return [root / f"{name}.h5" for name in _standard(module)]
     paths = [root / f"{name}.h5" for name in _standard(module) if (root / f"{name}.h5").exists()]
     paths += [p for p in _other_fixtures(root) if _layer_attr(p) == module.LAYER]
-    if not paths:
+    if not paths and not optional:
         raise FixtureError(f"no fixtures for layer {module.LAYER} in {root} (expected "
                            f"{', '.join(n + '.h5' for n in _standard(module))} or other *.h5 "
                            f"files whose `layer` attribute is {module.LAYER!r})")

@@ -1,4 +1,5 @@
-"""The single permitted pool flip of the whole-model pytorch tier (DESIGN, "The three tiers").
+"""The single permitted pool flip of the whole-model pytorch tier (docs/backward.md, "Against
+PyTorch").
 
 The port's pool decisions are compared window by window with PyTorch's (the pytorch_step
 fixture keeps PyTorch's max_pool2d indices as our flat index p*Out + o, and its pooled values).

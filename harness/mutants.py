@@ -1,5 +1,5 @@
 """The mutant catalogue: realistic porting mistakes, each built from the bundled kernels with a
-compile-time switch and gated like any port (docs/mutants.md, issue 8).
+compile-time switch and gated like any port (docs/mutants.md).
 
     results = run_catalogue()                 # every mutant, plus the clean port
     print(render(results))
@@ -44,7 +44,7 @@ BASE_TIERS = ("exact", "float64", "pytorch")
 # allowances are per-element error bounds of every legal order (harness/allowance/); the
 # spec's own order must stay clear of them, because the legal orders whose errors are larger
 # than the spec's (sequential sums, other lane counts) use more (up to 0.75, docs/mutants.md).
-# 0.7 is issue 15's target for the clean port. (It was 0.5 when one loose Atol per tensor put
+# 0.7 is the project's target for the clean port. (It was 0.5 when one loose Atol per tensor put
 # the clean port at 0.001 median: half was then a generous margin.)
 MARGIN = 0.7
 
@@ -113,7 +113,7 @@ CATALOGUE: list[Mutant] = [
        "of B", "exact,float64"),
     _m("norm_float", "gradient norm summed in float instead of double", "exact"),
     _m("adamw_decay_all", "AdamW decaying biases (every tensor) by default", MATH),
-    # ---- edge rules (issue 16): special values, boundaries, scalars rounded once, the
+    # ---- edge rules: special values, boundaries, scalars rounded once, the
     # primitives; killed by the edge-case fixtures (docs/edge-cases.md) and by `fuzz` alone
     _m("ctc_libm", "CTC with the C library's exp and log instead of DetMath", "exact"),
     _m("pool_maxps", "pool value kept with maxps(m, v), which returns v on equality and NaN "
@@ -131,7 +131,7 @@ CATALOGUE: list[Mutant] = [
        "instead of -104: no subnormal results", "exact"),
     _m("exp_threshold_ge", "DetMath exp's overflow and underflow tests >= and <= instead of > "
        "and <", "exact"),
-    # ---- issue 15: legal orders. The same operations in another order or at a higher
+    # ---- legal orders. The same operations in another order or at a higher
     # precision; every tolerance tier must pass them (only the exact tier sees the bits).
     _m("dot_f64_acc", "every dot accumulated in binary64 and rounded once", "exact"),
     _m("dot_kahan", "every dot a compensated (Kahan) sum of the binary32 products", "exact"),
@@ -139,7 +139,7 @@ CATALOGUE: list[Mutant] = [
        "combined by a pseudo-random tree", "exact"),
     _m("contract_fast", "the whole port built with -ffp-contract=fast -mfma: fma wherever the "
        "compiler fuses a*b + c", "exact", needs=("avx2",)),
-    # ---- issue 15: precision bugs. Reduced precision somewhere (relative errors from about
+    # ---- precision bugs. Reduced precision somewhere (relative errors from about
     # 1e-3 down to 1e-6): the float64 tier must catch them, and the pytorch tier where the
     # layer has pytorch fixtures.
     _m("dot_bf16", "the dots' operands rounded to bfloat16 (8 significant bits)", MATH),

@@ -21,6 +21,7 @@ from crnn_conformance.generators.h5io import read_fixture
 from crnn_conformance.harness import layers as L
 from crnn_conformance.harness.compare import compare
 from crnn_conformance.harness.discovery import fixture_paths as _fixture_paths
+from crnn_conformance.harness.discovery import layer_paths as _layer_paths
 from crnn_conformance.harness.executor import Executor, PortCrash
 from crnn_conformance.harness.provenance import (build_info, cpu_info, fixture_info, host_info,
                                                  sha256, tool_info)
@@ -117,8 +118,12 @@ class GateSession:
         missing = [n for n in self.layer_names if n not in L.available()]
         if missing:
             raise ValueError(f"layer(s) {missing} have no harness module in this version")
+        paths = _layer_paths(opts, [L.module(n) for n in self.layer_names])
+        # layers not named whose fixture directory holds no file of theirs: not run, listed
+        self.no_fixture = [n for n in self.layer_names if not paths[n]]
+        self.layer_names = [n for n in self.layer_names if paths[n]]
         self.modules = [L.module(n) for n in self.layer_names]
-        self.fixtures = {m.LAYER: [L.check_fixture(m, read_fixture(p)) for p in _fixture_paths(opts, m)]
+        self.fixtures = {m.LAYER: [L.check_fixture(m, read_fixture(p)) for p in paths[m.LAYER]]
                          for m in self.modules}
         self.port_path = Path(opts.port) if opts.port else _bundled()
         self.jobs = [Job(m, fx.path, case) for m in self.modules for fx in self.fixtures[m.LAYER]
@@ -274,6 +279,7 @@ class GateSession:
             "fixtures": {f.path.name: fixture_info(f) for fs in self.fixtures.values() for f in fs},
             **({"flips": list(self.flips)} if self.flips is not None else {}),
             "available": self.opts.available, "not_implemented": dict(self.not_implemented),
+            **({"no_fixture": list(self.no_fixture)} if self.no_fixture else {}),
         }
 
 

@@ -1,10 +1,12 @@
 """The console: the allowance table, a legend, every failing check with its repro, the verdict.
 
 Rendered from a results.json document (json_report), so `crnn-conformance report
-RESULTS.json` prints what the gate printed. One row per tensor (layer, fixture, case, tensor),
-one column per tier, grouped by layer under a line with the layer's status (passed, failed,
-not implemented). With `verbose`, two more columns give the resolution of the float64 and
-pytorch checks. Counts are in checks (json_report's docstring defines the unit).
+RESULTS.json` prints what the gate printed. By default one row per layer and tier (checks,
+passed, the worst usage or ulp distance, the worst resolution) under a line with the layer's
+status (passed, failed, not implemented). With `verbose`, one row per tensor (layer, fixture,
+case, tensor) instead, one column per tier, and two more columns give the resolution of the
+float64 and pytorch checks. Every failing check is printed in full either way. Counts are in
+checks (json_report's docstring defines the unit).
 """
 from __future__ import annotations
 
@@ -28,6 +30,17 @@ LEGEND = (
     "  identity  15/15        ISA x thread runs bit-identical to the base run / runs compared",
     "  -                      no check of this tier for this tensor (no such reference)",
     "  no result              the port crashed, hung or returned an error (see its FAIL line)",
+)
+LEGEND_LAYERS = (
+    "legend (a check = one tensor of one case compared in one tier on one ISA x threads run):",
+    "  checks     the layer's checks in this tier; passed: how many of them passed",
+    "  worst      exact, identity: = every bit equal in every check; 69x27898ulp: the worst",
+    "             check, 69 elements differ, the farthest by 27898 units in the last place",
+    "             float64, pytorch: the largest allowance usage, max |diff| / allowance",
+    "             (passes at <= 1); no result: the port crashed, hung or returned an error",
+    "  worst res  the largest resolution of the tier's checks: the smallest uniform relative",
+    "             error of the port's output that the weakest check would detect",
+    "  -v         a row per tensor instead, with each check's resolution",
 )
 LEGEND_RES = (
     "  res f64   3.1e-06      resolution: the smallest uniform relative error of the port's",
@@ -123,6 +136,52 @@ def table(doc: dict, verbose: bool = False) -> list[str]:
     return lines + ["", *LEGEND, *(LEGEND_RES if verbose else ())]
 
 
+def _worst(tier, recs) -> str:
+    """The worst check of a layer in one tier: the largest usage (tolerance tiers) or the
+    failing check farthest in ulp (bit tiers)."""
+    if any(r["tensor"] == "*" for r in recs):
+        return "no result"
+    if tier in RES_COLS:
+        return _usage(max(float("inf") if r["usage"] is None or r["usage"] != r["usage"]
+                          else r["usage"] for r in recs))
+    bad = [r for r in recs if not r["passed"]]
+    if not bad:
+        return "="
+    r = max(bad, key=lambda r: (r.get("max_ulp") or 0, r.get("mismatches") or 0))
+    return f"{r['mismatches']}x{r['max_ulp']}ulp" if r.get("max_ulp") is not None else "failed"
+
+
+def _worst_res(recs) -> str:
+    res = [r["resolution"] for r in recs if r.get("resolution") is not None
+           and r["resolution"] == r["resolution"] and r["resolution"] != float("inf")]
+    return f"{max(res):.1e}" if res else "-"
+
+
+def layer_table(doc: dict) -> list[str]:
+    """A row per layer and tier, under the layer's status line, then the legend."""
+    recs = doc.get("tensors", [])
+    per = defaultdict(lambda: defaultdict(list))
+    for r in recs:
+        per[r["layer"]][r["tier"]].append(r)
+    head = (f"  {'tier':<{W_CELL}} {'checks':>{W_CELL}} {'passed':>{W_CELL}} "
+            f"{'worst':>{W_FIXTURE}} {'worst res':>{W_CELL}}")
+    lines = [head, "-" * len(head)]
+    tiers = [*TIER_COLS, *sorted({r["tier"] for r in recs} - set(TIER_COLS))]
+    for layer, st in (doc.get("layers") or layer_status(recs, doc.get("meta", {}))).items():
+        line = _layer_line(layer, st)
+        lines.append(line if st["status"] != "failed" else click.style(line, fg="red"))
+        for tier in tiers:
+            rs = per[layer].get(tier)
+            if not rs:
+                continue
+            ok = sum(r["passed"] for r in rs)
+            row = (f"  {tier:<{W_CELL}} {len(rs):>{W_CELL}} {ok:>{W_CELL}} "
+                   f"{_worst(tier, rs):>{W_FIXTURE}} "
+                   f"{_worst_res(rs) if tier in RES_COLS else '-':>{W_CELL}}")
+            lines.append(row if ok == len(rs) else click.style(row, fg="red"))
+    return lines + ["", *LEGEND_LAYERS]
+
+
 def verdict(doc: dict) -> str:
     recs = doc.get("tensors", [])
     s = doc.get("summary") or summary(recs)
@@ -132,6 +191,8 @@ def verdict(doc: dict) -> str:
     ni = [l for l, st in layers.items() if st["status"] == "not implemented"]
     gated = len(layers) - len(ni)
     tail = f"; not implemented: {', '.join(ni)}" if ni else ""
+    if m.get("no_fixture"):
+        tail += f"; no fixture: {', '.join(m['no_fixture'])}"
     return (f"{'PASS' if passed else 'FAIL'}: {s['checks'] - s['failed']} of {s['checks']} checks "
             f"passed ({s['tensors']} tensors in {gated} layer{'s' if gated != 1 else ''}{tail}; "
             f"ISA {','.join(m.get('isas', []))}; threads {','.join(map(str, m.get('threads', [])))}; "
@@ -139,8 +200,9 @@ def verdict(doc: dict) -> str:
 
 
 def render(doc: dict, quiet: bool = False, verbose: bool = False) -> str:
-    """The table and legend (unless quiet), the failures, the verdict line."""
-    lines = [] if quiet else table(doc, verbose)
+    """The table and legend (unless quiet: a row per layer and tier, with verbose a row per
+    tensor), every failure in full, the verdict line."""
+    lines = [] if quiet else table(doc, True) if verbose else layer_table(doc)
     lines += [failure_line(r) for r in doc.get("tensors", []) if not r["passed"]]
     lines.append(verdict(doc))
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""crnn_conformance.harness.api (issue 10): covers()/usage() agree element for element with what the gate
+"""crnn_conformance.harness.api (docs/python-api.md): covers()/usage() agree element for element with what the gate
 reports for the bundled port's outputs; named gradients; the output-gradient and dtype rules;
 the runnable examples of docs/python-api.md."""
 from __future__ import annotations

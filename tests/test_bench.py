@@ -136,7 +136,7 @@ def test_fuzz_throughput_is_measured_and_shown():
 
 
 def test_fuzz_rates_are_shown_against_the_target():
-    """bench's fuzz lines name the layers at and below 200 cases a second (issue 16)."""
+    """bench's fuzz lines name the layers at and below 200 cases a second (docs/performance.md)."""
     layers = {name: {"cases": 1, "seconds": 1.0, "per_s": r, "found": False}
               for name, r in (("dot16", 316.0), ("conv", 102.0), ("clip", 200.0), ("lstm", 199.9))}
     res = bench.BenchResult(meta={"batch": 1, "width": 32, "weights": "-", "reps": 1, "warmup": 0,

@@ -1,5 +1,6 @@
-"""The console: the table grouped by layer with a legend under it, resolution with -v, `report
-RESULTS.json` printing the same table, `gate --json FILE`, and the cold-cache notice."""
+"""The console: by default a row per layer and tier with every failure in full, with -v a row
+per tensor and each check's resolution, a legend under the table, `report RESULTS.json`
+printing the same table, `gate --json FILE`, and the cold-cache notice."""
 from __future__ import annotations
 
 import json
@@ -83,3 +84,68 @@ def test_cold_cache_says_it_is_building(tmp_path):
     assert "building" not in r.stdout
     r = cli("gate", "--layers", "dot16", "-q", env=env)
     assert r.returncode == 0 and "building" not in r.stderr
+
+
+def _tier_rows(stdout: str) -> dict:
+    """{(layer, tier): row fields} of the default table (a row per layer and tier)."""
+    rows, layer = {}, None
+    for line in stdout.splitlines():
+        m = re.match(r"^\[(\w+)\] ", line)
+        if m:
+            layer = m.group(1)
+        elif layer and re.match(r"^  (exact|float64|pytorch|identity) ", line):
+            rows[(layer, line.split()[0])] = line.split()
+        elif not line.strip():
+            layer = None
+    return rows
+
+
+def test_the_default_is_a_row_per_layer_and_tier(run):
+    """Without -v: no row per tensor; a row per layer and tier whose checks, passed, worst
+    usage / ulp and worst resolution are those of the run's records (-v's per-tensor rows are
+    pinned by the tests above)."""
+    _, doc, path = run
+    r = cli("report", str(path))
+    assert r.returncode == 0, r.stderr
+    assert not [l for l in r.stdout.splitlines()
+                if l.startswith(("dot16 ", "linear ", "pytorch_linear "))]   # -v's rows
+    rows = _tier_rows(r.stdout)
+    want = {(t["layer"], t["tier"]) for t in doc["tensors"]}
+    assert set(rows) == want and len(r.stdout.splitlines()) < 40
+    for (layer, tier), row in rows.items():
+        recs = [t for t in doc["tensors"] if t["layer"] == layer and t["tier"] == tier]
+        assert row[1:3] == [str(len(recs)), str(sum(t["passed"] for t in recs))], row
+        if tier in ("float64", "pytorch"):
+            assert float(row[3]) == pytest.approx(max(t["usage"] for t in recs), abs=5e-4)
+            assert row[4] == f"{max(t['resolution'] for t in recs):.1e}"
+        else:
+            assert row[3:] == ["=", "-"], row
+    assert "legend" in r.stdout and r.stdout.splitlines()[-1].startswith("PASS")
+    g = cli("gate", *LAYERS)                               # the gate prints the same
+    assert g.returncode == 0
+    assert [l for l in g.stdout.splitlines() if not l.startswith("wrote ")][:-1] == \
+        r.stdout.splitlines()[:-1]
+
+
+def test_the_default_prints_every_failure_in_full(ports):
+    """A failing port: the tier's row counts the failure and shows its worst usage, and every
+    failing check has its whole failure line with __REPRO:, as under -q."""
+    port = ports("-DTP_NAN")
+    r = cli("gate", "--port", str(port), "--layers", "linear", "--tiers", "exact,float64",
+            "--threads", "1", "--isa", "scalar")
+    assert r.returncode == 1, r.stdout + r.stderr
+    fails = [l for l in r.stdout.splitlines() if l.startswith("FAIL ")]
+    assert fails and all(re.match(r"FAIL linear/\S+/dW tier=(exact|float64) isa=scalar "
+                                  r"threads=1 ", l) for l in fails), fails
+    assert r.stdout.count("  __REPRO: crnn-conformance gate --port") == len(fails)
+    rows = _tier_rows(r.stdout)
+    for tier in ("exact", "float64"):
+        n = len([l for l in fails if f" tier={tier} " in l])
+        checks, passed = int(rows[("linear", tier)][1]), int(rows[("linear", tier)][2])
+        assert checks - passed == n > 0, rows
+    assert rows[("linear", "float64")][3] == "inf"                   # the NaN
+    q = cli("gate", "--port", str(port), "--layers", "linear", "--tiers", "exact,float64",
+            "--threads", "1", "--isa", "scalar", "-q")
+    assert [l for l in q.stdout.splitlines() if l.startswith(("FAIL ", "  __REPRO"))] == \
+        [l for l in r.stdout.splitlines() if l.startswith(("FAIL ", "  __REPRO"))]
+    assert not _tier_rows(q.stdout)

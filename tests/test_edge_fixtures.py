@@ -4,9 +4,11 @@ generators/exact.py must mirror the harness layer modules: it reproduces the exa
 checked-in fixtures it did not build. Each edge fixture holds what makes it an edge case (the
 mutants prove the gate catches those mistakes through them: tests/test_mutants.py). The
 bundled port passes them on every path. A fixture directory other than the packaged one runs
-the files it has, by their `layer` attribute; the packaged one must be complete."""
+the files it has, by their `layer` attribute (the layers it has none of are skipped unless
+named); the packaged one must be complete."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -195,6 +197,34 @@ def test_gate_cli_names_a_layer_without_fixtures(tmp_path):
         assert f.attrs["layer"] == "clip"
 
 
+def test_a_findings_directory_gates_as_it_is(tmp_path):
+    """What `fuzz --out` writes (one-case fixtures of a few layers): without --layers, or with
+    --layers available, those layers run and the others are named as having no fixture (not
+    exit 2); a directory with no fixture of any layer is still exit 2."""
+    d = tmp_path / "findings"
+    d.mkdir()
+    write_fixture(d / "fuzz-clip-abc.h5", "clip", "test", 0, [case("clip", "three_four")])
+    write_fixture(d / "fuzz-dot16-def.h5", "dot16", "test", 0, [case("dot16", "order_n0_100")])
+    others = [n for n in L.LAYERS if n not in ("dot16", "clip")]
+    for layers in (["--layers", "available"], []):
+        r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "gate",
+                            "--fixtures", str(d), *layers, "--threads", "1", "-q",
+                            "--json", str(tmp_path / "r.json")], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        verdict = r.stdout.strip().splitlines()[-1]
+        assert verdict.startswith("PASS") and " in 2 layers" in verdict, verdict
+        assert f"; no fixture: {', '.join(others)};" in verdict, verdict
+        doc = json.loads((tmp_path / "r.json").read_text())
+        assert doc["meta"]["no_fixture"] == others and doc["meta"]["layers"] == ["dot16", "clip"]
+        assert set(doc["layers"]) == {"dot16", "clip"}
+    (d / "fuzz-clip-abc.h5").unlink()
+    (d / "fuzz-dot16-def.h5").unlink()
+    r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "gate",
+                        "--fixtures", str(d), "--layers", "available"], capture_output=True, text=True)
+    assert r.returncode == 2 and f"no fixtures in {d} for any layer" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
 def test_tanh_branches_agree_at_their_thresholds():
     """Why no mutant tests tanh's `<`: at |x| = 0.55 and 2^-12 both branches give the same
     bits, so `<=` there is not a mistake (docs/edge-cases.md)."""
@@ -223,7 +253,7 @@ KILLED_BY = {"ctc_libm": "ctc_edges", "pool_maxps": "conv_edges", "conv_k_terms"
 def test_every_edge_mutant_has_its_fixture():
     from crnn_conformance.harness import mutants as M
     names = [m.name for m in M.CATALOGUE]
-    start = names.index("ctc_libm")             # the edge block (issue 15's blocks follow it)
+    start = names.index("ctc_libm")             # the edge block (the legal-order and precision blocks follow it)
     assert names[start:start + len(KILLED_BY)] == list(KILLED_BY)
 
 

@@ -1,4 +1,4 @@
-"""Issue 17, item 6: a fixture's contents are protected as a whole (generators/h5io.py's
+"""A fixture's contents are protected as a whole (generators/h5io.py's
 manifest: every dataset's bytes, dtype and shape, every attribute, the list of datasets), and a
 fixture must be the one the harness asked for (harness/layers: its root `layer`, the tiers of
 its role, the inputs the layer reads). Each damage is exit 2 with one line naming it."""

@@ -4,7 +4,7 @@
 (b) PyTorch float64 autograd (conv2d+relu+max_pool2d, nn.LSTM, F.ctc_loss, optim.AdamW,
     and the whole model built here from the definitions),
 (c) hand-derivable cases: brute-force CTC over all alignments, the first AdamW step of a
-    scalar, clipping (3, 4) to norm 1, the seed's pool rule on ties / dead windows / NaN.
+    scalar, clipping (3, 4) to norm 1, the spec's pool rule on ties / dead windows / NaN.
 
 Discrepancies against PyTorch are reported normwise: max|ours - torch| / max|torch| per tensor.
 """

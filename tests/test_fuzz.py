@@ -419,3 +419,29 @@ def test_bundled_port_passes_a_longer_fuzz(tmp_path):
     r = cli("fuzz", "--seconds", "300", "--jobs", "2", "--seed", "1616", "--no-database",
             "--out", str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_verdict_counts_every_finding_written(tmp_path):
+    """With more processes than layers (`fuzz --layers dot16 --jobs 2`, with or without
+    --first: a process that found its case before the other's stop arrived still writes it)
+    each process may write a finding of the same layer. The verdict counts the fixture files
+    written, the layer's line names its earliest and how many more, and two processes that
+    shrank to the same case (one file) count once."""
+    from crnn_conformance.harness.fuzz import writer
+    from crnn_conformance.harness.records import FIXTURES_DIR
+    base = read_fixture(FIXTURES_DIR / "dot16.h5").cases[0]
+
+    def process(name, found_s):
+        case = type(base)(f"fuzz_{name}", dict(base.params), dict(base.inputs))
+        case.expected = {"exact": base.expected["exact"]}
+        f = engine.Finding("dot16", case, [], found_s, 3)
+        writer.write(tmp_path, f, 16, None)
+        return {"dot16": engine.LayerStats("dot16", cases=10, seconds=2.0, finding=f)}
+
+    parts = [process("aaaa", 2.5), process("bbbb", 1.5), process("bbbb", 1.7)]
+    res = F.FuzzResult(F.merge(parts), 3.0, 16, ["scalar"], True, F.written(parts))
+    files = sorted(tmp_path.glob("fuzz-dot16-*.h5"))
+    lines = F.render(res).splitlines()
+    assert len(files) == 2 and lines[-1].startswith(f"FAIL: {len(files)} finding(s) in 30 cases")
+    assert lines[0].endswith(f"FOUND after 1.5 s -> {tmp_path / 'fuzz-dot16-bbbb.h5'} "
+                             "(+1 more written)"), lines[0]

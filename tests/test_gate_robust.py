@@ -1,4 +1,4 @@
-"""Issue 17, items 7-11: nothing selected, no traceback on any path, a torn cache, signals, an
+"""Nothing selected, no traceback on any path, a torn cache, signals, an
 unwritable report directory; and the stress test (three gates on one fresh cache, one killed
 with -9 mid-build). Every bad invocation is one line on stderr and exit 2."""
 from __future__ import annotations

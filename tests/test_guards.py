@@ -1,4 +1,4 @@
-"""Issue 17, items 1-5 and 12: what a hostile port cannot get past (docs/port-abi.md, "What the
+"""What a hostile port cannot get past (docs/port-abi.md, "What the
 gate guarantees"). Each test builds a variant of tests/ports/testport.c that misbehaves in
 one way, on the linear case T16_I37_O37 unless its header says otherwise, and gates it.
 """

@@ -5,6 +5,7 @@ plugin from an empty directory (slow)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -100,7 +101,7 @@ def test_a_fresh_venv_with_only_the_wheel_gates_from_an_empty_directory(wheel, t
            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["CRNN_CACHE_DIR"] = str(tmp_path / "cache")
-    r = subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel), "pytest"], env=env,
+    r = subprocess.run([str(py), "-m", "pip", "install", "-q", f"{wheel}[pytest]"], env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
     empty = tmp_path / "empty"
@@ -127,3 +128,20 @@ def test_a_fresh_venv_with_only_the_wheel_gates_from_an_empty_directory(wheel, t
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     assert " passed" in r.stdout and "failed" not in r.stdout
     assert not list(empty.iterdir())                                 # nothing written here
+
+
+def test_the_pytest_extra_brings_what_the_port_authors_pytest_line_needs():
+    """README's port-author line runs pytest with `-n 2`: the `pytest` extra brings pytest and
+    pytest-xdist (the wheel's own dependencies bring neither), and the README installs the
+    wheel with it."""
+    import tomllib
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    name = lambda req: re.match(r"[A-Za-z0-9_.-]+", req).group(0)        # noqa: E731
+    assert {"pytest", "pytest-xdist"} <= {name(r) for r in project["optional-dependencies"]["pytest"]}
+    assert not {"pytest", "pytest-xdist"} & {name(r) for r in project["dependencies"]}
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index("## For port authors"):readme.index("## For developers")]
+    lines = block.splitlines()
+    at = next(i for i, l in enumerate(lines) if l.startswith("pytest ") and " -n 2" in l)
+    installs = [l for l in lines[:at] if l.startswith("pip install")]
+    assert installs and all("[pytest]" in l for l in installs), installs

@@ -185,7 +185,7 @@ def test_only_the_conformance_suite_inside_a_project(tmp_path):
 
 @pytest.mark.slow
 def test_the_whole_suite_from_an_empty_directory_under_xdist(tmp_path):
-    """Issue 18's check as a user runs it: every check of every fixture, -n 2, 0 failures,
+    """The port author's check as a user runs it: every check of every fixture, -n 2, 0 failures,
     unique ids, and the gate's verdict for each."""
     pytest.importorskip("xdist")
     r = run_pytest(tmp_path, "--crnn-conformance", "-n", "2", "-q",

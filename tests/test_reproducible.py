@@ -1,5 +1,5 @@
 """The fixtures come out bit for bit the same whatever BLAS kernel, thread count or NumPy SIMD
-dispatch runs the generators (issue 14): the float64 reference sums in a fixed order
+dispatch runs the generators: the float64 reference sums in a fixed order
 (generators/float64/exactsum.py) and evaluates its transcendental functions on DetMath
 (generators/float64/elementary.py)."""
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _coretype(name: str) -> dict:
 
 
 def _configs() -> dict:
-    """The four BLAS kernel x thread-count combinations of the issue; the Haswell one-thread
+    """The four BLAS kernel x thread-count combinations CI checks; the Haswell one-thread
     run also without NumPy's SIMD dispatch."""
     return {"skylakex_2": {**_coretype("SkylakeX"), "OPENBLAS_NUM_THREADS": "2"},
             "skylakex_1": {**_coretype("SkylakeX"), "OPENBLAS_NUM_THREADS": "1"},
@@ -69,7 +69,7 @@ def _run(args, env: dict) -> subprocess.CompletedProcess:
 def test_float64_modules_give_the_same_bits_under_other_blas_and_simd():
     """Every float64 module (and the error bounds written into fixtures) on small cases, in
     the two most different configurations: the same digests. With BLAS or NumPy's SIMD
-    exp/tanh in the reference (the code before issue 14) most digests differ."""
+    exp/tanh in the reference (the code before the fixed-order sums) most digests differ."""
     cfg = _configs()
     a, b = (_run([str(TESTS / "repro_digest.py")], cfg[k])
             for k in ("skylakex_2", "haswell_1_no_simd"))

@@ -1,4 +1,4 @@
-/* mutants.c — the alternative kernels of the mutant catalogue (docs/mutants.md, issue 8).
+/* mutants.c — the alternative kernels of the mutant catalogue (docs/mutants.md).
  *
  * Compiled into every build but empty unless CRNN_MUTANT is defined: the normal build never
  * defines it, so it contains none of this. A mutant build (ctypes_kernels.build.build(
@@ -32,16 +32,16 @@
       defined(CRNN_MUTANT_LOGSOFTMAX_DESCENDING) || defined(CRNN_MUTANT_BATCH_SUM_REVERSE) || \
       defined(CRNN_MUTANT_BATCH_LOSS_FINITE_ONLY) || defined(CRNN_MUTANT_NORM_FLOAT) ||     \
       defined(CRNN_MUTANT_ADAMW_DECAY_ALL) ||                                               \
-      /* edge rules (issue 16) */                                                           \
+      /* edge rules */                                                                      \
       defined(CRNN_MUTANT_CTC_LIBM) || defined(CRNN_MUTANT_POOL_MAXPS) ||                    \
       defined(CRNN_MUTANT_CONV_K_TERMS) || defined(CRNN_MUTANT_SPARSE_DW_NO_REDO) ||         \
       defined(CRNN_MUTANT_BATCH_SUM_ZERO_START) || defined(CRNN_MUTANT_CLIP_GE) ||           \
       defined(CRNN_MUTANT_CLIP_FACTOR_FLOAT) || defined(CRNN_MUTANT_ADAMW_DECAY_FLOAT) ||  \
       defined(CRNN_MUTANT_SIGMOID_CLAMP_88) || defined(CRNN_MUTANT_EXP_THRESHOLD_GE) || \
-      /* issue 15: legal orders */                                                          \
+      /* legal orders */                                                                    \
       defined(CRNN_MUTANT_DOT_F64_ACC) || defined(CRNN_MUTANT_DOT_KAHAN) ||                 \
       defined(CRNN_MUTANT_DOT_RANDOM_ORDER) || defined(CRNN_MUTANT_CONTRACT_FAST) ||        \
-      /* issue 15: precision bugs */                                                        \
+      /* precision bugs */                                                                  \
       defined(CRNN_MUTANT_DOT_BF16) || defined(CRNN_MUTANT_DOT_TF32) ||                     \
       defined(CRNN_MUTANT_LSTM_C_FP16) || defined(CRNN_MUTANT_EXP_POLY_SHORT) ||            \
       defined(CRNN_MUTANT_ADAMW_STATE_BF16) || defined(CRNN_MUTANT_MASTER_FP16) ||          \
@@ -163,7 +163,7 @@ static void gemm_emulated(int64_t M, int64_t N, int64_t K, const float *A, int64
 
 #if defined(CRNN_MUTANT_DOT_F64_ACC) || defined(CRNN_MUTANT_DOT_KAHAN) || \
     defined(CRNN_MUTANT_DOT_RANDOM_ORDER)
-/* Legal orders of the same sum (issue 15): each dot accumulated in binary64 and rounded once;
+/* Legal orders of the same sum: each dot accumulated in binary64 and rounded once;
  * compensated (Kahan) summation of the binary32 products; or L lanes (L from 2 to 40, a
  * pseudo-random function of the call's shape) combined by a pseudo-random tree. */
 #if defined(CRNN_MUTANT_DOT_RANDOM_ORDER)

@@ -1,5 +1,5 @@
-/* mutants.h — deliberate porting mistakes for the gate's mutant catalogue (docs/mutants.md,
- * issue 8). Nothing here exists in the normal build: every declaration is behind
+/* mutants.h — deliberate porting mistakes for the gate's mutant catalogue
+ * (docs/mutants.md). Nothing here exists in the normal build: every declaration is behind
  * CRNN_MUTANT, which only ctypes_kernels.build.build(mutant=NAME) defines (together with
  * CRNN_MUTANT_<NAME>). A shared source file swaps a mutant in with a narrow #if block. */
 #ifndef CRNN_MUTANTS_H

@@ -63,7 +63,7 @@ def logits_kind(rng, kind, T, K) -> np.ndarray:
 
 
 # lines per (T, K, target) that has an alignment: enough that single DetMath exp and log
-# results reach the loss in thousands of lines (issue 16), few enough for the gate's 10 s
+# results reach the loss in thousands of lines (docs/edge-cases.md), few enough for the gate's 10 s
 FEASIBLE_LINES = 32
 KINDS = ("normal1", "normal4", "integers", "equal", "saturated", "cut", "wide")
 

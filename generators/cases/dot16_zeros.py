@@ -1,4 +1,4 @@
-"""dot16 fixture cases for the signed zero of a tail (fixtures/dot16_zeros.h5, issue 8).
+"""dot16 fixture cases for the signed zero of a tail (fixtures/dot16_zeros.h5; docs/mutants.md).
 
 Every product underflows: |a|, |b| ~ 2^-80, so a*b ~ 2^-160 is below half the smallest
 subnormal and the fma that adds it to a +0 or -0 lane rounds to a zero carrying the product's

@@ -10,7 +10,7 @@ Tensors, exact tier: every weight (named by its parameter), its first and second
 Float64 tier: the weights of the float64 trajectory (float64 batch gradient, clipping and
 AdamW), compared only where the float64 gradient is at least 50 times its error bound in every
 one of the three steps (input "mask_<name>"): below that, the direction of Adam's first steps
-is decided by rounding (DESIGN, "Weights after three real AdamW steps"). The error bound is
+is decided by rounding (docs/backward.md, "AdamW", three real steps). The error bound is
 crnn_conformance.generators.cases.step.propagated_error on that step's batch and weights, per tensor (its max).
 """
 from __future__ import annotations

@@ -39,8 +39,9 @@ def im2col(x, kh, kw, padH, padW, KPadded):
 
 
 def relu_maxpool(conv, Hc, Wc, poolH, poolW):
-    """The seed's pool rule on conv[P][Out]: running max from 0, window rows then
-    columns, strictly greater replaces; winner p*Out + o or -1; partial windows dropped."""
+    """The spec's pool rule (docs/numerics.md) on conv[P][Out]: running max from 0, window
+    rows then columns, strictly greater replaces; winner p*Out + o or -1; partial windows
+    dropped."""
     Out = conv.shape[1]
     Hp, Wp = Hc // poolH, Wc // poolW
     grid = conv.reshape(Hc, Wc, Out)

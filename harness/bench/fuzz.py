@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-TARGET_PER_S = 200     # small cases a second per layer on 2 cores (issue 16; docs/performance.md)
+TARGET_PER_S = 200     # small cases a second per layer on 2 cores (docs/performance.md)
 
 
 def against_target(layers: dict, target: float = TARGET_PER_S) -> tuple[list, list]:

@@ -34,7 +34,8 @@ from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run, default_workers
 @click.option("--shrink-seconds", type=float, default=10.0, show_default=True,
               help="time Hypothesis may spend shrinking a finding")
 @click.option("--first", "stop_at_first", is_flag=True,
-              help="stop at the first finding (every process)")
+              help="stop at the first finding (every process; a finding another process "
+                   "already made is still written and counted)")
 @click.option("--no-database", is_flag=True,
               help="neither replay nor save failures in the example database (cache dir)")
 @click.option("--numpy-spec", is_flag=True,

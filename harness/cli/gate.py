@@ -43,7 +43,8 @@ from .common import (EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, _split, cannot_run, 
                    "the port (default: 2 on a machine with 2 or more CPUs, else 1)")
 @click.option("-q", "--quiet", is_flag=True, help="print only failures and the verdict")
 @click.option("-v", "--verbose", is_flag=True,
-              help="also print each float64 / pytorch check's resolution")
+              help="a row per tensor (default: per layer and tier), with each float64 / "
+                   "pytorch check's resolution")
 def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, junit_path, json_path,
          timeout, jobs, quiet, verbose):
     """Run a port against the fixtures; exit 0 pass, 1 fail, 2 cannot run."""

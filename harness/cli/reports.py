@@ -17,7 +17,7 @@ from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run, write_reports
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None,
               help="write JUnit XML to this file")
 @click.option("-q", "--quiet", is_flag=True, help="print nothing but errors")
-@click.option("-v", "--verbose", is_flag=True, help="table: also each check's resolution")
+@click.option("-v", "--verbose", is_flag=True, help="table: a row per tensor, with each check's resolution")
 def report(results, html_dir, junit_path, quiet, verbose):
     """Re-render the reports from a saved results.json: the console table when no output is
     asked for, else index.html and/or JUnit XML; exit 0 whatever the verdict."""

@@ -26,6 +26,7 @@ class FuzzResult:
     seed: int
     isas: list = field(default_factory=list)
     reference: bool = False          # golden bits from the reference port (harness/reference.py)
+    written: list = field(default_factory=list)   # every finding written, one per fixture file
 
     @property
     def findings(self) -> list:
@@ -59,7 +60,8 @@ def split(layers: list[str], jobs: int) -> list[list[str]]:
 
 def merge(parts: list[dict]) -> dict:
     """Per layer over the processes: cases summed, the wall time the longest, the earliest
-    finding (a later one of the same layer is written too, but not reported first)."""
+    finding (a later one of the same layer is written too and counted in `written`, but not
+    reported first)."""
     out = {}
     for stats in parts:
         for layer, s in stats.items():
@@ -69,6 +71,18 @@ def merge(parts: list[dict]) -> dict:
             m.seconds = max(m.seconds, s.seconds)
             if s.finding and (m.finding is None or s.finding.found_s < m.finding.found_s):
                 m.finding = s.finding
+    return out
+
+
+def written(parts: list[dict]) -> list:
+    """Every process's findings, one per fixture file written (two processes that shrink to
+    the same case write one file), in the order of the processes and layers."""
+    out, seen = [], set()
+    for stats in parts:
+        for s in stats.values():
+            if s.finding is not None and s.finding.path not in seen:
+                seen.add(s.finding.path)
+                out.append(s.finding)
     return out
 
 
@@ -102,22 +116,24 @@ def run(opts: FuzzOptions, jobs: int = 1) -> FuzzResult:
                 results.append(s)
     stats = merge(results)
     ordered = {layer: stats[layer] for layer in layers}
-    return FuzzResult(ordered, time.time() - t0, opts.seed, isas, ref)
+    return FuzzResult(ordered, time.time() - t0, opts.seed, isas, ref, written(results))
 
 
 def render(result: FuzzResult) -> str:
     """A line per layer (cases, time, cases per second: with several processes on a layer,
-    its time is the longest of theirs, so the rate is the layer's on all of them), then the
-    verdict."""
+    its time is the longest of theirs, so the rate is the layer's on all of them; its earliest
+    finding and how many more were written), then the verdict, which counts the findings
+    written."""
     lines = []
     for s in result.stats.values():
-        what = (f"FOUND after {s.finding.found_s:.1f} s -> {s.finding.path}" if s.finding
-                else "no failure")
+        more = sum(f.layer == s.layer for f in result.written) - 1
+        what = (f"FOUND after {s.finding.found_s:.1f} s -> {s.finding.path}"
+                + (f" (+{more} more written)" if more > 0 else "") if s.finding else "no failure")
         lines.append(f"fuzz {s.layer:<7} {s.cases:>7} cases in {s.seconds:6.1f} s "
                      f"({s.rate:6.1f}/s): {what}")
     total = sum(s.cases for s in result.stats.values())
     audited = sum(s.audited for s in result.stats.values())
-    n = len(result.findings)
+    n = len(result.written) or len(result.findings)
     golden = (f"golden bits from the reference port, {audited} cases also from the NumPy spec"
               if result.reference else "golden bits from the NumPy spec")
     verdict = (f"FAIL: {n} finding(s)" if n else "PASS: no failure") + (

@@ -318,7 +318,7 @@ class Fuzzer:
                 raise AssertionError(f"{layer}: {len(fails)} failing check(s)")
 
         # The database key names the layer alone (not this function's source, Hypothesis's
-        # default), so saved failures replay in every later run; the seed is set the way
+        # default), so saved failures replay in every later run; the chunk's seed is set the way
         # hypothesis.seed() sets it, without that decorator's switching the database off.
         test._hypothesis_internal_database_key = f"crnn-conformance fuzz {layer}".encode()
         test._hypothesis_internal_use_seed = seed

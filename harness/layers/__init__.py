@@ -8,7 +8,7 @@ identity test for each (tests/test_plugin.py checks it against the gate).
 """
 import importlib
 
-# In the gate's order: the order of DESIGN.md's "Names".
+# In the gate's order: the order of README.md's "Names".
 LAYERS = ["dot16", "linear", "conv", "lstm", "ctc", "step", "clip", "adamw", "train3"]
 
 
