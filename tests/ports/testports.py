@@ -19,14 +19,16 @@ FLAGS = ["-O2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-std
          "-Wall", "-Wextra", "-Wno-unused-parameter"]
 
 
-def build_port(out_dir, *defines: str) -> Path:
+def build_port(out_dir, *defines: str, source: str = "testport.c") -> Path:
+    """The port built from tests/ports/SOURCE with the -D switches `defines`."""
     from crnn_conformance.ctypes_kernels.build import find_compiler
-    name = "libtp" + "".join("_" + re.sub(r"[^A-Za-z0-9]+", "", d.replace("-DTP_", "").replace("-", "m"))
+    stem = "libtp" if source == "testport.c" else "lib" + Path(source).stem
+    name = stem + "".join("_" + re.sub(r"[^A-Za-z0-9]+", "", d.replace("-DTP_", "").replace("-DBP_", "").replace("-", "m"))
                              for d in defines) + ".so"
     out = Path(out_dir) / name
     if not out.exists():
         cmd = [find_compiler(), *defines, *FLAGS, "-I", str(ROOT / "ctypes_kernels"),
-               "-o", str(out), str(HERE / "testport.c")]
+               "-o", str(out), str(HERE / source)]
         subprocess.run(cmd, check=True, capture_output=True, text=True)
     return out
 
