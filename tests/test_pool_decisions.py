@@ -1,0 +1,174 @@
+"""Pool decisions in the float64 and pytorch tiers: a legal port is not failed at a tie.
+
+tests/ports/blasport.c is a conv port written like one on an fp32 BLAS: im2col, then a
+blocked sgemm whose order of summation for output position p depends on p mod 4 (sequential,
+8 lanes, 16 lanes, reversed with the bias first), so twin cells (identical input windows)
+differ by a few ulps where the spec has them equal, and the port's first maximum is the larger
+twin. Every order is legal: the float64 and pytorch tiers must pass it on every conv case.
+Its -DBP_TIES_LAST variant breaks ties of its own equal values the wrong way (>=): the float64
+tier's winners must fail, saying why.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from crnn_conformance.generators.float64 import conv as conv64
+from crnn_conformance.generators.h5io import read_fixture
+from crnn_conformance.harness import allowance
+from crnn_conformance.harness.layers import conv as hconv
+from crnn_conformance.harness.runner import FIXTURES_DIR
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
+from testports import build_port, gate  # noqa: E402
+
+F32 = np.float32
+TIES = "b*_ties_*"
+
+
+@pytest.fixture(scope="module")
+def ports(tmp_path_factory):
+    d = tmp_path_factory.mktemp("blasport")
+    return {"blas": build_port(d, source="blasport.c"),
+            "last": build_port(d, "-DBP_TIES_LAST", source="blasport.c")}
+
+
+def _records(path) -> list[dict]:
+    return json.loads(Path(path).read_text())["tensors"]
+
+
+def test_blas_port_passes_float64_and_pytorch(ports, tmp_path):
+    out = tmp_path / "r.json"
+    r = gate("--port", str(ports["blas"]), "--layers", "conv", "--tiers", "float64,pytorch",
+             "--threads", "1", "--json", str(out), "-q", timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    recs = _records(out)
+    ties = [x for x in recs if x["tier"] == "float64" and "_ties_" in x["case"]]
+    assert {x["tensor"] for x in ties} >= {"conv", "pooled", "winners", "dW", "db", "dx"}
+    assert all(x["passed"] for x in recs)
+    # the port really decides the twins otherwise than the reference, and the gate says so
+    for x in ties:
+        if x["tensor"] == "winners":
+            assert "decided otherwise than the reference within rounding" in x["note"], x
+            assert x["usage"] == 0.0                    # twins: equal in float64
+
+
+def test_blas_port_last_max_fails_winners_only(ports, tmp_path):
+    out = tmp_path / "r.json"
+    r = gate("--port", str(ports["last"]), "--layers", "conv", "--tiers", "float64",
+             "--case", TIES, "--threads", "1", "--json", str(out), timeout=300)
+    assert r.returncode == 1, r.stdout[-4000:] + r.stderr[-2000:]
+    failed = [x for x in _records(out) if not x["passed"]]
+    assert {(x["case"], x["tensor"]) for x in failed} == {
+        (c, "winners") for c in ("b1_ties_W101", "b2_ties_W65", "b3_ties_W33")}
+    for x in failed:
+        assert "not the first maximum of the port's own conv values" in x["note"], x["note"]
+        assert "(an exact tie: the first of equal maxima wins)" in x["note"]
+    line = next(l for l in r.stdout.splitlines() if l.startswith("FAIL conv/b1_ties_W101/winners"))
+    assert "tier=float64" in line and "worst [" in line and "ours=" in line and "ref=" in line
+
+
+# ------------------------------------------------------------------ the hook on its own
+
+
+@pytest.fixture(scope="module")
+def tie_case():
+    return next(c for c in read_fixture(FIXTURES_DIR / "conv.h5").cases if c.name == "b2_ties_W65")
+
+
+def _twin_window(case):
+    """A window whose reference winner has a later twin in the window: (window index, the
+    winner, the twin)."""
+    w = case.expected["float64"]["winners"]
+    conv = case.expected["float64"]["conv"].ravel()
+    p = case.params
+    Out, Wc, ph, pw = p["Out"], p["Wc"], p["poolH"], p["poolW"]
+    for idx in zip(*np.nonzero(w >= 0)):
+        oy, ox, o = idx
+        cells = [((oy * ph + dy) * Wc + ox * pw + dx) * Out + o for dy in range(ph) for dx in range(pw)]
+        win = int(w[idx])
+        later = [c for c in cells[cells.index(win) + 1:] if conv[c] == conv[win]]
+        if later:
+            return idx, win, later[0]
+    raise AssertionError("no twin tie")
+
+
+def _compare(case, ours):
+    return hconv.compare_tier(case, "float64", "winners", ours, case.expected["float64"], None, None)
+
+
+def test_a_twin_rounded_above_may_win(tie_case):
+    ours = {k: np.array(v, copy=True) for k, v in tie_case.expected["exact"].items()}
+    idx, win, twin = _twin_window(tie_case)
+    ours["conv"].flat[twin] = np.nextafter(ours["conv"].flat[twin], F32(np.inf))   # 1 ulp up
+    ours["winners"][idx] = twin
+    c = _compare(tie_case, ours)
+    assert c.passed, c.note
+    assert "1 window(s) decided otherwise" in c.note
+
+
+def test_a_twin_that_does_not_lead_may_not_win(tie_case):
+    ours = {k: np.array(v, copy=True) for k, v in tie_case.expected["exact"].items()}
+    idx, win, twin = _twin_window(tie_case)
+    ours["winners"][idx] = twin                  # equal values: the first must win
+    c = _compare(tie_case, ours)
+    assert not c.passed and c.usage == float("inf") and c.mismatches == 1
+    assert f"window {list(map(int, idx))}: port cell {twin} = " in c.note
+    assert f"first maximum cell {win} = " in c.note and "margin 0 (an exact tie" in c.note
+    assert c.worst["index"] == list(map(int, idx)) and c.worst["ours"] == twin
+
+
+def test_a_cell_beyond_rounding_is_a_flip(tie_case):
+    """A window that is no near-tie: the port's values say another cell, the reference's
+    winner is far above it. Its own first maximum, but not a legal decision: a flip."""
+    ours = {k: np.array(v, copy=True) for k, v in tie_case.expected["exact"].items()}
+    ref = tie_case.expected["float64"]
+    a = allowance.allowances("conv", tie_case)
+    w = ref["winners"]
+    p = tie_case.params
+    Out, Wc = p["Out"], p["Wc"]
+    near = set(a["winners.windows"].tolist())
+    flat = next(i for i in np.flatnonzero(w.ravel() >= 0) if i not in near)
+    idx = np.unravel_index(flat, w.shape)
+    oy, ox, o = idx
+    loser = next(((oy * 2 + dy) * Wc + ox * 2 + dx) * Out + o for dy in (0, 1) for dx in (0, 1)
+                 if ((oy * 2 + dy) * Wc + ox * 2 + dx) * Out + o != w[idx])
+    ours["conv"].flat[loser] = ours["conv"].flat[w[idx]] * F32(2)
+    ours["winners"][idx] = loser
+    c = _compare(tie_case, ours)
+    assert not c.passed and c.mismatches == 1
+    assert c.note.startswith("1 decision flip(s) against float64: ")
+    assert f"port cell {loser} = " in c.note and f"reference cell {int(w[idx])} = " in c.note
+    assert "margin " in c.note and c.worst["margin"] > 0
+    assert "first maximum" not in c.note
+
+
+def test_none_is_legal_where_the_winner_is_within_rounding_of_zero():
+    """conv = x0*W0 + x1*W1 = (1 + 2^-23)^2 - (1 + 2^-22) = 2^-46 exactly: the reference's winner
+    is the cell, and a port that rounds the product first gets 0 there and ends with none (-1).
+    The error model's near_ties() allows it; the same port saying -1 with a positive value of
+    its own does not."""
+    x = np.array([[[1 + 2**-23, 1.0]]], F32)
+    W = np.zeros((1, 16), F32)
+    W[0, :2] = [1 + 2**-23, -(1 + 2**-22)]
+    b = np.zeros(1, F32)
+    case = SimpleNamespace(name="t", params={"H": 1, "W": 1, "C": 2, "Out": 1, "kh": 1, "kw": 1,
+                                             "padH": 0, "padW": 0, "poolH": 1, "poolW": 1, "dx": True},
+                           inputs={"x": x, "W": W, "b": b, "dPooled": np.ones((1, 1, 1), F32)})
+    conv, _, win = conv64.forward(x, W, b, 1, 1, 0, 0, 1, 1)
+    assert conv[0, 0] == 2.0**-46 and win[0, 0, 0] == 0
+    ref = {"conv": conv, "winners": win}
+    product_first = F32(F32(x[0, 0, 0] * W[0, 0]) + F32(x[0, 0, 1] * W[0, 1]))
+    assert product_first == 0
+    ours = {"conv": np.array([[product_first]], F32), "winners": np.full((1, 1, 1), -1, np.int32)}
+    c = hconv.compare_tier(case, "float64", "winners", ours, ref, None, None)
+    assert c.passed, c.note
+    assert 0 < c.usage < 1e-6
+    ours["conv"][0, 0] = F32(2.0**-46)           # its own value positive: -1 breaks the rule
+    c = hconv.compare_tier(case, "float64", "winners", ours, ref, None, None)
+    assert not c.passed and "not the first maximum of the port's own conv values" in c.note
