@@ -172,3 +172,36 @@ def test_none_is_legal_where_the_winner_is_within_rounding_of_zero():
     ours["conv"][0, 0] = F32(2.0**-46)           # its own value positive: -1 breaks the rule
     c = hconv.compare_tier(case, "float64", "winners", ours, ref, None, None)
     assert not c.passed and "not the first maximum of the port's own conv values" in c.note
+
+
+# ------------------------------------------------------------------ the pytorch tier
+
+
+def test_pytorch_layer_winners_allow_the_models_near_tie():
+    """pytorch_conv's b1_line3_W257 has one window whose winner is 8e-8 above 0 with a conv
+    allowance of 3e-7: a legal port may round it to <= 0 and end with none. The per-layer
+    pytorch tier permits no flip; this is none (the error model's near_ties() allows it, as in
+    the float64 tier), while a cell beyond rounding in the same window still is one."""
+    case = next(c for c in read_fixture(FIXTURES_DIR / "pytorch_conv.h5").cases
+                if c.name == "b1_line3_W257")
+    a = allowance.allowances("conv", case)
+    assert a["winners.none"].size == 1
+    ref = case.expected["pytorch"]
+    ours = {k: np.array(v, copy=True) for k, v in ref.items()}
+    ours["winners"] = np.where(ref["pooled"] > 0, ref["winners"], -1).astype(np.int32)   # the spec's -1
+    assert hconv.compare_tier(case, "pytorch", "winners", ours, ref, None, None).passed
+    idx = np.unravel_index(int(a["winners.none"][0]), ref["winners"].shape)
+    cell = int(ref["winners"][idx])
+    assert 0 < ref["pooled"][idx] < a["conv"].ravel()[cell]
+    ours["conv"].flat[cell] = F32(-1e-9)
+    ours["winners"][idx] = -1
+    c = hconv.compare_tier(case, "pytorch", "winners", ours, ref, None, None)
+    assert c.passed, c.note
+    assert "1 near-tie(s) decided within rounding" in c.note
+    Out = case.params["Out"]
+    other = cell + Out if (cell // Out) % 2 == 0 else cell - Out   # the window's other column
+    ours["conv"].flat[other] = F32(1.0)
+    ours["winners"][idx] = other
+    c = hconv.compare_tier(case, "pytorch", "winners", ours, ref, None, None)
+    assert not c.passed and "1 decision flip(s) against PyTorch" in c.note
+    assert f"port cell {other} = 1.0, PyTorch cell {cell} = " in c.note and "margin" in c.note

@@ -108,7 +108,7 @@ def _heatmap_kw(case, tensor, shape) -> dict:
 def compare_tier(case, tier, tensor, ours, ref, tol, floor) -> Comparison:
     if tensor == "winners" and tier == "pytorch":   # dead windows and twin ties: harness/flips.py
         from crnn_conformance.harness.flips import compare_layer_winners
-        return compare_layer_winners(case, ours, ref)
+        return compare_layer_winners(case, ours, ref, getattr(tol, "arrays", None))
     if tensor != "winners" or tier in ("exact", "identity"):
         return compare(ours[tensor], ref[tensor], tier, tol.atol if tol else 0.0,
                        tol.rtol if tol else 0.0, floor or 0.0,
