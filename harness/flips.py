@@ -32,7 +32,8 @@ Verdict: no flip passes; exactly one flip with margin <= bound is "1 flip used":
 out-of-allowance elements of that block's weights and bias, confined to the flip's output
 channel (row o of conv<n>.W, element o of conv<n>.b), are excused and the records say so.
 Two or more flips, or one whose margin exceeds the bound, fail the `winners` record, and
-nothing is excused.
+nothing is excused. Near windows are not flips and use nothing: every gradient's allowance
+already includes both of their decisions.
 """
 from __future__ import annotations
 
@@ -228,9 +229,11 @@ def layout(config: dict, widths) -> list[list[dict]]:
     return out
 
 
-def analyse_step(case, ours: dict, ref: dict, conv_atol=None) -> Verdict:
+def analyse_step(case, ours: dict, ref: dict, conv_atol=None, arrays=None) -> Verdict:
     """Every differing window of every block of every line of a pytorch_step case;
-    conv_atol: the model's Atol of every conv value (layout()'s concatenation)."""
+    conv_atol: the model's Atol of every conv value (layout()'s concatenation); arrays: the
+    case's model arrays, whose legal pool decisions (allowance/step.py, decision_arrays) make
+    a window near rather than a flip."""
     config = case.params["config"]
     widths = [int(w) for w in case.inputs["widths"]]
     lay = layout(config, widths)
@@ -254,7 +257,8 @@ def analyse_step(case, ours: dict, ref: dict, conv_atol=None) -> Verdict:
             wn = ow[sl].reshape(shp)
             v.diffs += classify_block(wn, pw[sl].reshape(shp), pp[sl].reshape(shp), cv, x, g,
                                       line, n, conv_bound_fn(float(floors[n]),
-                                                             conv_atol[g["c_at"]:g["c_at"] + g["c_n"]]))
+                                                             conv_atol[g["c_at"]:g["c_at"] + g["c_n"]]),
+                                      legal_fn(arrays, conv.size, g["w_at"], g["c_at"]))
             # the port's pooled output is the next block's input
             x = np.where(wn >= 0, cv.ravel()[np.maximum(wn, 0)], np.float32(0)).astype(np.float32)
     return v
@@ -263,13 +267,13 @@ def analyse_step(case, ours: dict, ref: dict, conv_atol=None) -> Verdict:
 _CACHE: dict = {}
 
 
-def _verdict(case, ours, ref, conv_atol=None) -> Verdict:
+def _verdict(case, ours, ref, conv_atol=None, arrays=None) -> Verdict:
     """analyse_step once per case run (compare_step is called once per tensor)."""
     key = (case.name, id(ours), id(ref))
     hit = _CACHE.get(key)
     if hit is None or hit[0] is not ours or hit[1] is not ref:
         _CACHE.clear()
-        hit = (ours, ref, analyse_step(case, ours, ref, conv_atol))
+        hit = (ours, ref, analyse_step(case, ours, ref, conv_atol, arrays))
         _CACHE[key] = hit
     return hit[2]
 
@@ -317,7 +321,7 @@ def compare_step(case, tensor: str, ours: dict, ref: dict, tol, floor) -> Compar
     normally."""
     atol, rtol = (tol.atol, tol.rtol) if tol else (0.0, 0.0)
     arrays = getattr(tol, "arrays", None) or {}
-    v = _verdict(case, ours, ref, arrays.get("conv_out"))
+    v = _verdict(case, ours, ref, arrays.get("conv_out"), arrays)
     if tensor == "winners":
         f = v.flips
         usage = 0.0 if not f else (f[0].margin / f[0].bound if len(f) == 1 and f[0].bound > 0

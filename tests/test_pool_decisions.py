@@ -205,3 +205,52 @@ def test_pytorch_layer_winners_allow_the_models_near_tie():
     c = hconv.compare_tier(case, "pytorch", "winners", ours, ref, None, None)
     assert not c.passed and "1 decision flip(s) against PyTorch" in c.note
     assert f"port cell {other} = 1.0, PyTorch cell {cell} = " in c.note and "margin" in c.note
+
+
+def test_step_near_tie_does_not_use_the_one_flip(lib):
+    """pytorch_step holds the same near-tie window (line 3, block 1). A legal port ending with
+    none there and flipping one other window within rounding has one flip, used; the near-tie
+    is not a second one (which would fail the record)."""
+    from crnn_conformance.harness import flips as FL
+    from crnn_conformance.harness.layers import step
+    from crnn_conformance.harness.runner import tier_tolerance
+    case = read_fixture(FIXTURES_DIR / "pytorch_step.h5").cases[0]
+    ours = dict(step.run(lib, case))
+    ref = dict(case.expected["pytorch"])
+    a = allowance.allowances("step", case)
+    assert a["winners.none"].size == 1 and a["winners.cells"].size == 1
+    win = np.array(ours["winners"])
+    co = np.array(ours["conv_out"])
+    near = int(a["winners.none"][0])
+    assert win[near] == int(a["winners.cells"][0]) - _c_offset(case, near)
+    co[int(a["winners.cells"][0])] = F32(-1e-9)          # the port rounds the winner to <= 0
+    win[near] = -1
+    # and one flip within rounding in line 0, block 1 (as test_pytorch_tier's end-to-end flip)
+    g = FL.layout(case.params["config"], case.inputs["widths"])[0][0]
+    shp = (g["Hp"], g["Wp"], g["out"])
+    ow = win[g["w_at"]:g["w_at"] + g["w_n"]].reshape(shp)
+    flat = next(int(i) for i in np.flatnonzero(ow.ravel() >= 0))
+    idx = np.unravel_index(flat, shp)
+    first = int(ow[idx])
+    oy, ox, o = idx
+    other = next(((2 * oy + dy) * g["Wc"] + 2 * ox + dx) * g["out"] + o for dy in (0, 1)
+                 for dx in (0, 1) if ((2 * oy + dy) * g["Wc"] + 2 * ox + dx) * g["out"] + o != first)
+    bound = FL.conv_bound_fn(float(case.params["conv_floor"][0]),
+                             a["conv_out"][g["c_at"]:g["c_at"] + g["c_n"]])(first, other)
+    co[g["c_at"] + other] = np.float32(co[g["c_at"] + first] + 0.25 * bound)
+    win[g["w_at"] + flat] = other
+    ours["winners"], ours["conv_out"] = win, co
+    c = step.compare_tier(case, "pytorch", "winners", ours, ref,
+                          tier_tolerance("step", case, "pytorch", "winners"), 0.0)
+    assert c.passed, c.note
+    assert c.note.startswith("1 flip used: line 0, block 1") and "1 near-tie(s) decided" in c.note
+
+
+def _c_offset(case, window):
+    """The conv offset of the block holding flat step window `window` (flips.layout)."""
+    from crnn_conformance.harness import flips as FL
+    for per in FL.layout(case.params["config"], case.inputs["widths"]):
+        for g in per:
+            if g["w_at"] <= window < g["w_at"] + g["w_n"]:
+                return g["c_at"]
+    raise AssertionError(window)

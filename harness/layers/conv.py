@@ -120,7 +120,10 @@ def own_first_max(case, conv) -> np.ndarray:
     """The pool rule on the port's own conv values [P][Out]: running max from +0, rows then
     columns, strictly greater replaces, -1 when nothing is positive."""
     p = case.params
-    s = sizes(*(int(p[k]) for k in ("H", "W", "C", "Out")), *(int(p[k]) for k in GEOMETRY))
+    x = np.asarray(case.inputs["x"])
+    H, W = x.shape[:2]
+    s = sizes(H, W, x.shape[2] if x.ndim == 3 else 1, np.shape(conv)[-1],
+              *(int(p[k]) for k in GEOMETRY))
     return relu_maxpool(np.asarray(conv, np.float64), s["Hc"], s["Wc"], int(p["poolH"]),
                         int(p["poolW"]))[1]
 
