@@ -254,3 +254,42 @@ def _c_offset(case, window):
             if g["w_at"] <= window < g["w_at"] + g["w_n"]:
                 return g["c_at"]
     raise AssertionError(window)
+
+
+# ------------------------------------------------------------------ clipping on or off
+
+
+@pytest.mark.parametrize("side", ["port_clips", "reference_clips"])
+def test_clip_decided_either_way_within_the_norms_allowance(side):
+    """A limit between the float64 norm and that of a legal order (one sequential binary32 sum
+    of squares per tensor): the reference and the port decide clipping differently, and the
+    float64 tier passes both tensors and the norm (allowance/clip.py: a norm within its
+    allowance of the limit allows both outcomes)."""
+    from crnn_conformance.generators.float64 import clip as clip64
+    from crnn_conformance.harness.compare import compare
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        grads = [rng.normal(size=n).astype(F32) for n in (700, 300)]
+        seq = [F32(0)] * 2
+        for i, g in enumerate(grads):
+            for v in g:
+                seq[i] = F32(seq[i] + F32(v * v))
+        port_norm = float(np.sqrt(float(seq[0]) + float(seq[1])))
+        ref_norm = clip64.global_norm(grads)
+        if (port_norm > ref_norm) == (side == "port_clips") and port_norm != ref_norm:
+            break
+    limit = 0.5 * (port_norm + ref_norm)
+    assert (port_norm > limit) != (ref_norm > limit)
+    f = F32(limit / (port_norm + 1e-6))
+    ours = {"a": grads[0] * f if port_norm > limit else grads[0],
+            "b": grads[1] * f if port_norm > limit else grads[1], "norm": np.array([port_norm])}
+    ref_grads, _ = clip64.clip(grads, limit)
+    ref = {"a": ref_grads[0], "b": ref_grads[1], "norm": np.array([ref_norm])}
+    case = SimpleNamespace(name="t", params={"names": ["a", "b"], "shapes": [[700], [300]]},
+                           inputs={"grads": np.concatenate(grads), "sizes": np.array([700, 300]),
+                                   "limit": np.array([limit]), "enabled": np.array([1])})
+    a = allowance.compute("clip", case)
+    for t in ("a", "b", "norm"):
+        c = compare(ours[t], ref[t], "float64", a[t], 0.0)
+        assert c.passed, (t, c.usage)
+    assert np.max(np.abs(ours["a"] - ref["a"])) > 0           # the outcomes differ
