@@ -293,3 +293,28 @@ def test_clip_decided_either_way_within_the_norms_allowance(side):
         c = compare(ours[t], ref[t], "float64", a[t], 0.0)
         assert c.passed, (t, c.usage)
     assert np.max(np.abs(ours["a"] - ref["a"])) > 0           # the outcomes differ
+
+
+def test_a_dead_window_may_be_live_within_rounding_of_zero():
+    """The other side of ReLU's 0: conv = (1 + 2^-23)^2 - (1 + 2^-22) - 2^-45 = -2^-46 exactly,
+    a dead window in the reference; a port whose rounding leaves it a little above 0 picks
+    the cell. Legal (near_ties: a cell within its allowance of the +0 start); a cell whose
+    reference value is far below 0 is not."""
+    x = np.array([[[1 + 2**-23, 1.0, 2**-45]]], F32)
+    W = np.zeros((1, 16), F32)
+    W[0, :3] = [1 + 2**-23, -(1 + 2**-22), -1.0]
+    case = SimpleNamespace(name="t", params={"kh": 1, "kw": 1, "padH": 0, "padW": 0,
+                                             "poolH": 1, "poolW": 1, "dx": True},
+                           inputs={"x": x, "W": W, "b": np.zeros(1, F32),
+                                   "dPooled": np.ones((1, 1, 1), F32)})
+    conv, _, win = conv64.forward(x, W, case.inputs["b"], 1, 1, 0, 0, 1, 1)
+    assert conv[0, 0] == -2.0**-46 and win[0, 0, 0] == -1
+    ref = {"conv": conv, "winners": win}
+    ours = {"conv": np.array([[2.0**-40]], F32), "winners": np.zeros((1, 1, 1), np.int32)}
+    c = hconv.compare_tier(case, "float64", "winners", ours, ref, None, None)
+    assert c.passed, c.note
+    case.inputs["b"] = np.array([-1e-3], F32)                # now far below 0 in the reference
+    ref["conv"] = conv - 1e-3
+    c = hconv.compare_tier(case, "float64", "winners", ours, ref, None, None)
+    assert not c.passed and "1 decision flip(s) against float64: window [0, 0, 0]: port cell 0" in c.note
+    assert "reference cell -1 = 0.0" in c.note
