@@ -318,3 +318,31 @@ def test_a_dead_window_may_be_live_within_rounding_of_zero():
     c = hconv.compare_tier(case, "float64", "winners", ours, ref, None, None)
     assert not c.passed and "1 decision flip(s) against float64: window [0, 0, 0]: port cell 0" in c.note
     assert "reference cell -1 = 0.0" in c.note
+
+
+def test_a_dead_window_decided_live_passes_downstream():
+    """The port of the test above, all its outputs: pooled is its conv value of the cell
+    (within that cell's allowance, above the reference's exact 0), dC holds the window's
+    gradient there, and dW, dx (one product each, rounded up here) and db receive it. The
+    error model covers the decision: the pooled bound includes the cell's own allowance, the
+    moved gradient's bound its own roundings."""
+    from crnn_conformance.harness.compare import compare
+    x = np.array([[[1 + 2**-23, 1.0, 2**-45]]], F32)
+    W = np.zeros((1, 16), F32)
+    W[0, :3] = [1 + 2**-23, -(1 + 2**-22), -1.0]
+    dP = next(F32(v) for v in np.linspace(1, 2, 4097)[1:]
+              if float(F32(F32(v) * W[0, 0])) > float(F32(v)) * float(W[0, 0]))   # rounds up
+    inputs = {"x": x, "W": W, "b": np.zeros(1, F32), "dPooled": np.full((1, 1, 1), dP, F32)}
+    case = SimpleNamespace(name="t", params={"kh": 1, "kw": 1, "padH": 0, "padW": 0,
+                                             "poolH": 1, "poolW": 1, "dx": True}, inputs=inputs)
+    conv, pooled, win = conv64.forward(x, W, inputs["b"], 1, 1, 0, 0, 1, 1)
+    dW, db, dx = conv64.backward(x, W, 1, 1, 0, 0, 1, 1, inputs["dPooled"], win)
+    assert win[0, 0, 0] == -1 and not dW.any()
+    col = np.zeros(16, F32)
+    col[:3] = x.ravel()
+    ours = {"pooled": np.full((1, 1, 1), 2.0**-40, F32), "dW": (dP * col).reshape(1, 16),
+            "db": np.array([dP], F32), "dx": (dP * W[0, :3]).reshape(1, 1, 3)}
+    a = allowance.compute("conv", case)
+    for t, r in (("pooled", pooled), ("dW", dW), ("db", db), ("dx", dx)):
+        c = compare(ours[t], r, "float64", a[t], 0.0)
+        assert c.passed, (t, c.usage)

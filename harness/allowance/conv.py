@@ -18,7 +18,7 @@ import numpy as np
 from crnn_conformance.generators.float64 import conv as conv64
 
 from . import params
-from .errors import Err, where
+from .errors import ULP, Err, where
 from .sums import add_term, products, rounded, terms
 
 
@@ -97,7 +97,10 @@ def near_ties(conv: Err, winners, Hc, Wc, poolH, poolW) -> Decisions:
     low = vb - ab
     alt = (v + a >= low[..., None]) & (cells != win[..., None])
     alt_zero = (win >= 0) & (low <= 0.0)               # the +0 start (nothing positive)
-    pooled_bound = np.maximum(np.max(np.where(alt, np.abs(vb[..., None] - v), 0.0), -1),
+    # the port's pooled value is its conv value of the cell it picks: within that cell's
+    # allowance of v, which may exceed the winner's (a dead window's winner is the exact +0)
+    other = np.abs(vb[..., None] - v) + np.maximum(a - ab[..., None], 0.0)
+    pooled_bound = np.maximum(np.max(np.where(alt, other, 0.0), -1),
                               np.where(alt_zero, np.abs(vb), 0.0))
     uncertain = alt.any(-1) | alt_zero
     pool_flat = np.arange(win.size).reshape(win.shape)
@@ -138,7 +141,11 @@ def backward_parts(x: Err, col: Err, W: Err, dec, dPooled: Err, kh, kw, padH, pa
     if dec.bump_cells.size:
         bump = np.zeros(P * Out)
         np.add.at(bump, dec.bump_cells, np.abs(dP.v)[dec.bump_windows])
-        dC = dC.plus_systematic(bump.reshape(P, Out))
+        # a moved gradient is a term of the port's sums the reference's lack (dW, db over the P
+        # positions, dx over the kh*kw*Out (tap, channel) terms): its roundings there add at
+        # most ULP*n times it to the deterministic bound 2u((n-1)M + sum|t|)
+        n = max(P, kh * kw * Out)
+        dC = dC.plus_systematic(bump.reshape(P, Out) * (1.0 + ULP * n))
     db, dW = terms(dC, 0), products(dC.T, col)
     if not want_dx:
         return dW, db, None
