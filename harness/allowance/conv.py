@@ -5,8 +5,9 @@ rounding), db, dW over the conv positions, dx as one sum over every (tap, output
 Pool decisions: the winners are the float64 reference's, and a window whose decision rounding
 could change is a near-tie: another candidate (a cell, or the +0 start of a dead window) lies
 within the two conv values' allowances of the winner. A port may pick it: the pooled value's
-bound then includes the difference, and dC's bound includes the window's gradient at both
-cells (one may get it instead of the other); everything computed from dC carries that. The
+bound then includes the difference and the picked cell's allowance beyond the winner's, and
+dC's bound includes the window's gradient at both cells (one may get it instead of the other),
+with its own roundings in the sums it joins; everything computed from dC carries that. The
 same candidates decide the float64 tier's winners verdict (harness/layers/conv.py, `legal`):
 a port's winner other than the reference's passes when it is one of them. (The conv fixtures
 keep every window 2e-5 from a near-tie of distinct values; their near-ties are the exact ties
