@@ -1,5 +1,6 @@
-"""Builds variants of tests/ports/testport.c (see its header for the -D switches), and runs
-the gate on them.
+"""Builds variants of tests/ports/testport.c (see its header for the -D switches) or of
+another port there (`source=`: blasport.c, a conv port written like one on an fp32 BLAS), and
+runs the gate on them.
 
     from testports import build_port, gate, cannot_run
     so = build_port(tmp_dir, "-DTP_SEGV")
