@@ -106,7 +106,7 @@ def _heatmap_kw(case, tensor, shape) -> dict:
 
 
 def compare_tier(case, tier, tensor, ours, ref, tol, floor) -> Comparison:
-    if tensor == "winners" and tier == "pytorch":   # dead windows and twin ties: harness/flips.py
+    if tensor == "winners" and tier == "pytorch":   # dead, twin, near-tie: harness/flips.py
         from crnn_conformance.harness.flips import compare_layer_winners
         return compare_layer_winners(case, ours, ref, getattr(tol, "arrays", None))
     if tensor != "winners" or tier in ("exact", "identity"):
@@ -173,11 +173,10 @@ def _tie_usage(ow, rw, ref, arrays, windows) -> float:
     if not windows.size or "conv" not in ref:
         return 0.0
     v, a = np.asarray(ref["conv"], np.float64).ravel(), np.asarray(arrays["conv"]).ravel()
-    val = lambda w: np.where(w >= 0, v[np.maximum(w, 0)], 0.0)
-    alw = lambda w: np.where(w >= 0, a[np.maximum(w, 0)], 0.0)
+    at = lambda arr, w: np.where(w >= 0, arr[np.maximum(w, 0)], 0.0)   # 'none': the exact +0
     r, o = rw.ravel()[windows], ow.ravel()[windows]
-    gap, room = val(r) - val(o), alw(r) + alw(o)
-    return float(np.max(np.where(room > 0, np.maximum(gap, 0.0) / np.where(room > 0, room, 1), 0.0)))
+    gap, room = np.maximum(at(v, r) - at(v, o), 0.0), at(a, r) + at(a, o)
+    return float(np.max(np.divide(gap, room, out=np.zeros_like(gap), where=room > 0)))
 
 
 def _shown(fl, other="reference") -> str:
