@@ -11,6 +11,11 @@ A window whose winners differ is classified:
         reads, zero padding included, in the port's block input) are identical bit for bit:
         a tie between twin cells. Both cells are the same function of every weight of the
         block, so the choice changes no parameter gradient of the block: not a flip.
+  near  the port's winner is a decision the error model allows in that window: a near-tie
+        of harness/allowance/conv.py (`near_ties`: a candidate, the +0 start included, within
+        the two conv values' allowances of the float64 winner), whose either outcome every
+        gradient's allowance already includes. Not a flip (the float64 tier's rule, the same
+        arrays; a case without them has no near windows).
   flip  anything else. Its two candidates are the port's winner and PyTorch's (a cell, or
         'none' with value 0 when either side found nothing positive); their values are the
         port's conv values of those cells, and the margin is |value_port - value_pytorch|.
@@ -28,7 +33,8 @@ Verdict: no flip passes; exactly one flip with margin <= bound is "1 flip used":
 out-of-allowance elements of that block's weights and bias, confined to the flip's output
 channel (row o of conv<n>.W, element o of conv<n>.b), are excused and the records say so.
 Two or more flips, or one whose margin exceeds the bound, fail the `winners` record, and
-nothing is excused.
+nothing is excused. Near windows are not flips and use nothing: every gradient's allowance
+already includes both of their decisions.
 """
 from __future__ import annotations
 
@@ -38,13 +44,13 @@ import numpy as np
 from crnn_conformance.generators import model
 from crnn_conformance.harness.compare import Comparison, compare, within
 
-DEAD, TWIN, FLIP = "dead", "twin", "flip"
+DEAD, TWIN, NEAR, FLIP = "dead", "twin", "near-tie", "flip"
 
 
 @dataclass
 class WindowDiff:
     """One pool window whose winners differ between the port and PyTorch."""
-    kind: str                 # twin | flip (a block's dead windows: DeadWindows)
+    kind: str                 # twin | near-tie | flip (a block's dead windows: DeadWindows)
     line: int
     block: int                # 0-based block index (conv<block>.W)
     window: list              # [oy, ox, o]
@@ -89,7 +95,7 @@ class Verdict:
 
     @property
     def counts(self) -> dict:
-        out = dict.fromkeys((DEAD, TWIN, FLIP), 0)
+        out = dict.fromkeys((DEAD, TWIN, NEAR, FLIP), 0)
         for d in self.diffs:
             out[d.kind] += d.count
         return out
@@ -108,7 +114,8 @@ class Verdict:
     def note(self) -> str:
         c = self.counts
         head = (f"{c[FLIP]} flip(s); {c[TWIN]} twin tie(s) and {c[DEAD]} dead window(s) "
-                "differ in index only (not flips)")
+                "differ in index only" + (f", {c[NEAR]} near-tie(s) decided within rounding"
+                                          if c[NEAR] else "") + " (not flips)")
         f = self.flips
         if not f:
             return "no flip; " + head
@@ -149,13 +156,14 @@ def patches(x, kh, kw, padH, padW) -> np.ndarray:
 
 
 def classify_block(ours_w, pt_w, pt_pooled, conv, x, geo: dict, line: int, block: int,
-                   bound_fn) -> list[WindowDiff]:
+                   bound_fn, legal_fn=None) -> list[WindowDiff]:
     """The differing windows of one block of one line.
 
     ours_w, pt_w: int [Hp][Wp][Out] winners (port; PyTorch's index as p*Out + o);
     pt_pooled: PyTorch's pooled values [Hp][Wp][Out]; conv: the port's conv values [P][Out];
     x: the port's block input [H][W][C]; bound_fn(a, b) -> the rounding bound of the two
-    candidate cells (flat conv indices, -1 for 'none')."""
+    candidate cells (flat conv indices, -1 for 'none'); legal_fn(windows, winners) -> bool
+    array: whether the error model allows the port's winner in each flat window (near)."""
     ours_w, pt_w = np.asarray(ours_w), np.asarray(pt_w)
     pt_pooled = np.asarray(pt_pooled)
     conv = np.asarray(conv, np.float32)
@@ -182,6 +190,9 @@ def classify_block(ours_w, pt_w, pt_pooled, conv, x, geo: dict, line: int, block
             if np.array_equal(pat[pa // Wc, pa % Wc].view(np.uint32),
                               pat[pb // Wc, pb % Wc].view(np.uint32)):
                 kind = TWIN
+        if kind == FLIP and legal_fn is not None and legal_fn(
+                [np.ravel_multi_index(idx, ours_w.shape)], [a])[0]:
+            kind = NEAR
         margin = 0.0 if kind == TWIN else abs(va - vb)
         out.append(WindowDiff(kind, line, block, [int(i) for i in idx], int(idx[2]), a, b, va, vb,
                               float(pt_pooled[idx]), margin, float(bound_fn(a, b))))
@@ -219,9 +230,11 @@ def layout(config: dict, widths) -> list[list[dict]]:
     return out
 
 
-def analyse_step(case, ours: dict, ref: dict, conv_atol=None) -> Verdict:
+def analyse_step(case, ours: dict, ref: dict, conv_atol=None, arrays=None) -> Verdict:
     """Every differing window of every block of every line of a pytorch_step case;
-    conv_atol: the model's Atol of every conv value (layout()'s concatenation)."""
+    conv_atol: the model's Atol of every conv value (layout()'s concatenation); arrays: the
+    case's model arrays, whose legal pool decisions (allowance/step.py, decision_arrays) make
+    a window near rather than a flip."""
     config = case.params["config"]
     widths = [int(w) for w in case.inputs["widths"]]
     lay = layout(config, widths)
@@ -245,7 +258,8 @@ def analyse_step(case, ours: dict, ref: dict, conv_atol=None) -> Verdict:
             wn = ow[sl].reshape(shp)
             v.diffs += classify_block(wn, pw[sl].reshape(shp), pp[sl].reshape(shp), cv, x, g,
                                       line, n, conv_bound_fn(float(floors[n]),
-                                                             conv_atol[g["c_at"]:g["c_at"] + g["c_n"]]))
+                                                             conv_atol[g["c_at"]:g["c_at"] + g["c_n"]]),
+                                      legal_fn(arrays, conv.size, g["w_at"], g["c_at"]))
             # the port's pooled output is the next block's input
             x = np.where(wn >= 0, cv.ravel()[np.maximum(wn, 0)], np.float32(0)).astype(np.float32)
     return v
@@ -254,13 +268,13 @@ def analyse_step(case, ours: dict, ref: dict, conv_atol=None) -> Verdict:
 _CACHE: dict = {}
 
 
-def _verdict(case, ours, ref, conv_atol=None) -> Verdict:
+def _verdict(case, ours, ref, conv_atol=None, arrays=None) -> Verdict:
     """analyse_step once per case run (compare_step is called once per tensor)."""
     key = (case.name, id(ours), id(ref))
     hit = _CACHE.get(key)
     if hit is None or hit[0] is not ours or hit[1] is not ref:
         _CACHE.clear()
-        hit = (ours, ref, analyse_step(case, ours, ref, conv_atol))
+        hit = (ours, ref, analyse_step(case, ours, ref, conv_atol, arrays))
         _CACHE[key] = hit
     return hit[2]
 
@@ -308,7 +322,7 @@ def compare_step(case, tensor: str, ours: dict, ref: dict, tol, floor) -> Compar
     normally."""
     atol, rtol = (tol.atol, tol.rtol) if tol else (0.0, 0.0)
     arrays = getattr(tol, "arrays", None) or {}
-    v = _verdict(case, ours, ref, arrays.get("conv_out"))
+    v = _verdict(case, ours, ref, arrays.get("conv_out"), arrays)
     if tensor == "winners":
         f = v.flips
         usage = 0.0 if not f else (f[0].margin / f[0].bound if len(f) == 1 and f[0].bound > 0
@@ -356,9 +370,25 @@ def port_pool_outputs(lib, case) -> dict:
     return {"winners": np.concatenate(wins), "conv_out": np.concatenate(convs)}
 
 
-def compare_layer_winners(case, ours: dict, ref: dict) -> Comparison:
-    """The conv layer's winners in the pytorch tier (pytorch_conv): equal up to dead windows
-    and twin ties (classify_block); the per-layer fixtures permit no flip, so any flip fails
+def legal_fn(arrays, n_cells: int, window_at: int = 0, cell_at: int = 0):
+    """classify_block's legal_fn from the error model's legal decisions (allowance/conv.py,
+    Decisions.arrays) of a case, for the block whose windows and cells start at these offsets
+    of the arrays' flat indexing; None when the arrays have none."""
+    if not arrays or "winners.cells" not in arrays:
+        return None
+    from crnn_conformance.harness.allowance.conv import legal
+
+    def fn(windows, winners):
+        w = np.asarray(winners, np.int64)
+        return legal(arrays, np.asarray(windows, np.int64) + window_at,
+                     np.where(w >= 0, w + cell_at, -1), n_cells)
+    return fn
+
+
+def compare_layer_winners(case, ours: dict, ref: dict, arrays=None) -> Comparison:
+    """The conv layer's winners in the pytorch tier (pytorch_conv): equal up to dead windows,
+    twin ties and the error model's near-ties (classify_block; `arrays`: the case's model
+    arrays, allowance/conv.py); the per-layer fixtures permit no other flip, so any flip fails
     (with its window, both candidates and margin in the note)."""
     ow, pw = np.asarray(ours["winners"]), np.asarray(ref["winners"])
     n = int(pw.size)
@@ -368,12 +398,18 @@ def compare_layer_winners(case, ours: dict, ref: dict) -> Comparison:
     geo = {k: int(p[k]) for k in ("kh", "kw", "padH", "padW")}
     x = np.asarray(case.inputs["x"], np.float32)
     x = x[:, :, None] if x.ndim == 2 else x
+    if arrays is None or "winners.cells" not in arrays:
+        from crnn_conformance.harness.allowance import allowances
+        arrays = allowances("conv", case)
     v = Verdict(classify_block(ow, pw, ref["pooled"], ours["conv"], x, geo, int(p.get("line", 0)),
-                               int(p.get("block", 1)) - 1, lambda a, b: float("nan")))
+                               int(p.get("block", 1)) - 1, lambda a, b: float("nan"),
+                               legal_fn(arrays, int(np.size(ours["conv"])))))
     f = v.flips
     c = v.counts
     note = (f"{c[TWIN]} twin tie(s) and {c[DEAD]} dead window(s) differ in index only "
-            "(PyTorch's index of a dead window points at a cell holding 0; the spec says -1)")
+            "(PyTorch's index of a dead window points at a cell holding 0; the spec says -1)"
+            + (f"; {c[NEAR]} near-tie(s) decided within rounding (the error model's legal "
+               "decisions)" if c[NEAR] else ""))
     if not f:
         return Comparison(0.0, 0.0, 0, n, True, None, {}, note)
     d = f[0]

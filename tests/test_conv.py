@@ -491,7 +491,7 @@ def test_compare_tier_reports_a_flip(fixture):
     c = hconv.compare_tier(case, "float64", "winners", ours, ref_t, tol, None)
     assert not c.passed and c.mismatches == 1
     assert "1 decision flip" in c.note and f"window {list(idx)}" in c.note
-    assert c.worst["margin"] == pytest.approx(float(ours["conv"].flat[ref_t["winners"][idx]]))
+    assert f"margin {float(ours['conv'].flat[ref_t['winners'][idx]]):.3g}" in c.note
     assert c.worst["ref"] == int(ref_t["winners"][idx]) and c.worst["ours"] == -1
     assert ref_t["winners"][idx] % Out == idx[2]
 

@@ -98,7 +98,7 @@ def test_twin_tie_is_not_a_flip():
         changed += int(pt[idx] != win[idx])
     assert changed > 0
     v = classify(win, pt, pooled, conv, x)
-    assert v.counts == {"dead": 0, "twin": changed, "flip": 0}
+    assert v.counts == {"dead": 0, "twin": changed, "near-tie": 0, "flip": 0}
     assert v.passed and v.used is None
 
 
@@ -113,7 +113,7 @@ def test_dead_window_is_not_a_difference():
     oy, ox, o = np.meshgrid(np.arange(Hp), np.arange(Wp), np.arange(Out), indexing="ij")
     pt = ((2 * oy * 8 + 2 * ox) * Out + o).astype(np.int32)   # PyTorch: the first cell, 0
     v = classify(win, pt, pooled, conv, x)
-    assert v.counts == {"dead": win.size, "twin": 0, "flip": 0}
+    assert v.counts == {"dead": win.size, "twin": 0, "near-tie": 0, "flip": 0}
     assert v.passed and v.used is None
     assert len(v.diffs) == 1        # the block's dead windows, counted in one entry
 

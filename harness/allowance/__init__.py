@@ -1,6 +1,7 @@
 """Per-element allowances: the error model of each layer evaluated on a case's own inputs
 (docs/tolerances.md). One module per layer, named like the layer; each defines
-case_errors(case) -> {tensor: Err}.
+case_errors(case) -> {tensor: Err} (and conv's legal pool decisions, plain integer arrays kept
+as they are: allowance/conv.py, Decisions.arrays).
 
     a = allowances("conv", case)       # {tensor: float64 array, the model's Atol per element}
 
@@ -90,7 +91,8 @@ def _prune() -> None:
 def compute(layer: str, case) -> dict:
     """{tensor: the model's per-element Atol} of one case (no cache)."""
     errs = module(layer).case_errors(case)
-    return {k: np.asarray(e.allowance(params.lam), np.float64) for k, e in errs.items()}
+    return {k: e if isinstance(e, np.ndarray) else np.asarray(e.allowance(params.lam), np.float64)
+            for k, e in errs.items()}
 
 
 def allowances(layer: str, case) -> dict:

@@ -5,8 +5,8 @@ tensors and the square root are binary64 (exact at this scale). The factor
 f = float32(limit / (norm + 1e-6)) carries the norm's error, one number shared by every
 element: for the clipped gradients it is a systematic error, f's bound being
 |f| * allowance(norm) / (norm + 1e-6) plus its own rounding. A norm within its allowance of
-the limit could be decided either way: the gradients' bound then also covers the unclipped
-outcome.
+the limit could be decided either way: the gradients' bound then also covers the other
+outcome (the clipped one with its factor's and product's roundings, could_be_clipped).
 """
 from __future__ import annotations
 
@@ -30,18 +30,25 @@ def clip_errors(grads, limit: float, enabled: bool):
     """-> (clipped gradient Errs, norm Err)."""
     norm = norm_errors(grads)
     nv = float(norm.v)
-    if not (enabled and nv > limit):
-        a_norm = float(norm.allowance(params.lam))
-        if enabled and nv + a_norm > limit:          # could have been clipped
-            f = limit / (nv + 1e-6)
-            return [g.plus_systematic(np.abs(g.v) * abs(1.0 - f)) for g in grads], norm
-        return list(grads), norm
     f = limit / (nv + 1e-6)
     a_norm = float(norm.allowance(params.lam))
     s_f = abs(f) * a_norm / (nv + 1e-6) + ULP * abs(f)
+    if not (enabled and nv > limit):
+        if enabled and nv + a_norm > limit:          # could have been clipped
+            return [could_be_clipped(g, f, s_f) for g in grads], norm
+        return list(grads), norm
     if nv - a_norm <= limit:                          # could have stayed unclipped
         s_f = max(s_f, abs(1.0 - f))
     return [scaled(g, f, s_f) for g in grads], norm
+
+
+def could_be_clipped(g: Err, f: float, s_f: float) -> Err:
+    """The unclipped g, whose bound also covers the clipped outcome float32(g * float32(f')),
+    f' the port's factor: its distance from g plus that outcome's own bound (f's error and
+    rounding, the product's rounding). Near the limit f is 1 - 1e-6/norm, and f's and the
+    product's roundings (up to 2^-24 each) are larger than |1 - f| itself above a norm of 17."""
+    other = scaled(Err.exact(g.v), f, s_f)
+    return g.plus_systematic(np.abs(g.v - other.v) + other.allowance(params.lam))
 
 
 def scaled(g: Err, f: float, s_f: float) -> Err:

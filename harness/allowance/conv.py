@@ -5,9 +5,13 @@ rounding), db, dW over the conv positions, dx as one sum over every (tap, output
 Pool decisions: the winners are the float64 reference's, and a window whose decision rounding
 could change is a near-tie: another candidate (a cell, or the +0 start of a dead window) lies
 within the two conv values' allowances of the winner. A port may pick it: the pooled value's
-bound then includes the difference, and dC's bound includes the window's gradient at both
-cells (one may get it instead of the other); everything computed from dC carries that. (The
-conv fixtures keep every window 2e-5 from a near-tie, so none of theirs is one.)
+bound then includes the difference and the picked cell's allowance beyond the winner's, and
+dC's bound includes the window's gradient at both cells (one may get it instead of the other),
+with its own roundings in the sums it joins; everything computed from dC carries that. The
+same candidates decide the float64 tier's winners verdict (harness/layers/conv.py, `legal`):
+a port's winner other than the reference's passes when it is one of them. (The conv fixtures
+keep every window 2e-5 from a near-tie of distinct values; their near-ties are the exact ties
+between twin cells of the `b*_ties_*` cases, which a port's own rounding may order either way.)
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import numpy as np
 from crnn_conformance.generators.float64 import conv as conv64
 
 from . import params
-from .errors import Err, where
+from .errors import ULP, Err, where
 from .sums import add_term, products, rounded, terms
 
 
@@ -45,17 +49,37 @@ def forward(x: Err, W: Err, b: Err, kh, kw, padH, padW, poolH, poolW):
 class Decisions:
     """The pool decisions of one block: winners [Hp][Wp][Out] (-1: none) and, for each window,
     the cells a port could pick instead (`bump`, [P*Out]: the flat conv cells whose dC may
-    hold the window's gradient or lose it) and the pooled value's extra bound."""
+    hold the window's gradient or lose it), the windows whose +0 start ('none', -1) a port may
+    end with instead of the winner (`none_windows`) and the pooled value's extra bound."""
 
-    def __init__(self, winners, bump_cells, bump_windows, pooled_bound):
+    def __init__(self, winners, bump_cells, bump_windows, pooled_bound, none_windows=None):
         self.winners = winners
         self.bump_cells = bump_cells          # flat conv indices
         self.bump_windows = bump_windows      # the window (flat pooled index) of each
         self.pooled_bound = pooled_bound
+        self.none_windows = (np.zeros(0, np.int64) if none_windows is None
+                             else none_windows)   # flat pooled indices
 
     @property
     def near_ties(self) -> int:
         return int(np.unique(self.bump_windows).size)
+
+    def arrays(self) -> dict:
+        """The legal decisions as arrays (kept with the case's allowances, read by `legal`)."""
+        return {"winners.windows": np.asarray(self.bump_windows, np.int64),
+                "winners.cells": np.asarray(self.bump_cells, np.int64),
+                "winners.none": np.asarray(self.none_windows, np.int64)}
+
+
+def legal(arrays: dict, windows, winners, n_cells: int) -> np.ndarray:
+    """Per (flat pooled window, winner) pair: whether Decisions.arrays() allow that winner (a
+    flat conv cell below n_cells, or -1: none) in that window. A window that is no near-tie
+    lists nothing: only the reference's own winner is legal there (the caller's equality)."""
+    def key(w, c):
+        return np.asarray(w, np.int64) * (n_cells + 1) + (np.asarray(c, np.int64) + 1)
+    allowed = np.concatenate([key(arrays["winners.windows"], arrays["winners.cells"]),
+                              key(arrays["winners.none"], -1)])
+    return np.isin(key(windows, winners), allowed)
 
 
 def near_ties(conv: Err, winners, Hc, Wc, poolH, poolW) -> Decisions:
@@ -74,7 +98,10 @@ def near_ties(conv: Err, winners, Hc, Wc, poolH, poolW) -> Decisions:
     low = vb - ab
     alt = (v + a >= low[..., None]) & (cells != win[..., None])
     alt_zero = (win >= 0) & (low <= 0.0)               # the +0 start (nothing positive)
-    pooled_bound = np.maximum(np.max(np.where(alt, np.abs(vb[..., None] - v), 0.0), -1),
+    # the port's pooled value is its conv value of the cell it picks: within that cell's
+    # allowance of v, which may exceed the winner's (a dead window's winner is the exact +0)
+    other = np.abs(vb[..., None] - v) + np.maximum(a - ab[..., None], 0.0)
+    pooled_bound = np.maximum(np.max(np.where(alt, other, 0.0), -1),
                               np.where(alt_zero, np.abs(vb), 0.0))
     uncertain = alt.any(-1) | alt_zero
     pool_flat = np.arange(win.size).reshape(win.shape)
@@ -82,7 +109,8 @@ def near_ties(conv: Err, winners, Hc, Wc, poolH, poolW) -> Decisions:
     keep = uncertain & (win >= 0)
     bc.append(win[keep])
     bw.append(pool_flat[keep])
-    return Decisions(winners, np.concatenate(bc), np.concatenate(bw), pooled_bound)
+    return Decisions(winners, np.concatenate(bc), np.concatenate(bw), pooled_bound,
+                     pool_flat[alt_zero])
 
 
 def backward(x: Err, col: Err, W: Err, dec, dPooled: Err, kh, kw, padH, padW, want_dx=True):
@@ -114,7 +142,11 @@ def backward_parts(x: Err, col: Err, W: Err, dec, dPooled: Err, kh, kw, padH, pa
     if dec.bump_cells.size:
         bump = np.zeros(P * Out)
         np.add.at(bump, dec.bump_cells, np.abs(dP.v)[dec.bump_windows])
-        dC = dC.plus_systematic(bump.reshape(P, Out))
+        # a moved gradient is a term of the port's sums the reference's lack (dW, db over the P
+        # positions, dx over the kh*kw*Out (tap, channel) terms): its roundings there add at
+        # most ULP*n times it to the deterministic bound 2u((n-1)M + sum|t|)
+        n = max(P, kh * kw * Out)
+        dC = dC.plus_systematic(bump.reshape(P, Out) * (1.0 + ULP * n))
     db, dW = terms(dC, 0), products(dC.T, col)
     if not want_dx:
         return dW, db, None
@@ -146,7 +178,8 @@ def tap_sums(parts: dict, H, W, C, kh, kw, padH, padW) -> dict:
 
 
 def case_errors(case) -> dict:
-    """{tensor: Err} of a conv fixture case (its inputs are exact binary32 values)."""
+    """{tensor: Err} of a conv fixture case (its inputs are exact binary32 values), and the
+    pool's legal decisions (Decisions.arrays)."""
     p = case.params
     geo = [int(p[k]) for k in ("kh", "kw", "padH", "padW", "poolH", "poolW")]
     x = np.asarray(case.inputs["x"], np.float64)
@@ -155,7 +188,7 @@ def case_errors(case) -> dict:
     col, conv, pooled, winners = forward(x, W, b, *geo)
     dW, db, dx = backward(x, col, W, winners, Err.exact(case.inputs["dPooled"]), *geo[:4],
                           want_dx=bool(p.get("dx", True)))
-    out = {"conv": conv, "pooled": pooled, "dW": dW, "db": db}
+    out = {"conv": conv, "pooled": pooled, "dW": dW, "db": db, **winners.arrays()}
     if dx is not None:
         out["dx"] = dx
     return out

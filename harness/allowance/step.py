@@ -26,9 +26,9 @@ def _lstm_weights(P, layer):
     return tuple(stack([P[f"lstm{layer}.{d}.{n}"] for d in ("fwd", "rev")]) for n in ("W_ih", "W_hh", "b"))
 
 
-def line(config, P: dict, image, target, scale):
+def line(config, P: dict, image, target, scale, decisions=None):
     """One line -> (loss Err, {parameter: statistics of its gradient sums}, the conv values
-    of every block, flat, as Err)."""
+    of every block, flat, as Err); each block's pool Decisions appended to `decisions`."""
     x = np.asarray(image, np.float64)
     x = Err.exact(x[:, :, None] if x.ndim == 2 else x)
     kept, convs = [], []
@@ -36,6 +36,8 @@ def line(config, P: dict, image, target, scale):
         col, cv, pooled, w = conv.forward(x, P[f"conv{n}.W"], P[f"conv{n}.b"], *_geo(blk))
         kept.append((x, col, w))
         convs.append(cv.reshape(-1))
+        if decisions is not None:
+            decisions.append((w, cv.v.size))
         x = pooled
     Hp, Wp, C = x.shape
     seq = x.map(lambda a: a.transpose(1, 0, 2).reshape(Wp, Hp * C))
@@ -73,7 +75,7 @@ def _direction(parts: dict, d: int) -> dict:
             for k, v in parts.items()}
 
 
-def batch(config, P: dict, images, targets, scale=None) -> dict:
+def batch(config, P: dict, images, targets, scale=None, decisions=None) -> dict:
     """{parameter: gradient Err, "losses": [B], "batch_loss": [1], "conv_out": the conv values
     of every line and block (harness/flips.py's layout)} of a batch (each line's CTC gradient
     scaled by `scale`, 1/B by default)."""
@@ -82,7 +84,7 @@ def batch(config, P: dict, images, targets, scale=None) -> dict:
     names = [s.name for s in model.param_specs(config)]
     per_line, losses, convs = [], [], []
     for image, target in zip(images, targets):
-        loss, parts, cv = line(config, P, image, target, scale)
+        loss, parts, cv = line(config, P, image, target, scale, decisions)
         losses.append(loss)
         convs += cv
         if parts is not None:
@@ -110,7 +112,25 @@ def exact_params(config, flat) -> dict:
     return {k: Err.exact(v) for k, v in model.unflatten(config, np.asarray(flat, np.float32)).items()}
 
 
+def decision_arrays(decisions) -> dict:
+    """The legal pool decisions of every block (conv.Decisions.arrays) in the concatenations
+    of the pytorch_step fixture (harness/flips.py, layout(): line by line, block by block)."""
+    parts, w_at, c_at = [], 0, 0
+    for d, n_cells in decisions:
+        a = d.arrays()
+        parts.append((a["winners.windows"] + w_at, a["winners.cells"] + c_at,
+                      a["winners.none"] + w_at))
+        w_at += d.winners.size
+        c_at += n_cells
+    cat = lambda i: np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64)
+    return {"winners.windows": cat(0), "winners.cells": cat(1), "winners.none": cat(2)}
+
+
 def case_errors(case) -> dict:
+    """{tensor: Err} of a step case, and the pool's legal decisions (decision_arrays)."""
     from crnn_conformance.generators.cases.step import case_inputs
     config, params, images, targets = case_inputs(case)
-    return batch(config, {k: Err.exact(v) for k, v in params.items()}, images, targets)
+    dec = []
+    out = batch(config, {k: Err.exact(v) for k, v in params.items()}, images, targets,
+                decisions=dec)
+    return {**out, **decision_arrays(dec)}

@@ -1,5 +1,6 @@
-"""Builds variants of tests/ports/testport.c (see its header for the -D switches), and runs
-the gate on them.
+"""Builds variants of tests/ports/testport.c (see its header for the -D switches) or of
+another port there (`source=`: blasport.c, a conv port written like one on an fp32 BLAS), and
+runs the gate on them.
 
     from testports import build_port, gate, cannot_run
     so = build_port(tmp_dir, "-DTP_SEGV")
@@ -19,14 +20,16 @@ FLAGS = ["-O2", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared", "-std
          "-Wall", "-Wextra", "-Wno-unused-parameter"]
 
 
-def build_port(out_dir, *defines: str) -> Path:
+def build_port(out_dir, *defines: str, source: str = "testport.c") -> Path:
+    """The port built from tests/ports/SOURCE with the -D switches `defines`."""
     from crnn_conformance.ctypes_kernels.build import find_compiler
-    name = "libtp" + "".join("_" + re.sub(r"[^A-Za-z0-9]+", "", d.replace("-DTP_", "").replace("-", "m"))
+    stem = "libtp" if source == "testport.c" else "lib" + Path(source).stem
+    name = stem + "".join("_" + re.sub(r"[^A-Za-z0-9]+", "", d.replace("-DTP_", "").replace("-DBP_", "").replace("-", "m"))
                              for d in defines) + ".so"
     out = Path(out_dir) / name
     if not out.exists():
         cmd = [find_compiler(), *defines, *FLAGS, "-I", str(ROOT / "ctypes_kernels"),
-               "-o", str(out), str(HERE / "testport.c")]
+               "-o", str(out), str(HERE / source)]
         subprocess.run(cmd, check=True, capture_output=True, text=True)
     return out
 
