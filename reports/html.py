@@ -18,7 +18,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
 
-from .console import failure_message
+from .console import bit_figure, failure_message, worst_context
 from .json_report import layer_status, summary, tensor_key
 from .overview import layer_svg
 
@@ -122,12 +122,12 @@ def _cell(tier: str, rs: list[dict]) -> dict:
         text = f"{ok}/{len(rs)}"
         title = ("every ISA × thread run identical to the base run" if passed else
                  f"{len(rs) - ok} run(s) differ; worst {worst['isa']} × {worst['threads']}: "
-                 f"{worst['mismatches']} element(s), max {worst.get('max_ulp')} ulp")
+                 f"{worst['mismatches']} element(s), farthest {bit_figure(worst, ' ')}")
     else:
         worst = rs[0]
         passed = worst["passed"]
         if tier == "exact":
-            text = "=" if passed else (f"{worst['mismatches']}× {worst.get('max_ulp')} ulp"
+            text = "=" if passed else (f"{worst['mismatches']}× {bit_figure(worst, ' ')}"
                                        if worst["elements"] else "no result")
             title = ("all bits equal" if passed else failure_message(worst))
         else:
@@ -160,10 +160,11 @@ def worst_text(r: dict) -> str:
     if not w:
         return "—"          # the note (crash, hang, error code) is shown under it
     idx = ",".join(map(str, w.get("index", [])))
-    s = f"[{idx}] ours {_num(w.get('ours'))} ref {_num(w.get('ref'))}"
+    s = f"[{idx}]" + (f" {w['unbounded']}:" if w.get("unbounded") else "")
+    s += f" ours {_num(w.get('ours'))} ref {_num(w.get('ref'))}"
     if r["tier"] in ("float64", "pytorch"):
         s += f" allow {_short(w.get('allowance'))}"
-    return s
+    return s + worst_context(w)
 
 
 def _num(x) -> str:
@@ -246,7 +247,7 @@ def _details(recs) -> tuple[list[dict], dict, int]:
             "title": f"{r['layer']}/{r['case']}/{r['tensor']}",
             "sub": f"tier {r['tier']} · {r['isa']} × {r['threads']} thread(s)",
             "usage": (fmt_usage(r["usage"]) if r["tier"] in ("float64", "pytorch")
-                      else f"{r['mismatches']} of {r['elements']} differ, max {r.get('max_ulp')} ulp"),
+                      else f"{r['mismatches']} of {r['elements']} differ, farthest {bit_figure(r, ' ')}"),
             "band": band(r["usage"], r["tier"], r["passed"]),
             "message": failure_message(r) if not r["passed"] else "",
             "hist": Markup(hist_svg(r["hist"])) if r.get("hist") else None,
