@@ -165,9 +165,10 @@ FAILURES = {
     "segv": ("-DTP_SEGV", ["the port crashed in crnn_linear_backward", "SIGSEGV"], "*"),
     "abort": ("-DTP_ABORT", ["the port crashed in crnn_linear_backward", "SIGABRT"], "*"),
     "hang": ("-DTP_HANG", ["hang: no answer in crnn_linear_backward within 2 s"], "*"),
-    "poison": ("-DTP_UNWRITTEN", ["never written (poison left)", "worst [36]"], "db"),
-    "nan": ("-DTP_NAN", ["NaN/Inf element(s) where the reference is finite", "worst [1,2]",
-                         "ours=nan"], "dW"),
+    "poison": ("-DTP_UNWRITTEN", ["(1 element(s): poison left (never written))",
+                                  "worst [36] poison left (never written): ours=nan"], "db"),
+    "nan": ("-DTP_NAN", ["(1 element(s): NaN where the reference is finite)",
+                         "worst [1,2] NaN where the reference is finite: ours=nan"], "dW"),
     "errcode": ("-DTP_ERRCODE", ["crnn_linear_backward returned -3 (CRNN_E_NOMEM)"], "*"),
 }
 
@@ -185,10 +186,21 @@ def test_misbehaving_port_fails_and_the_gate_goes_on(mode, ports, tmp_path):
     assert fails and all(l.startswith(f"FAIL {BAD_CASE}/{tensor} ") for l in fails), fails
     for f in fragments:
         assert any(f in l for l in fails), (f, fails)
+    if mode in ("poison", "nan"):   # words, not the ulp distance of a NaN's bit pattern
+        exact = [l for l in fails if " tier=exact " in l]
+        assert exact and all("max_ulp" not in l for l in exact), exact
     assert "__REPRO: crnn-conformance gate --port" in r.stdout
     data = json.loads((tmp_path / "results.json").read_text())
     bad = [t for t in data["tensors"] if not t["passed"]]
     assert {(t["layer"], t["case"]) for t in bad} == {tuple(BAD_CASE.split("/"))}
+    if mode in ("poison", "nan"):   # unbounded, no ulp figure; the table says what it is
+        import click
+        from crnn_conformance.reports.console import table
+        ex = [t for t in bad if t["tier"] == "exact"]
+        assert [(t["usage"], t["max_ulp"], t["mismatches"]) for t in ex] == [(None, None, 1)]
+        row = [l for l in map(click.unstyle, table(data))
+               if l.split()[:3] == ["linear", "T16_I37_O37", tensor]]
+        assert row and row[0].split()[3] == ("1xpoison" if mode == "poison" else "1xNaN"), row
     # every other case still ran and passed: dot16's three and linear's others (seven of the
     # linear fixture, and the pytorch tier's)
     ran = {(t["layer"], t["case"]) for t in data["tensors"] if t["passed"]}
