@@ -23,6 +23,8 @@ LEGEND = (
     "legend (a check = one tensor of one case compared in one tier on one ISA x threads run):",
     "  exact     =            every bit equals the executable spec",
     "            69x27898ulp  69 elements differ, the farthest by 27898 units in the last place",
+    "            3xNaN        3 differ, the worst with no distance: NaN (inf, poison, ...) where",
+    "                         the reference is finite (its FAIL line says it in words)",
     "  float64   0.012        allowance usage: max over elements of |ours - ref| / allowance;",
     "  pytorch                passes at <= 1 (pytorch: 2*Atol + 2*Floor + 2*Rtol*|pt|)",
     "  identity  15/15        ISA x thread runs bit-identical to the base run / runs compared",
