@@ -58,7 +58,7 @@ def _model_allowances(layer: str, case) -> dict:
     return allowance.allowances(layer, case) if layer in allowance.LAYERS else {}
 
 
-def _tier_records(opts, module, case, tier, ours, base) -> list[Record]:
+def _tier_records(opts, module, case, tier, ours, isa, threads=1) -> list[Record]:
     out = []
     ref = case.expected[tier]
     hook = getattr(module, "compare_tier", None)
@@ -75,7 +75,7 @@ def _tier_records(opts, module, case, tier, ours, base) -> list[Record]:
             c = compare(ours[tensor], r, tier, tol.atol if tol else 0.0, tol.rtol if tol else 0.0,
                         floor or 0.0, heatmap_cols=_heatmap_cols(module, case, tensor, r))
         _worst_context(module, case, tensor, np.shape(r), c)
-        rec = record(opts, module.LAYER, case.name, tensor, tier, *base, c, tol, floor)
+        rec = record(opts, module.LAYER, case.name, tensor, tier, isa, threads, c, tol, floor)
         if getattr(c, "flips", None) is not None:   # harness/flips.py: pool flips of this case
             rec.flips = list(c.flips)                # (not a Record field: meta["flips"] holds them)
         out.append(rec)
@@ -339,7 +339,7 @@ def _run_case(opts, ex, m, fixture_path, case, runs) -> list[Record]:
     records = []
     for tier in case.expected:
         if tier in opts.tiers:
-            records += _tier_records(opts, m, case, tier, base, base_run)
+            records += _tier_records(opts, m, case, tier, base, *base_run)
     if error is not None:   # no (complete) base run: every tier of the case fails
         records += [failure(opts, m.LAYER, case.name, t, *base_run, str(error))
                     for t in case.expected if t in opts.tiers]

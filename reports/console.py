@@ -86,9 +86,9 @@ def failure_message(r) -> str:
                 f"threads={r['threads']}: no result: {r.get('note') or 'unknown'}")
     w = r.get("worst") or {}
     where = f"[{','.join(map(str, w.get('index', [])))}]" if w else ""
-    words = f" {w['unbounded']}:" if w.get("unbounded") else ""
-    what = (f" worst {where}{words} ours={w.get('ours')} ref={w.get('ref')} "
-            f"allowance={w.get('allowance')}{worst_context(w)}" if w else "")
+    words = f": {w['unbounded']}" if w.get("unbounded") else ""
+    what = (f" worst {where} ours={w.get('ours')} ref={w.get('ref')} "
+            f"allowance={w.get('allowance')}{worst_context(w)}{words}" if w else "")
     usage = f"usage={_usage(r['usage'])}" if r["tier"] in ("float64", "pytorch") else (
         f"mismatches={r['mismatches']}/{r['elements']}"
         + (f" max_ulp={r['max_ulp']}" if r.get("max_ulp") is not None else ""))

@@ -160,11 +160,10 @@ def worst_text(r: dict) -> str:
     if not w:
         return "—"          # the note (crash, hang, error code) is shown under it
     idx = ",".join(map(str, w.get("index", [])))
-    s = f"[{idx}]" + (f" {w['unbounded']}:" if w.get("unbounded") else "")
-    s += f" ours {_num(w.get('ours'))} ref {_num(w.get('ref'))}"
+    s = f"[{idx}] ours {_num(w.get('ours'))} ref {_num(w.get('ref'))}"
     if r["tier"] in ("float64", "pytorch"):
         s += f" allow {_short(w.get('allowance'))}"
-    return s + worst_context(w)
+    return s + worst_context(w) + (f": {w['unbounded']}" if w.get("unbounded") else "")
 
 
 def _num(x) -> str:

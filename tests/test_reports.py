@@ -520,7 +520,8 @@ def test_inf_where_the_reference_is_finite_is_said_in_words(figures):
     assert w["unbounded"] == "inf where the reference is finite"
     assert w["input"] == {"x": float(x[w["index"][0]])}
     assert rec["usage"] is None and "1 element(s): inf where the reference is finite" in rec["note"]
-    assert f"worst [{w['index'][0]}] inf where the reference is finite: ours=inf" in out
+    assert f"worst [{w['index'][0]}] ours=inf ref=" in out
+    assert f"x={w['input']['x']}: inf where the reference is finite (1 element(s)" in out
     assert f"{rec['mismatches']}× inf" in html and "inf where the reference is finite" in html
 
 
