@@ -372,7 +372,7 @@ def _identity_records(opts, ex, m, fixture_path, case, runs, base) -> list[Recor
             if not c.passed:
                 c.note = ((c.note + "; " if c.note else "")
                           + f"{run_name(isa, threads)} differs from {run_name(*runs[0])}")
-                _worst_context(m, case, tensor, np.shape(a), c)
+            _worst_context(m, case, tensor, np.shape(a), c)
             run.append(record(opts, m.LAYER, case.name, tensor, "identity", isa, threads, c))
         if error is not None:
             run.append(failure(opts, m.LAYER, case.name, "identity", isa, threads, str(error)))
@@ -436,7 +436,7 @@ def _select_isas(opts, available) -> list[str]:
     if absent:
         raise abi.PortError(f"ISA path(s) {', '.join(absent)} not available from this port on this CPU "
                             f"(available: {', '.join(available)})")
-    return wanted
+    return list(wanted)
 
 
 def _bundled() -> Path:

@@ -263,7 +263,7 @@ def _identity(recs, meta) -> dict | None:
     threads = list(meta.get("threads") or sorted({r["threads"] for r in idr}))
     if not isas or (not idr and "identity" not in (meta.get("tiers") or [])):
         return None
-    base = (isas[0], 1)
+    base = tuple(meta["runs"][0]) if meta.get("runs") else (isas[0], 1)
     grid = []
     for isa in isas:
         row = []
@@ -280,7 +280,8 @@ def _identity(recs, meta) -> dict | None:
                             "title": "identical tensors / tensors" +
                             (f"; differs in {', '.join(bad_layers)}" if bad_layers else "")})
         grid.append({"isa": isa, "cells": row})
-    return {"threads": threads, "rows": grid, "base": f"{base[0]} × 1 thread",
+    return {"threads": threads, "rows": grid,
+            "base": f"{base[0]} × {base[1]} thread{'' if base[1] == 1 else 's'}",
             "layers": sorted({r["layer"] for r in idr})}
 
 
