@@ -11,6 +11,12 @@ min over elements with a finite, nonzero reference of (allowance - |ours - ref|)
 (0 when the check already fails; None for the bit tiers, or when no element qualifies). NaN or Inf from the port where the reference is finite is a
 failure of that element, and so is the poison value a port never overwrote.
 
+The ulp distance (ulp_distance) is counted between two finite values only. A differing
+element that is NaN, Inf or poison on either side has no distance: the record's note and its
+worst element say what it is in words ("NaN where the reference is finite", "poison left
+(never written)"), its usage is unbounded (inf), and the bit tiers' max_ulp is over the other
+differing elements (None when there are none).
+
 A tensor that fails or uses more than DETAIL_USAGE of its allowance also gets a compact picture
 of its elements for the reports (docs/report-schema.md): `hist`, a histogram of the
 per-element measure (usage for the tolerance tiers, ulp distance for the bit tiers) over fixed
@@ -71,19 +77,64 @@ def allowance(tier: str, ref: np.ndarray, atol: float, rtol: float, floor: float
 
 
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Distance in units in the last place, counting across zero (+0 and -0 are 0 apart).
-    For float64 the distance is returned as a float (exact up to 2^53 ulps)."""
+    """Distance in units in the last place: how many representable values lie between a and
+    b, counted across zero, so +0 and -0 are 1 apart (-0 sits one step below +0) and a bit
+    check that failed never shows 0 ulp. Exact integers: float32 in int64, float64 in uint64
+    (any two float64 bit patterns are less than 2^64 steps apart, so the larger ordered
+    integer minus the smaller, taken modulo 2^64, is the distance itself: nothing is clamped).
+    Meaningful between two finite values; compare() describes NaN, Inf and poison in words.
+    Integer tensors: |a - b|."""
     if a.dtype.kind != "f":
         return np.abs(a.astype(np.int64) - b.astype(np.int64))
-    it, mag = ((np.int32, 0x7FFFFFFF) if a.dtype == np.float32 else (np.int64, 0x7FFFFFFFFFFFFFFF))
-
-    def ordered(x):
-        i = x.view(it).astype(np.int64)
-        return np.where(i < 0, -(i & mag) - 1, i)   # -0 sits one step below +0
-
     if a.dtype == np.float32:
-        return np.abs(ordered(a) - ordered(b))
-    return np.abs(ordered(a).astype(np.float64) - ordered(b).astype(np.float64))
+        return np.abs(_ordered(a, np.int32, 0x7FFFFFFF) - _ordered(b, np.int32, 0x7FFFFFFF))
+    oa = _ordered(a, np.int64, 0x7FFFFFFFFFFFFFFF)
+    ob = _ordered(b, np.int64, 0x7FFFFFFFFFFFFFFF)
+    hi = np.atleast_1d(np.maximum(oa, ob)).astype(np.uint64)   # two's complement: the
+    lo = np.atleast_1d(np.minimum(oa, ob)).astype(np.uint64)   # difference wraps to the exact
+    return (hi - lo).reshape(np.shape(a))                      # value, which is < 2^64
+
+
+def _ordered(x: np.ndarray, it, mag) -> np.ndarray:
+    """The bit patterns as int64 in the order of the values: -0 one step below +0."""
+    i = np.asarray(x).view(it).astype(np.int64)
+    return np.where(i < 0, -(i & mag) - 1, i)
+
+
+def _kinds(x: np.ndarray) -> np.ndarray:
+    """0 finite, 1 NaN, 2 +inf, 3 -inf (integers: 0)."""
+    if x.dtype.kind != "f":
+        return np.zeros(x.shape, np.int8)
+    with np.errstate(all="ignore"):
+        return np.select([np.isnan(x), x == np.inf, x == -np.inf], [1, 2, 3], 0).astype(np.int8)
+
+
+KIND_WORDS = ("finite", "NaN", "inf", "-inf")
+POISON_WORDS = "poison left (never written)"
+
+
+def unbounded_word(code: int) -> str:
+    """The words for an element with no distance (code from _codes)."""
+    if code >= 16:
+        return POISON_WORDS
+    o, r = divmod(code, 4)
+    if o == r == 1:
+        return "NaN with other bits than the reference's NaN"
+    return f"{KIND_WORDS[o]} where the reference is {KIND_WORDS[r]}"
+
+
+def _codes(ours: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Per element: 16 for poison left in ours, else 4 * kind(ours) + kind(ref) (_kinds);
+    0 is two finite values (or integers), the only pair with a distance."""
+    c = 4 * _kinds(ours) + _kinds(ref)
+    return np.where(is_poison(ours) & ~is_poison(ref), 16, c).astype(np.int8)
+
+
+def _unbounded_note(codes: np.ndarray, sel: np.ndarray) -> str:
+    """`N element(s): <words>` for each kind of element in `sel` that has no distance."""
+    found, counts = np.unique(codes[sel & (codes != 0)], return_counts=True)
+    order = sorted(zip(found.tolist(), counts.tolist()), key=lambda fc: (fc[0] != 16, fc[0]))
+    return "; ".join(f"{n} element(s): {unbounded_word(f)}" for f, n in order)
 
 
 @dataclass
@@ -259,30 +310,25 @@ def _compare_bits(ours, ref, tier, mask, cols=None) -> Comparison:
     if mask is not None:
         bad &= mask
     n = int(bad.sum())
-    poison = int((is_poison(ours) & bad).sum())
     if n == 0:
         return Comparison(0.0, 0.0, 0, int(ours.size), True, max_ulp=0)
-    if ours.dtype.kind == "f":
-        with np.errstate(all="ignore"):
-            ulps = np.where(bad, ulp_distance(ours, ref), 0)
-            diff = np.abs(ours.astype(np.float64) - ref.astype(np.float64))
-        finite = np.isfinite(diff)
-        ulp_max = int(np.max(ulps))
-        w = int(np.argmax(np.where(bad, np.where(np.isfinite(ours) & ~is_poison(ours), ulps, 1 << 62), -1)))
-        mad = float(np.max(np.where(bad & finite, diff, 0.0)))
-    else:
-        diff = np.abs(ours.astype(np.int64) - ref.astype(np.int64))
-        ulp_max = int(np.max(np.where(bad, diff, 0)))
-        w = int(np.argmax(bad))
-        mad = float(ulp_max)
-    note = f"{poison} element(s) never written (poison left)" if poison else ""
+    codes = _codes(ours, ref)
+    special = bad & (codes != 0)       # NaN, Inf or poison: no distance, described in words
+    counted = bad & ~special
+    with np.errstate(all="ignore"):
+        ulps = np.where(counted, ulp_distance(ours, ref), 0)
+        diff = np.abs(ours.astype(np.float64) - ref.astype(np.float64))
+    ulp_max = int(np.max(ulps)) if counted.any() else None
+    mad = float(np.max(np.where(counted & np.isfinite(diff), diff, 0.0)))
+    w = int(np.argmax(special)) if special.any() else int(np.argmax(ulps))
     worst = {"index": _index(w, ours.shape), "ours": _scalar(ours.flat[w]),
              "ref": _scalar(ref.flat[w]), "allowance": 0.0}
-    if ours.dtype.kind == "f":
-        v = np.where(bad, np.where(np.isfinite(ours) & ~is_poison(ours), ulps, np.inf), 0.0)
-    else:
-        v = np.where(bad, diff, 0).astype(np.float64)
-    c = Comparison(float(ulp_max), mad, n, int(ours.size), False, ulp_max, worst, note)
+    if special.flat[w]:
+        worst["unbounded"] = unbounded_word(int(codes.flat[w]))
+    usage = float("inf") if special.any() else float(ulp_max)
+    v = np.where(special, np.inf, ulps.astype(np.float64))
+    c = Comparison(usage, mad, n, int(ours.size), False, ulp_max, worst,
+                   _unbounded_note(codes, special))
     return _detail(c, v, "ulp", ours.shape, cols)
 
 
@@ -297,20 +343,23 @@ def _compare_tolerance(ours, ref, tier, atol, rtol, floor, mask, cols=None) -> C
     n = int(np.count_nonzero(over))
     w = int(np.argmax(ratio)) if ratio.size else 0
     usage = float(ratio.flat[w]) if ratio.size else 0.0
-    poison = int(np.count_nonzero(is_poison(ours) & over)) if n else 0
-    nonfinite = int(np.count_nonzero(~np.isfinite(o) & np.isfinite(r) & over)) if n else 0
-    notes = []
-    if poison:
-        notes.append(f"{poison} element(s) never written (poison left)")
-    if nonfinite - poison > 0:
-        notes.append(f"{nonfinite - poison} NaN/Inf element(s) where the reference is finite")
+    codes = _codes(ours, ref) if n else None
+    special = over & (codes != 0) if n else None   # NaN, Inf or poison: described in words
     worst = {"index": _index(w, ours.shape), "ours": _scalar(ours.flat[w]) if ours.size else None,
              "ref": _scalar(ref.flat[w]) if ref.size else None,
              "allowance": float(allow.flat[w]) if allow.size else 0.0}
+    if n and special.flat[w]:
+        worst["unbounded"] = unbounded_word(int(codes.flat[w]))
     mad = float(np.max(diff)) if diff.size else 0.0
-    c = Comparison(usage, mad, n, int(ours.size), n == 0, None, worst, "; ".join(notes),
+    c = Comparison(usage, mad, n, int(ours.size), n == 0, None, worst,
+                   _unbounded_note(codes, special) if n else "",
                    resolution=resolution(allow, diff, r, mask))
     return _detail(c, ratio, "usage", ours.shape, cols)
+
+
+def json_value(a, flat: int):
+    """Element `flat` of array `a` as a results.json value (a number; NaN and Inf as strings)."""
+    return _scalar(np.asarray(a).flat[flat])
 
 
 def _scalar(v):

@@ -68,6 +68,7 @@ class GateOptions:
     timeout: float | None = 120.0    # None: no limit
     available: bool = False          # `--layers available`: gate only the layers the port implements
     workers: int = 1                 # worker processes running cases side by side (gate --jobs)
+    runs: list | None = None         # gate --runs: exactly these (isa, threads) runs, the base first
 
 
 @dataclass
@@ -80,13 +81,21 @@ class GateResult:
         return all(r.passed for r in self.records)
 
 
-def repro_command(opts: GateOptions, layer: str, case: str, tier: str, isa: str, threads: int) -> str:
+def repro_command(opts: GateOptions, layer: str, case: str, tier: str, isa: str, threads: int,
+                  runs: list | None = None) -> str:
+    """The gate command that reruns one check alone: `--isa ISA --threads N` for a check of the
+    base run (ISA x 1 thread), `--runs` for `runs` (an identity check: its base and its own
+    run, exactly those two) and for a base run of more threads (which --isa cannot name)."""
+    if runs is None and tier != "identity" and str(threads) != "1":
+        runs = [(isa, threads)]
     cmd = ["crnn-conformance", "gate"]
     if opts.port:
         cmd += ["--port", str(opts.port)]
     if Path(opts.fixtures).resolve() != FIXTURES_DIR:
         cmd += ["--fixtures", str(opts.fixtures)]
-    cmd += ["--layers", layer, "--case", case, "--tiers", tier, "--isa", isa, "--threads", str(threads)]
+    cmd += ["--layers", layer, "--case", case, "--tiers", tier]
+    cmd += (["--runs", ",".join(f"{i}:{t}" for i, t in runs)] if runs else
+            ["--isa", isa, "--threads", str(threads)])
     if opts.timeout != GateOptions.timeout:
         cmd += ["--timeout", "inf" if opts.timeout is None else f"{opts.timeout:g}"]
     return " ".join(map(_shell_quote, cmd))

@@ -31,7 +31,7 @@ from crnn_conformance.harness.tolerances import elementwise, lookup
 
 __all__ = ["FIXTURES_DIR", "THREADS", "TIERS", "GateOptions", "GateResult", "GateSession", "Job",
            "Record", "check_case", "cpu_info", "host_info", "repro_command", "run_gate",
-           "select_isas", "tier_tolerance", "tool_info"]
+           "run_list", "select_isas", "tier_tolerance", "tool_info"]
 
 
 DEPTH = 2      # batches a worker has waiting at most: the one it runs and the next
@@ -59,7 +59,7 @@ def _model_allowances(layer: str, case) -> dict:
     return allowance.allowances(layer, case) if layer in allowance.LAYERS else {}
 
 
-def _tier_records(opts, module, case, tier, ours, isa) -> list[Record]:
+def _tier_records(opts, module, case, tier, ours, isa, threads=1) -> list[Record]:
     out = []
     ref = case.expected[tier]
     hook = getattr(module, "compare_tier", None)
@@ -75,7 +75,8 @@ def _tier_records(opts, module, case, tier, ours, isa) -> list[Record]:
         else:
             c = compare(ours[tensor], r, tier, tol.atol if tol else 0.0, tol.rtol if tol else 0.0,
                         floor or 0.0, heatmap_cols=_heatmap_cols(module, case, tensor, r))
-        rec = record(opts, module.LAYER, case.name, tensor, tier, isa, 1, c, tol, floor)
+        _worst_context(module, case, tensor, np.shape(r), c)
+        rec = record(opts, module.LAYER, case.name, tensor, tier, isa, threads, c, tol, floor)
         if getattr(c, "flips", None) is not None:   # harness/flips.py: pool flips of this case
             rec.flips = list(c.flips)                # (not a Record field: meta["flips"] holds them)
         out.append(rec)
@@ -156,9 +157,10 @@ class GateSession:
             self.isas = _select_isas(self.opts, self.executor.isas)
             if self.opts.available:
                 self._drop_missing(self.executor.info.get("symbols", []))
-            if set(self.opts.tiers) == {"identity"} and len(self.isas) * len(self.opts.threads) < 2:
+            if set(self.opts.tiers) == {"identity"} and len(self.runs()) < 2:
+                isa, threads = self.runs()[0]
                 raise ValueError("no checks selected: the identity tier compares ISA x thread "
-                                 f"runs, and only {self.isas[0]} x {self.opts.threads[0]} is selected")
+                                 f"runs, and only {isa} x {threads} is selected")
             n = max(1, min(self.opts.workers, len(self.jobs)))
             self.executors += [Executor(self.port_path, layers, self.opts.timeout, cases)
                                for _ in range(n - 1)]
@@ -201,10 +203,7 @@ class GateSession:
 
     def runs(self) -> list[tuple]:
         """The (isa, threads) runs of a case: the base run, then the identity tier's."""
-        base = (self.isas[0], 1)
-        if "identity" not in self.opts.tiers:
-            return [base]
-        return [base] + [(i, t) for i in self.isas for t in self.opts.threads if (i, t) != base]
+        return run_list(self.opts, self.isas)
 
     def _submit(self, job: Job):
         """Sends a case's runs as one batch to the worker with the fewest waiting (once)."""
@@ -245,8 +244,7 @@ class GateSession:
         ex = self._submit(job)
         self._await(ex, _key(job), ahead)
         try:
-            records = _run_case(self.opts, ex, job.module, job.fixture, job.case, self.isas,
-                                self.isas[0])
+            records = _run_case(self.opts, ex, job.module, job.fixture, job.case, self.runs())
         except NotImplementedByPort as e:
             self.not_implemented.setdefault(job.layer, str(e))
             return []
@@ -271,6 +269,7 @@ class GateSession:
             "fpenv": ex.info.get("fpenv") if ex else None,
             "isas": self.isas, "isas_available": ex.isas if ex else [],
             "threads": list(self.opts.threads), "tiers": list(self.opts.tiers),
+            **({"runs": [list(r) for r in self.opts.runs]} if self.opts.runs else {}),
             "workers": len(self.executors),
             "layers": self.layer_names, "case": self.opts.case, "timeout_s": self.opts.timeout,
             "started": self.started, "wall_s": round(time.perf_counter() - self.t0, 3),
@@ -332,59 +331,86 @@ def _with_output(records: list, text: str) -> list:
     return records
 
 
-def _run_case(opts, ex, m, fixture_path, case, isas, base_isa) -> list[Record]:
-    base, error, text, seconds = _attempt(ex, m.LAYER, fixture_path, case.name, base_isa, 1)
+def _run_case(opts, ex, m, fixture_path, case, runs) -> list[Record]:
+    base_run = runs[0]
+    base, error, text, seconds = _attempt(ex, m.LAYER, fixture_path, case.name, *base_run)
     if error is not None and opts.available and getattr(error, "code", None) == abi.E_UNSUPPORTED:
         raise NotImplementedByPort(str(error)) from None
     # The identity runs first: meanwhile the error model may still be computing the
     # allowances of the tolerance tiers (harness/allowance.prefetch). The records keep the
     # tiers' order.
     identity = [] if error is not None else _identity_records(opts, ex, m, fixture_path, case,
-                                                              isas, base_isa, base)
+                                                              runs, base)
     t0 = time.perf_counter()
     records = []
     for tier in case.expected:
         if tier in opts.tiers:
-            records += _tier_records(opts, m, case, tier, base, base_isa)
+            records += _tier_records(opts, m, case, tier, base, *base_run)
     if error is not None:   # no (complete) base run: every tier of the case fails
-        records += [failure(opts, m.LAYER, case.name, t, base_isa, 1, str(error))
+        records += [failure(opts, m.LAYER, case.name, t, *base_run, str(error))
                     for t in case.expected if t in opts.tiers]
-        if "identity" in opts.tiers and len(isas) * len(opts.threads) > 1:
-            rec = failure(opts, m.LAYER, case.name, "identity", base_isa, 1, str(error))
-            rec.repro = repro_command(opts, m.LAYER, case.name, "identity", ",".join(isas),
-                                      ",".join(map(str, opts.threads)))
+        if "identity" in opts.tiers and len(runs) > 1:
+            rec = failure(opts, m.LAYER, case.name, "identity", *base_run, str(error))
+            rec.repro = (repro_command(opts, m.LAYER, case.name, "identity", *base_run, runs=runs)
+                         if opts.runs else
+                         repro_command(opts, m.LAYER, case.name, "identity",
+                                       ",".join(dict.fromkeys(i for i, _ in runs)),
+                                       ",".join(map(str, opts.threads))))
             records.append(rec)
     return _share(_with_output(records, text), seconds + time.perf_counter() - t0) + identity
 
 
-def _identity_records(opts, ex, m, fixture_path, case, isas, base_isa, base) -> list[Record]:
+def _identity_records(opts, ex, m, fixture_path, case, runs, base) -> list[Record]:
+    """Every run after the first compared bit for bit with the first (the base); a failing
+    record names both runs and its repro reruns exactly those two (`--runs BASE,RUN`)."""
     records = []
     if "identity" not in opts.tiers:
         return records
-    for isa in isas:
-        for threads in opts.threads:
-            if (isa, threads) == (base_isa, 1):
+    for isa, threads in runs[1:]:
+        pair = [runs[0], (isa, threads)]
+        t0 = time.perf_counter()
+        other, error, text, seconds = _attempt(ex, m.LAYER, fixture_path, case.name, isa, threads)
+        run = []
+        for tensor, a in base.items():
+            if tensor not in other:
                 continue
-            t0 = time.perf_counter()
-            other, error, text, seconds = _attempt(ex, m.LAYER, fixture_path, case.name, isa,
-                                                   threads)
-            run = []
-            for tensor, a in base.items():
-                if tensor not in other:
-                    continue
-                c = compare(other[tensor], a, "identity",
-                            heatmap_cols=_heatmap_cols(m, case, tensor, a))
-                if not c.passed:
-                    c.note = (c.note + "; " if c.note else "") + f"differs from {base_isa} x 1 thread"
-                rec = record(opts, m.LAYER, case.name, tensor, "identity", isa, threads, c)
-                if not c.passed and isa != base_isa:   # the repro must run the base path too
-                    rec.repro = repro_command(opts, m.LAYER, case.name, "identity",
-                                              f"{base_isa},{isa}", threads)
-                run.append(rec)
-            if error is not None:
-                run.append(failure(opts, m.LAYER, case.name, "identity", isa, threads, str(error)))
-            records += _share(_with_output(run, text), seconds + time.perf_counter() - t0)
+            c = compare(other[tensor], a, "identity", heatmap_cols=_heatmap_cols(m, case, tensor, a))
+            if not c.passed:
+                c.note = ((c.note + "; " if c.note else "")
+                          + f"{run_name(isa, threads)} differs from {run_name(*runs[0])}")
+            _worst_context(m, case, tensor, np.shape(a), c)
+            run.append(record(opts, m.LAYER, case.name, tensor, "identity", isa, threads, c))
+        if error is not None:
+            run.append(failure(opts, m.LAYER, case.name, "identity", isa, threads, str(error)))
+        for rec in run:
+            if not rec.passed:
+                rec.repro = repro_command(opts, m.LAYER, case.name, "identity", isa, threads,
+                                          runs=pair)
+        records += _share(_with_output(run, text), seconds + time.perf_counter() - t0)
     return records
+
+
+def run_name(isa: str, threads: int) -> str:
+    """`avx2 x 7 threads`, `scalar x 1 thread`: one ISA x threads run in words."""
+    return f"{isa} x {threads} thread{'' if threads == 1 else 's'}"
+
+
+def run_list(opts: GateOptions, isas) -> list[tuple]:
+    """The (isa, threads) runs of a case, the base run first: `opts.runs` as given (gate
+    --runs), else the first ISA x 1 thread then every other ISA x thread count of `isas` x
+    opts.threads; the base run alone when the identity tier is not asked for."""
+    runs = ([tuple(r) for r in opts.runs] if opts.runs else
+            [(isas[0], 1)] + [(i, t) for i in isas for t in opts.threads if (i, t) != (isas[0], 1)])
+    return runs if "identity" in opts.tiers else runs[:1]
+
+
+def _worst_context(module, case, tensor, shape, c) -> None:
+    """Adds to c.worst what the layer module knows of that element (its worst_context(case,
+    tensor, flat index), e.g. an element-wise case's input, a packed case's sub-case)."""
+    fn = getattr(module, "worst_context", None)
+    index = c.worst.get("index") if c.worst else None
+    if fn is not None and index is not None and len(index) == len(shape) and shape:
+        c.worst.update(fn(case, tensor, int(np.ravel_multi_index(index, shape))))
 
 
 def _check_selection(opts) -> None:
@@ -401,7 +427,7 @@ def _check_selection(opts) -> None:
 def check_case(opts: GateOptions, executor, module, fixture_path, case, isas) -> list[Record]:
     """The gate's records of one case (every tier it holds, identity over isas x threads):
     what run_gate does per case, for a caller with its own cases (harness/fuzz)."""
-    return _run_case(opts, executor, module, fixture_path, case, isas, isas[0])
+    return _run_case(opts, executor, module, fixture_path, case, run_list(opts, isas))
 
 
 def select_isas(opts: GateOptions, available) -> list[str]:
@@ -409,13 +435,14 @@ def select_isas(opts: GateOptions, available) -> list[str]:
 
 
 def _select_isas(opts, available) -> list[str]:
-    if opts.isas is None:
+    wanted = list(dict.fromkeys(i for i, _ in opts.runs)) if opts.runs else opts.isas
+    if wanted is None:
         return list(available)
-    absent = [i for i in opts.isas if i not in available]
+    absent = [i for i in wanted if i not in available]
     if absent:
         raise abi.PortError(f"ISA path(s) {', '.join(absent)} not available from this port on this CPU "
                             f"(available: {', '.join(available)})")
-    return list(opts.isas)
+    return list(wanted)
 
 
 def _bundled() -> Path:

@@ -25,6 +25,8 @@ LEGEND = (
     "legend (a check = one tensor of one case compared in one tier on one ISA x threads run):",
     "  exact     =            every bit equals the executable spec",
     "            69x27898ulp  69 elements differ, the farthest by 27898 units in the last place",
+    "            3xNaN        3 differ, the worst with no distance: NaN (inf, poison, ...) where",
+    "                         the reference is finite (its FAIL line says it in words)",
     "  float64   0.012        allowance usage: max over elements of |ours - ref| / allowance;",
     "  pytorch                passes at <= 1 (pytorch: 2*Atol + 2*Floor + 2*Rtol*|pt|)",
     "  identity  15/15        ISA x thread runs bit-identical to the base run / runs compared",
@@ -58,8 +60,17 @@ def _cell(tier, recs):
         return f"{ok}/{len(recs)}"
     r = recs[0]
     if tier == "exact":
-        return "=" if r["passed"] else f"{r['mismatches']}x{r.get('max_ulp')}ulp"
+        return "=" if r["passed"] else f"{r['mismatches']}x{bit_figure(r)}"
     return _usage(r["usage"])
+
+
+def bit_figure(r, sep: str = "") -> str:
+    """A failed bit check's farthest element: `3ulp`, or in one word what an element with no
+    distance is (`NaN`, `inf`, `poison`, ...: compare.unbounded_word)."""
+    words = (r.get("worst") or {}).get("unbounded")
+    if words:
+        return "poison" if words.startswith("poison") else words.split()[0]
+    return f"{r.get('max_ulp')}{sep}ulp"
 
 
 def _res_cell(recs):
@@ -88,13 +99,33 @@ def failure_message(r) -> str:
                 f"threads={r['threads']}: no result: {r.get('note') or 'unknown'}")
     w = r.get("worst") or {}
     where = f"[{','.join(map(str, w.get('index', [])))}]" if w else ""
-    what = (f" worst {where} ours={w.get('ours')} ref={w.get('ref')} allowance={w.get('allowance')}"
-            if w else "")
+    words = f": {w['unbounded']}" if w.get("unbounded") else ""
+    what = (f" worst {where} ours={w.get('ours')} ref={w.get('ref')} "
+            f"allowance={w.get('allowance')}{worst_context(w)}{words}" if w else "")
     usage = f"usage={_usage(r['usage'])}" if r["tier"] in ("float64", "pytorch") else (
-        f"mismatches={r['mismatches']}/{r['elements']} max_ulp={r.get('max_ulp')}")
+        f"mismatches={r['mismatches']}/{r['elements']}"
+        + (f" max_ulp={r['max_ulp']}" if r.get("max_ulp") is not None else ""))
     note = f" ({r['note']})" if r.get("note") else ""
     return (f"{r['layer']}/{r['case']}/{r['tensor']} tier={r['tier']} isa={r['isa']} "
             f"threads={r['threads']} {usage}{what}{note}")
+
+
+def worst_context(w: dict) -> str:
+    """What the worst element of an element-wise or packed case came from: its input
+    (` x=-88.5`) or its sub-case with that sub-case's parameters (` in line 17 of 2226 (T=1
+    K=2 ...) at [0,1]`); "" for any other case."""
+    text = "".join(f" {k}={v}" for k, v in (w.get("input") or {}).items())
+    sub = w.get("subcase")
+    if sub:
+        params = " ".join(f"{k}={_param(v)}" for k, v in sub.get("params", {}).items())
+        text += f" in {sub['name']} {sub['index']} of {sub['of']} ({params})"
+        if sub.get("element"):
+            text += f" at [{','.join(map(str, sub['element']))}]"
+    return text
+
+
+def _param(v) -> str:
+    return f"[{','.join(map(str, v))}]" if isinstance(v, list) else str(v)
 
 
 def failure_line(r) -> str:
@@ -195,8 +226,15 @@ def verdict(doc: dict) -> str:
         tail += f"; no fixture: {', '.join(m['no_fixture'])}"
     return (f"{'PASS' if passed else 'FAIL'}: {s['checks'] - s['failed']} of {s['checks']} checks "
             f"passed ({s['tensors']} tensors in {gated} layer{'s' if gated != 1 else ''}{tail}; "
-            f"ISA {','.join(m.get('isas', []))}; threads {','.join(map(str, m.get('threads', [])))}; "
+            f"{_runs(m)}; "
             f"{m.get('wall_s') or 0:.1f} s)")
+
+
+def _runs(m: dict) -> str:
+    """`ISA scalar,avx2; threads 1,7`, or the runs of `gate --runs`: `runs scalar:1,avx2:7`."""
+    if m.get("runs"):
+        return "runs " + ",".join(f"{i}:{t}" for i, t in m["runs"])
+    return f"ISA {','.join(m.get('isas', []))}; threads {','.join(map(str, m.get('threads', [])))}"
 
 
 def render(doc: dict, quiet: bool = False, verbose: bool = False) -> str:

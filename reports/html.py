@@ -18,7 +18,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
 
-from .console import failure_message
+from .console import bit_figure, failure_message, worst_context
 from .json_report import layer_status, summary, tensor_key
 from .overview import layer_svg
 
@@ -122,12 +122,12 @@ def _cell(tier: str, rs: list[dict]) -> dict:
         text = f"{ok}/{len(rs)}"
         title = ("every ISA × thread run identical to the base run" if passed else
                  f"{len(rs) - ok} run(s) differ; worst {worst['isa']} × {worst['threads']}: "
-                 f"{worst['mismatches']} element(s), max {worst.get('max_ulp')} ulp")
+                 f"{worst['mismatches']} element(s), farthest {bit_figure(worst, ' ')}")
     else:
         worst = rs[0]
         passed = worst["passed"]
         if tier == "exact":
-            text = "=" if passed else (f"{worst['mismatches']}× {worst.get('max_ulp')} ulp"
+            text = "=" if passed else (f"{worst['mismatches']}× {bit_figure(worst, ' ')}"
                                        if worst["elements"] else "no result")
             title = ("all bits equal" if passed else failure_message(worst))
         else:
@@ -163,7 +163,7 @@ def worst_text(r: dict) -> str:
     s = f"[{idx}] ours {_num(w.get('ours'))} ref {_num(w.get('ref'))}"
     if r["tier"] in ("float64", "pytorch"):
         s += f" allow {_short(w.get('allowance'))}"
-    return s
+    return s + worst_context(w) + (f": {w['unbounded']}" if w.get("unbounded") else "")
 
 
 def _num(x) -> str:
@@ -246,7 +246,7 @@ def _details(recs) -> tuple[list[dict], dict, int]:
             "title": f"{r['layer']}/{r['case']}/{r['tensor']}",
             "sub": f"tier {r['tier']} · {r['isa']} × {r['threads']} thread(s)",
             "usage": (fmt_usage(r["usage"]) if r["tier"] in ("float64", "pytorch")
-                      else f"{r['mismatches']} of {r['elements']} differ, max {r.get('max_ulp')} ulp"),
+                      else f"{r['mismatches']} of {r['elements']} differ, farthest {bit_figure(r, ' ')}"),
             "band": band(r["usage"], r["tier"], r["passed"]),
             "message": failure_message(r) if not r["passed"] else "",
             "hist": Markup(hist_svg(r["hist"])) if r.get("hist") else None,
@@ -263,7 +263,7 @@ def _identity(recs, meta) -> dict | None:
     threads = list(meta.get("threads") or sorted({r["threads"] for r in idr}))
     if not isas or (not idr and "identity" not in (meta.get("tiers") or [])):
         return None
-    base = (isas[0], 1)
+    base = tuple(meta["runs"][0]) if meta.get("runs") else (isas[0], 1)
     grid = []
     for isa in isas:
         row = []
@@ -280,7 +280,8 @@ def _identity(recs, meta) -> dict | None:
                             "title": "identical tensors / tensors" +
                             (f"; differs in {', '.join(bad_layers)}" if bad_layers else "")})
         grid.append({"isa": isa, "cells": row})
-    return {"threads": threads, "rows": grid, "base": f"{base[0]} × 1 thread",
+    return {"threads": threads, "rows": grid,
+            "base": f"{base[0]} × {base[1]} thread{'' if base[1] == 1 else 's'}",
             "layers": sorted({r["layer"] for r in idr})}
 
 

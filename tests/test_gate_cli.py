@@ -165,9 +165,10 @@ FAILURES = {
     "segv": ("-DTP_SEGV", ["the port crashed in crnn_linear_backward", "SIGSEGV"], "*"),
     "abort": ("-DTP_ABORT", ["the port crashed in crnn_linear_backward", "SIGABRT"], "*"),
     "hang": ("-DTP_HANG", ["hang: no answer in crnn_linear_backward within 2 s"], "*"),
-    "poison": ("-DTP_UNWRITTEN", ["never written (poison left)", "worst [36]"], "db"),
-    "nan": ("-DTP_NAN", ["NaN/Inf element(s) where the reference is finite", "worst [1,2]",
-                         "ours=nan"], "dW"),
+    "poison": ("-DTP_UNWRITTEN", ["(1 element(s): poison left (never written))",
+                                  "worst [36] ours=nan", ": poison left (never written) ("], "db"),
+    "nan": ("-DTP_NAN", ["(1 element(s): NaN where the reference is finite)",
+                         "worst [1,2] ours=nan", ": NaN where the reference is finite ("], "dW"),
     "errcode": ("-DTP_ERRCODE", ["crnn_linear_backward returned -3 (CRNN_E_NOMEM)"], "*"),
 }
 
@@ -185,10 +186,21 @@ def test_misbehaving_port_fails_and_the_gate_goes_on(mode, ports, tmp_path):
     assert fails and all(l.startswith(f"FAIL {BAD_CASE}/{tensor} ") for l in fails), fails
     for f in fragments:
         assert any(f in l for l in fails), (f, fails)
+    if mode in ("poison", "nan"):   # words, not the ulp distance of a NaN's bit pattern
+        exact = [l for l in fails if " tier=exact " in l]
+        assert exact and all("max_ulp" not in l for l in exact), exact
     assert "__REPRO: crnn-conformance gate --port" in r.stdout
     data = json.loads((tmp_path / "results.json").read_text())
     bad = [t for t in data["tensors"] if not t["passed"]]
     assert {(t["layer"], t["case"]) for t in bad} == {tuple(BAD_CASE.split("/"))}
+    if mode in ("poison", "nan"):   # unbounded, no ulp figure; the table says what it is
+        import click
+        from crnn_conformance.reports.console import table
+        ex = [t for t in bad if t["tier"] == "exact"]
+        assert [(t["usage"], t["max_ulp"], t["mismatches"]) for t in ex] == [(None, None, 1)]
+        row = [l for l in map(click.unstyle, table(data))
+               if l.split()[:3] == ["linear", "T16_I37_O37", tensor]]
+        assert row and row[0].split()[3] == ("1xpoison" if mode == "poison" else "1xNaN"), row
     # every other case still ran and passed: dot16's three and linear's others (seven of the
     # linear fixture, and the pytorch tier's)
     ran = {(t["layer"], t["case"]) for t in data["tensors"] if t["passed"]}
@@ -208,3 +220,95 @@ def test_bad_options_are_exit_2():
     cannot_run(gate("--layers", "dot16", "--threads", "0"), "thread counts")
     cannot_run(gate("--layers", "dot16", "--timeout", "0"), "--timeout")
     cannot_run(gate("--layers", "dot16", "--tiers", "bits"), "unknown tier bits")
+
+
+# ---- an identity failure names both runs and its repro reruns exactly those two -------------
+
+def _failing(doc) -> list[tuple]:
+    return [(t["case"], t["tensor"], t["tier"], t["isa"], t["threads"])
+            for t in doc["tensors"] if not t["passed"]]
+
+
+def _rerun(repro: str, json_path: Path):
+    import shlex
+    argv = shlex.split(repro)
+    assert argv[:2] == ["crnn-conformance", "gate"], repro
+    return gate(*argv[2:], "-q", "--json", str(json_path))
+
+
+@pytest.mark.parametrize("defines", [("-DTP_LATE=7", "-DTP_NAN"), ("-DTP_SEGV_THREADS=7",)])
+def test_a_thread_only_identity_failure_reruns_alone(defines, ports, tmp_path):
+    """The port differs (a NaN) or crashes at 7 threads only, on one case. The identity
+    record's line names scalar x 7 threads and the base scalar x 1 thread; its repro ran
+    `--isa scalar --threads 7`, one run, which cannot fail identity (exit 2); it now runs
+    exactly the two runs, and fails with that check alone."""
+    so = ports(*defines)
+    first = tmp_path / "first.json"
+    r = gate("--port", str(so), "--layers", "linear", "-q", "--json", str(first))
+    assert r.returncode == 1, r.stdout + r.stderr
+    doc = json.loads(first.read_text())
+    bad = [t for t in doc["tensors"] if not t["passed"]]
+    assert {(t["tier"], t["isa"], t["threads"]) for t in bad} == {("identity", "scalar", 7)}
+    for rec in bad:
+        assert rec["repro"].endswith("--tiers identity --runs scalar:1,scalar:7"), rec["repro"]
+        if rec["tensor"] != "*":
+            assert "scalar x 7 threads differs from scalar x 1 thread" in rec["note"]
+        again = tmp_path / "again.json"
+        r2 = _rerun(rec["repro"], again)
+        assert r2.returncode == 1, r2.stdout + r2.stderr
+        redo = json.loads(again.read_text())
+        assert _failing(redo) == [k for k in _failing(doc) if k[0] == rec["case"]]
+        assert {(t["tier"], t["isa"], t["threads"]) for t in redo["tensors"]} == \
+            {("identity", "scalar", 7)}
+        assert redo["meta"]["runs"] == [["scalar", 1], ["scalar", 7]]
+
+
+def test_an_isa_identity_failure_reruns_its_two_runs_only(tmp_path):
+    """avx2 x 7 threads differs from scalar x 1 thread: the repro was `--isa scalar,avx2
+    --threads 7`, four runs (avx2 x 1 thread failing too); now `--runs scalar:1,avx2:7`."""
+    from crnn_conformance.ctypes_kernels.build import build
+    so = build(mutant="avx2_tail_drop")
+    first = tmp_path / "first.json"
+    r = gate("--port", str(so), "--layers", "dot16", "--case", "order_long", "--tiers",
+             "identity", "--threads", "1,7", "-q", "--json", str(first))
+    doc = json.loads(first.read_text())
+    if "avx2" not in doc["meta"]["isas"]:
+        pytest.skip("no AVX2 on this CPU")
+    assert r.returncode == 1, r.stdout + r.stderr
+    rec = next(t for t in doc["tensors"] if not t["passed"] and t["isa"] == "avx2"
+               and t["threads"] == 7)
+    assert rec["note"].endswith("avx2 x 7 threads differs from scalar x 1 thread")
+    assert "(avx2 x 7 threads differs from scalar x 1 thread)" in r.stdout
+    assert rec["repro"].endswith("--runs scalar:1,avx2:7")
+    again = tmp_path / "again.json"
+    r2 = _rerun(rec["repro"], again)
+    assert r2.returncode == 1, r2.stdout + r2.stderr
+    redo = json.loads(again.read_text())
+    assert _failing(redo) == [("order_long", "dot", "identity", "avx2", 7)]
+    assert "runs scalar:1,avx2:7" in r2.stdout.splitlines()[-1]
+
+
+def test_a_base_run_of_more_threads_is_named_by_runs(ports, tmp_path):
+    """`--runs scalar:3`: the tiers judge the 3-thread run, and a failure's repro says so
+    (`--isa scalar --threads 3` would judge scalar x 1 thread)."""
+    first = tmp_path / "first.json"
+    r = gate("--port", str(ports("-DTP_LATE=3", "-DTP_NAN")), "--layers", "linear", "--runs",
+             "scalar:3", "--tiers", "exact", "-q", "--json", str(first))
+    assert r.returncode == 1, r.stdout + r.stderr
+    doc = json.loads(first.read_text())
+    assert {t["threads"] for t in doc["tensors"]} == {3}
+    rec = next(t for t in doc["tensors"] if not t["passed"])
+    assert rec["repro"].endswith("--tiers exact --runs scalar:3")
+    again = tmp_path / "again.json"
+    assert _rerun(rec["repro"], again).returncode == 1
+    assert _failing(json.loads(again.read_text())) == _failing(doc)
+
+
+def test_runs_option_errors_are_exit_2():
+    cannot_run(gate("--layers", "dot16", "--runs", "scalar:1", "--isa", "scalar"), "--runs")
+    cannot_run(gate("--layers", "dot16", "--runs", "scalar:1", "--threads", "1"), "--runs")
+    cannot_run(gate("--layers", "dot16", "--runs", "scalar:1,scalar:1"), "twice")
+    cannot_run(gate("--layers", "dot16", "--runs", "scalar:0"), "ISA:THREADS")
+    cannot_run(gate("--layers", "dot16", "--runs", "avx9:1"), "ISA:THREADS")
+    cannot_run(gate("--layers", "dot16", "--runs", "scalar:2", "--tiers", "identity"),
+               "only scalar x 2 is selected")

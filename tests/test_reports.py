@@ -16,6 +16,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
@@ -427,3 +428,169 @@ def test_results_json_holds_no_nan_and_only_utf8():
     assert got == {"floats": [1.5, -0.0, None, None, None, None, 2.5, None],
                    "text": ["plain", "caf\u00e9", "bad \ufffd byte", "sub \ufffd", "ok"],
                    "nested": {"none": None, "flag": True, "n": 3, "deep": [{"x": None}, []]}}
+
+
+# ---- the worst element's figures: ulps, words, inputs and sub-cases -------------------------
+
+FIGURE_RUNS = {   # mutant -> the one case it fails (docs/mutants.md) and that case's layer
+    "ctc_libm": ("ctc", "rounding_T1_K2"),
+    "sigmoid_clamp_88": ("lstm", "sigmoid_tanh"),
+    "exp_threshold_ge": ("ctc", "exp_log"),
+    "clip_ge": ("clip", "many_factors"),
+    "adamw_decay_float": ("adamw", "many_hparams"),
+}
+
+
+@pytest.fixture(scope="module")
+def figures(tmp_path_factory):
+    """Each mutant's exact-tier gate of its case: {mutant: (results.json, index.html, stdout)}."""
+    from crnn_conformance.ctypes_kernels.build import build
+    out = {}
+    for name, (layer, case) in FIGURE_RUNS.items():
+        d = tmp_path_factory.mktemp(name)
+        r = cli("gate", "--port", str(build(mutant=name)), "--layers", layer, "--case", case,
+                "--tiers", "exact", "--isa", "scalar", "--threads", "1", "-q", "--report-dir", str(d))
+        assert r.returncode == 1, r.stdout + r.stderr
+        out[name] = (load(d), (d / "index.html").read_text(), r.stdout)
+    return out
+
+
+def _inputs(layer, fixture, case):
+    from crnn_conformance.generators.h5io import read_fixture
+    from crnn_conformance.harness.runner import FIXTURES_DIR
+    fx = read_fixture(FIXTURES_DIR / f"{fixture}.h5")
+    return next(c for c in fx.cases if c.name == case).inputs
+
+
+def _failed(doc, tensor):
+    return next(t for t in doc["tensors"] if t["tensor"] == tensor and not t["passed"])
+
+
+def test_figure_records_validate_against_the_schema(figures):
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(SCHEMA.read_text())
+    for doc, _, _ in figures.values():
+        jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+
+
+def test_a_binary64_loss_off_by_ulps_shows_them(figures):
+    """ctc_libm moves 113 of the 120 losses of rounding_T1_K2 by a few ulps: the record
+    showed max_ulp 0, usage 0 and the table `113x0ulp` (float64 ulps were rounded)."""
+    doc, html, out = figures["ctc_libm"]
+    rec = _failed(doc, "loss")
+    assert rec["max_ulp"] >= 1 and rec["usage"] == float(rec["max_ulp"])
+    assert rec["worst"]["ours"] != rec["worst"]["ref"]
+    import click
+    from crnn_conformance.reports.console import table
+    cell = next(l for l in map(click.unstyle, table(doc)) if " loss " in l).split()[3]
+    assert cell == f"{rec['mismatches']}x{rec['max_ulp']}ulp" and not cell.endswith("x0ulp")
+    assert f"max_ulp={rec['max_ulp']} " in out
+    assert f"{rec['mismatches']}× {rec['max_ulp']} ulp" in html
+
+
+def test_a_packed_ctc_line_is_named_with_its_parameters(figures):
+    doc, html, out = figures["ctc_libm"]
+    rec = _failed(doc, "loss")
+    n = rec["worst"]["index"][0]
+    inp = _inputs("ctc", "ctc_edges", "rounding_T1_K2")
+    T, K, L = (int(v) for v in inp["shapes"][n])
+    assert rec["worst"]["subcase"] == {
+        "name": "line", "index": n, "of": len(inp["scales"]), "element": [],
+        "params": {"T": T, "K": K, "L": L, "target": [], "scale": float(inp["scales"][n])}}
+    line = f"in line {n} of {len(inp['scales'])} (T=1 K=2 L=0 target=[] scale=1.0)"
+    assert line in out and line in html
+
+
+def test_an_element_wise_case_shows_the_input(figures):
+    doc, _, out = figures["sigmoid_clamp_88"]
+    rec = _failed(doc, "sigmoid")
+    x = _inputs("lstm", "activations", "sigmoid_tanh")["x"]
+    i = rec["worst"]["index"][0]
+    assert rec["worst"]["input"] == {"x": float(x[i])} and float(x[i]) < -88
+    assert f"allowance=0.0 x={float(x[i])}" in out
+
+
+def test_inf_where_the_reference_is_finite_is_said_in_words(figures):
+    """exp_threshold_ge: exp of the overflow threshold is +inf (the spec: DBL_MAX-ish)."""
+    doc, html, out = figures["exp_threshold_ge"]
+    rec = _failed(doc, "exp")
+    x = _inputs("ctc", "detmath", "exp_log")["x_exp"]
+    w = rec["worst"]
+    assert w["ours"] == "inf" and isinstance(w["ref"], float)
+    assert w["unbounded"] == "inf where the reference is finite"
+    assert w["input"] == {"x": float(x[w["index"][0]])}
+    assert rec["usage"] is None and "1 element(s): inf where the reference is finite" in rec["note"]
+    assert f"worst [{w['index'][0]}] ours=inf ref=" in out
+    assert f"x={w['input']['x']}: inf where the reference is finite (1 element(s)" in out
+    assert f"{rec['mismatches']}× inf" in html and "inf where the reference is finite" in html
+
+
+def test_a_clip_problem_is_named_with_its_parameters(figures):
+    doc, _, out = figures["clip_ge"]
+    rec = _failed(doc, "grads")
+    sub = rec["worst"]["subcase"]
+    inp = _inputs("clip", "clip_edges", "many_factors")
+    n, (j, e) = sub["index"], sub["element"]
+    counts, sizes = list(map(int, inp["counts"])), list(map(int, inp["sizes"]))
+    first = sum(counts[:n])
+    mine = sizes[first:first + counts[n]]
+    assert sum(sizes[:first]) + sum(mine[:j]) + e == rec["worst"]["index"][0] and e < mine[j]
+    assert sub["name"] == "problem" and sub["of"] == len(counts)
+    assert sub["params"] == {"sizes": mine, "limit": float(inp["limits"][n]),
+                             "enabled": int(inp["enabled"][n])}
+    assert f"in problem {n} of {len(counts)} (sizes=[{','.join(map(str, mine))}]" in out
+
+
+def test_an_adamw_tensor_is_named_with_its_hyper_parameters(figures):
+    doc, _, out = figures["adamw_decay_float"]
+    rec = _failed(doc, "p")
+    sub = rec["worst"]["subcase"]
+    inp = _inputs("adamw", "adamw_edges", "many_hparams")
+    n, (e,) = sub["index"], sub["element"]
+    sizes = list(map(int, inp["sizes"]))
+    assert sum(sizes[:n]) + e == rec["worst"]["index"][0] and e < sizes[n]
+    lr, b1, b2, eps, wd = (float(v) for v in inp["hparams"][n])
+    assert sub["params"] == {"n": sizes[n], "steps": int(inp["steps"][n]), "lr": lr,
+                             "beta1": b1, "beta2": b2, "eps": eps, "wd": wd,
+                             "decay": int(inp["decay"][n])}
+    assert f"in tensor {n} of {len(sizes)} (n={sizes[n]} steps=" in out
+
+
+def _case(fixture, name):
+    from crnn_conformance.generators.h5io import read_fixture
+    from crnn_conformance.harness.runner import FIXTURES_DIR
+    return next(c for c in read_fixture(FIXTURES_DIR / f"{fixture}.h5").cases if c.name == name)
+
+
+def test_a_ctc_gradient_element_is_placed_in_its_line():
+    """dlogits of a `many` case: the lines' [T][K] gradients one after another."""
+    from crnn_conformance.harness.layers import ctc
+    case = _case("ctc_edges", "many_tiny")
+    shapes = case.inputs["shapes"].reshape(-1, 3).astype(int)
+    starts = np.concatenate([[0], np.cumsum(shapes[:, 0] * shapes[:, 1])])
+    tstarts = np.concatenate([[0], np.cumsum(shapes[:, 2])])
+    for n in (0, 17, int(np.argmax((shapes[:, 0] == 3) & (shapes[:, 1] == 4) & (shapes[:, 2] == 3))),
+              len(shapes) - 1):
+        T, K, L = shapes[n]
+        t, k = T - 1, K // 2
+        sub = ctc.worst_context(case, "dlogits", int(starts[n] + t * K + k))["subcase"]
+        assert (sub["index"], sub["element"]) == (n, [t, k])
+        assert sub["params"] == {"T": T, "K": K, "L": L, "scale": float(case.inputs["scales"][n]),
+                                 "target": case.inputs["targets"][tstarts[n]:tstarts[n] + L].tolist()}
+        assert ctc.worst_context(case, "loss", n)["subcase"]["params"] == sub["params"]
+    assert ctc.worst_context(_case("ctc", case_name_of("ctc")), "loss", 0) == {}
+
+
+def case_name_of(fixture):
+    from crnn_conformance.generators.h5io import read_fixture
+    from crnn_conformance.harness.runner import FIXTURES_DIR
+    return read_fixture(FIXTURES_DIR / f"{fixture}.h5").cases[0].name
+
+
+def test_element_wise_cases_give_each_function_its_own_input():
+    from crnn_conformance.harness.layers import ctc, lstm
+    act, dm = _case("activations", "sigmoid_tanh"), _case("detmath", "exp_log")
+    assert lstm.worst_context(act, "tanh", 5) == {"input": {"x": float(act.inputs["x"][5])}}
+    assert ctc.worst_context(dm, "log", 9) == {"input": {"x": float(dm.inputs["x_log"][9])}}
+    assert ctc.worst_context(dm, "exp", 9) == {"input": {"x": float(dm.inputs["x_exp"][9])}}
+    assert lstm.worst_context(_case("lstm", case_name_of("lstm")), "out", 0) == {}

@@ -24,6 +24,9 @@ from .common import (EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, _split, cannot_run, 
 @click.option("--isa", "isa", default=None, help="comma list of ISA paths (default: all available)")
 @click.option("--threads", default=",".join(map(str, THREADS)), show_default=True,
               help="comma list of thread counts for the identity tier")
+@click.option("--runs", default=None, metavar="ISA:THREADS,...",
+              help="exactly these runs, the first the base run the identity tier compares the "
+                   "others with (instead of --isa and --threads), e.g. scalar:1,avx2:7")
 @click.option("--tiers", default=",".join(TIERS), show_default=True, help="comma list of tiers")
 @click.option("--layers", default=None,
               help="comma list of layers (default: all), or `available`: the layers whose "
@@ -45,8 +48,8 @@ from .common import (EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, _split, cannot_run, 
 @click.option("-v", "--verbose", is_flag=True,
               help="a row per tensor (default: per layer and tier), with each float64 / "
                    "pytorch check's resolution")
-def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, junit_path, json_path,
-         timeout, jobs, quiet, verbose):
+def gate(port, fixtures, isa, threads, runs, tiers, layers, case, report_dir, junit_path,
+         json_path, timeout, jobs, quiet, verbose):
     """Run a port against the fixtures; exit 0 pass, 1 fail, 2 cannot run."""
     stdout_bytes_as_given()
     available = layers is not None and layers.strip() == "available"
@@ -59,6 +62,8 @@ def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, junit_pa
             layers=None if available else _split(layers, L.LAYERS, "layer"),
             case=case, timeout=parse_timeout(timeout), available=available,
             workers=default_workers() if jobs is None else jobs)
+        if runs is not None:
+            _select_runs(opts, runs, isa)
     except click.BadParameter as e:
         cannot_run(e.message)
     if not 1 <= opts.workers <= 64:
@@ -95,6 +100,27 @@ def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, junit_pa
         click.echo(f"crnn-conformance: cannot write the reports: {e}", err=True)
         code = code or EXIT_CANNOT_RUN
     sys.exit(code)
+
+
+def _select_runs(opts: GateOptions, text: str, isa) -> None:
+    """--runs ISA:THREADS,...: opts.runs, and opts.isas and opts.threads those of the runs."""
+    source = click.get_current_context().get_parameter_source("threads")
+    if isa is not None or source != click.core.ParameterSource.DEFAULT:
+        raise click.BadParameter("--runs names the runs itself: give it without --isa and --threads")
+    runs = []
+    for item in _split(text, None, "run"):
+        name, _, count = item.partition(":")
+        if name not in abi.ISA_NAMES or not count.isdigit() or not 1 <= int(count) <= 256:
+            raise click.BadParameter(f"--runs: {item!r} is not ISA:THREADS (ISA one of "
+                                     f"{', '.join(abi.ISA_NAMES)}, THREADS 1 to 256)")
+        if (name, int(count)) in runs:
+            raise click.BadParameter(f"--runs names {item} twice")
+        runs.append((name, int(count)))
+    if not runs:
+        raise click.BadParameter("no checks selected: --runs names nothing")
+    opts.runs = runs
+    opts.isas = list(dict.fromkeys(i for i, _ in runs))
+    opts.threads = tuple(dict.fromkeys(t for _, t in runs))
 
 
 def _build_bundled() -> None:

@@ -5,6 +5,9 @@ and run(lib, case) -> {tensor: array}, the port's outputs named like the fixture
 A module whose run() returns tensors the fixture has no reference for (the identity tier still
 checks them) also defines outputs(case) -> their names, so the pytest plugin can collect one
 identity test for each (tests/test_plugin.py checks it against the gate).
+A module whose cases pack many problems or apply a function element by element may define
+worst_context(case, tensor, flat_index) -> the worst element's `input` or `subcase` (with the
+sub-case's parameters) for the record's `worst` (docs/report-schema.md); {} for other cases.
 """
 import importlib
 

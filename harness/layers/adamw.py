@@ -32,6 +32,25 @@ def steps(lib, p, m, v, grads, hparams, decay):
              int(decay), b1t, b2t)
 
 
+def worst_context(case, tensor, flat) -> dict:
+    """In a `many` case, the worst element's tensor with its size, steps and
+    hyper-parameters, and the element's index within it; nothing for a case of one tensor."""
+    if case.params.get("kind") != "many":
+        return {}
+    from crnn_conformance.generators.exact import adamw_problems
+    problems = list(adamw_problems(case.inputs))
+    at = 0
+    for n, (p, grads, hp, decay) in enumerate(problems):
+        if flat < at + p.size:
+            params = {"n": int(p.size), "steps": int(grads.shape[0]),
+                      **dict(zip(("lr", "beta1", "beta2", "eps", "wd"), map(float, hp))),
+                      "decay": int(decay)}
+            return {"subcase": {"name": "tensor", "index": n, "of": len(problems),
+                                "element": [int(flat - at)], "params": params}}
+        at += p.size
+    return {}
+
+
 def run(lib, case) -> dict:
     p = copy(f32(case.inputs["p"]))
     m, v = zeros(p.shape), zeros(p.shape)

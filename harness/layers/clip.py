@@ -41,6 +41,38 @@ def run_many(lib, case) -> dict:
     return {"grads": grads, "norm": norms}
 
 
+def worst_context(case, tensor, flat) -> dict:
+    """In a `many` case, the worst element's problem with its tensor sizes, limit and
+    enabled flag, and for grads the element [tensor, i] within the problem; nothing for a
+    case of one problem."""
+    if case.params.get("kind") != "many":
+        return {}
+    from crnn_conformance.generators.exact import clip_problems
+    problems = list(clip_problems(case.inputs))
+    n, element, at = flat, [], 0
+    if tensor == "grads":      # every problem's tensors one after another
+        for n, (tensors, _, _) in enumerate(problems):
+            size = sum(t.size for t in tensors)
+            if flat < at + size:
+                element = _within([t.size for t in tensors], flat - at)
+                break
+            at += size
+    tensors, limit, enabled = problems[n]
+    params = {"sizes": [int(t.size) for t in tensors], "limit": float(limit),
+              "enabled": int(enabled)}
+    return {"subcase": {"name": "problem", "index": n, "of": len(problems), "element": element,
+                        "params": params}}
+
+
+def _within(sizes, i) -> list[int]:
+    """[tensor, element] of flat index i over tensors of these sizes, one after another."""
+    for j, n in enumerate(sizes):
+        if i < n:
+            return [j, int(i)]
+        i -= n
+    raise IndexError(i)
+
+
 def run(lib, case) -> dict:
     if case.params.get("kind") == "many":
         return run_many(lib, case)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from crnn_conformance.harness.compare import json_value
+
 from ._ffi import call, f32, i32, out, ptr
 
 LAYER = "ctc"
@@ -53,6 +55,31 @@ def run_detmath(lib, case) -> dict:
         call(lib, f"crnn_detmath_{name}", ptr(x), x.size, ptr(y))
         result[name] = y
     return result
+
+
+def worst_context(case, tensor, flat) -> dict:
+    """What the worst element came from: in a `detmath` case its input x (exp[i] is
+    exp(x_exp[i])), in a `many` case its line with the line's T, K, L, target and scale, and
+    for dlogits the element [t, k] within the line; nothing for a case of one line."""
+    kind = case.params.get("kind")
+    if kind == "detmath":
+        return {"input": {"x": json_value(case.inputs[f"x_{tensor}"], flat)}}
+    if kind != "many":
+        return {}
+    from crnn_conformance.generators.exact import ctc_lines
+    lines = list(ctc_lines(case.inputs))
+    n, element, at = flat, [], 0
+    if tensor == "dlogits":    # the lines' [T][K] gradients one after another
+        for n, (z, _, _) in enumerate(lines):
+            if flat < at + z.size:
+                element = [int(i) for i in np.unravel_index(flat - at, z.shape)]
+                break
+            at += z.size
+    z, target, scale = lines[n]
+    params = {"T": int(z.shape[0]), "K": int(z.shape[1]), "L": int(target.size),
+              "target": [int(v) for v in target], "scale": float(scale)}
+    return {"subcase": {"name": "line", "index": n, "of": len(lines), "element": element,
+                        "params": params}}
 
 
 def run(lib, case) -> dict:

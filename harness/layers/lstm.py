@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from crnn_conformance.harness.compare import json_value
+
 from ._ffi import call, f32, out, ptr
 
 LAYER = "lstm"
@@ -53,6 +55,14 @@ def run(lib, case) -> dict:
          ptr(tc), ptr(hPrev), ptr(dOut), ptr(dW_ih), ptr(dW_hh), ptr(db), ptr(dx))
     return {"out": y, "gates": gates, "c": c, "tc": tc, "hPrev": hPrev,
             "dW_ih": dW_ih, "dW_hh": dW_hh, "db": db, "dx": dx}
+
+
+def worst_context(case, tensor, flat) -> dict:
+    """The worst element's input x in an `activations` case (sigmoid and tanh are
+    element-wise: element i of either is f(x[i])); nothing for the layer's own cases."""
+    if case.params.get("kind") != "activations":
+        return {}
+    return {"input": {"x": json_value(case.inputs["x"], flat)}}
 
 
 def outputs(case) -> list[str]:
