@@ -14,7 +14,7 @@ import click
 
 from .json_report import layer_status, summary, tensor_key
 
-TIER_COLS = ("exact", "float64", "pytorch", "identity")
+TIER_COLS = ("exact", "float64", "pytorch", "identity", "contract")
 RES_COLS = ("float64", "pytorch")
 RES_HEAD = {"float64": "res f64", "pytorch": "res pt"}
 W_FIXTURE, W_CASE, W_TENSOR, W_CELL = 14, 24, 16, 9
@@ -26,6 +26,8 @@ LEGEND = (
     "  float64   0.012        allowance usage: max over elements of |ours - ref| / allowance;",
     "  pytorch                passes at <= 1 (pytorch: 2*Atol + 2*Floor + 2*Rtol*|pt|)",
     "  identity  15/15        ISA x thread runs bit-identical to the base run / runs compared",
+    "  contract  57/57        a layer's calls of the error contract that returned their",
+    "                         documented code and wrote nothing they may not / calls (one row)",
     "  -                      no check of this tier for this tensor (no such reference)",
     "  no result              the port crashed, hung or returned an error (see its FAIL line)",
 )
@@ -40,7 +42,7 @@ def _cell(tier, recs):
         return "-"
     if any(r["tensor"] == "*" for r in recs):
         return "no result"
-    if tier == "identity":
+    if tier in ("identity", "contract"):
         ok = sum(r["passed"] for r in recs)
         return f"{ok}/{len(recs)}"
     r = recs[0]
@@ -73,6 +75,9 @@ def failure_message(r) -> str:
     if r["tensor"] == "*" and not r["elements"]:   # the port crashed, hung or returned an error
         return (f"{r['layer']}/{r['case']}/* tier={r['tier']} isa={r['isa']} "
                 f"threads={r['threads']}: no result: {r.get('note') or 'unknown'}")
+    if r["tier"] == "contract":                     # one call of the error contract
+        return (f"{r['layer']}/{r['case']}/{r['tensor']} tier=contract isa={r['isa']} "
+                f"threads={r['threads']}: {r.get('note') or 'unknown'}")
     w = r.get("worst") or {}
     where = f"[{','.join(map(str, w.get('index', [])))}]" if w else ""
     what = (f" worst {where} ours={w.get('ours')} ref={w.get('ref')} allowance={w.get('allowance')}"
