@@ -443,15 +443,24 @@ def layer_records(session, layer: str, core: bool = False) -> list:
     return out
 
 
-def run_all(session) -> list:
-    """Every contract record of the run: each layer after its cases (so a layer found not
-    implemented has none), the control functions' with the first layer that has any."""
-    if not selected(session.opts):
-        return []
-    out, core = [], True
-    for layer in session.layer_names:
-        recs = layer_records(session, layer, core)
-        core = core and not recs
-        out += recs
-    return out
+class Tier:
+    """The contract tier of a gate run: each layer's records right after its cases (so a
+    layer they found not implemented has none, and the records stay grouped by layer), the
+    control functions' with the first layer that has any."""
 
+    def __init__(self, session):
+        self.session, self.core = session, True
+        self.todo = list(session.layer_names) if selected(session.opts) else []
+
+    def upto(self, layer: str | None) -> list:
+        """The records of every layer not done yet up to `layer` in the run's order (None:
+        all of them)."""
+        out = []
+        while self.todo:
+            name = self.todo.pop(0)
+            recs = layer_records(self.session, name, self.core)
+            self.core = self.core and not recs
+            out += recs
+            if name == layer:
+                break
+        return out

@@ -34,10 +34,7 @@ def to_json(result) -> dict:
 
 
 def tensor_key(r: dict) -> tuple:
-    """A tensor (a row of the console and HTML tables): (layer, fixture, case, tensor). The
-    contract tier's calls of a layer are one row, `calls`, whose checks are the calls."""
-    if r["tier"] == "contract":
-        return (r["layer"], r.get("fixture", ""), r["case"], "calls")
+    """A tensor (a row of the console and HTML tables): (layer, fixture, case, tensor)."""
     return (r["layer"], r.get("fixture", ""), r["case"], r["tensor"])
 
 
