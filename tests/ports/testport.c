@@ -43,6 +43,7 @@
  *   -DTP_NO_ARGCHECK      every argument check removed (crnn_set_isa and crnn_set_threads
  *                         accept anything, the entry points run on whatever they are given)
  *   -DTP_WRITE_BEFORE_REJECT  crnn_linear_forward writes y[0] before it returns CRNN_E_ARG
+ *   -DTP_EMPTY_DOT_NEGZERO    crnn_dot16 gives -0 for n = 0 (a dot of 0 terms is +0)
  */
 #include <math.h>
 #include <signal.h>
@@ -128,6 +129,9 @@ int32_t crnn_dot16(const float *a, const float *b, int64_t n, float *out)
 {
     REJECT_IF(n < 0 || !out || (n > 0 && (!a || !b)));
     *out = dot16s(a, 1, b, 1, n);
+#ifdef TP_EMPTY_DOT_NEGZERO
+    if (n == 0) *out = -0.0f;
+#endif
     return CRNN_OK;
 }
 #endif
