@@ -443,24 +443,20 @@ def layer_records(session, layer: str, core: bool = False) -> list:
     return out
 
 
-class Tier:
-    """The contract tier of a gate run: each layer's records right after its cases (so a
-    layer they found not implemented has none, and the records stay grouped by layer), the
-    control functions' with the first layer that has any."""
-
-    def __init__(self, session):
-        self.session, self.core = session, True
-        self.todo = list(session.layer_names) if selected(session.opts) else []
-
-    def upto(self, layer: str | None) -> list:
-        """The records of every layer not done yet up to `layer` in the run's order (None:
-        all of them)."""
-        out = []
-        while self.todo:
-            name = self.todo.pop(0)
-            recs = layer_records(self.session, name, self.core)
-            self.core = self.core and not recs
-            out += recs
-            if name == layer:
-                break
-        return out
+def merged(session, records: list) -> list:
+    """The gate's records with the contract tier's: each layer's after its cases' (so the
+    records stay grouped by layer), made once every case ran (a layer its cases found not
+    implemented has none, and a case that broke the floating-point environment has stopped
+    the gate before any contract call). The control functions' calls go with the first layer
+    that has any."""
+    if not selected(session.opts):
+        return records
+    by_layer: dict[str, list] = {}
+    for r in records:
+        by_layer.setdefault(r.layer, []).append(r)
+    core = True
+    for layer in session.layer_names:
+        recs = layer_records(session, layer, core)
+        core = core and not recs
+        by_layer.setdefault(layer, []).extend(recs)
+    return [r for recs in by_layer.values() for r in recs]

@@ -284,14 +284,11 @@ def run_gate(opts: GateOptions, progress=None) -> GateResult:
     records: list[Record] = []
     with session:
         jobs = session.jobs
-        tier = contract.Tier(session)    # the contract tier: each layer after its cases
         for n, job in enumerate(jobs):
             if progress:
                 progress(n, len(jobs), f"{job.layer} {job.case.name}")
             records += session.run_case(job, jobs[n + 1:n + 1 + WINDOW * len(session.executors)])
-            if n + 1 == len(jobs) or jobs[n + 1].layer != job.layer:
-                records += tier.upto(job.layer)
-        records += tier.upto(None)
+        records = contract.merged(session, records)   # the contract tier: each layer's calls
         if progress:
             progress(len(jobs), len(jobs), "done")
     if not records and not session.not_implemented:   # (none implemented: the CLI says so)
