@@ -12,8 +12,8 @@ command line), from any directory: the fixtures ship inside the package. The tes
 
     crnn-conformance::<fixture>::<case>::<tensor>[<tier>]
 
-and, for the contract tier, `crnn-conformance::contract::<layer>::<call>[contract]` (one test
-per call of harness/contract.py; the first runs the layer's calls once).
+and, for the contract tier, `crnn-conformance::contract::contract::<call>[contract]` (one test
+per call of harness/contract.py, the layer a keyword; the first of a layer runs its calls).
 (fixture = the fixture file's stem, e.g. adamw or pytorch_adamw; the layer is a keyword, so
 `-k conv` selects conv's and pytorch_conv's tests) and they run exactly the gate's code
 (crnn_conformance.harness.runner.GateSession.run_case, the worker process,
@@ -208,48 +208,51 @@ class Suite(pytest.Collector):
 
 
 def _contract_nodes(parent, state):
-    """crnn-conformance::contract::<layer>: the contract tier's calls of each layer (the
-    control functions' with the first layer), when the tier and --crnn-case select them."""
+    """crnn-conformance::contract::contract::<call>[contract]: the contract tier's calls of
+    each layer (the layer a keyword; the control functions' with the first layer), as the
+    gate's records name them (fixture and case `contract`), when the tier is selected."""
     from crnn_conformance.harness import contract
     if not contract.selected(state.opts):
         return
-    node = ContractNode.from_parent(parent, name=contract.FIXTURE)
-    node.layers = [(layer, contract.calls(layer, core=i == 0))
-                   for i, layer in enumerate(state.session.layer_names)]
-    yield node
+    layers = [(layer, contract.calls(layer, core=i == 0))
+              for i, layer in enumerate(state.session.layer_names)]
+    if any(calls for _, calls in layers):
+        node = ContractNode.from_parent(parent, name=contract.FIXTURE)
+        node.layers = layers
+        yield node
 
 
 class ContractNode(pytest.Collector):
     def collect(self):
-        for i, (layer, calls) in enumerate(self.layers):
-            if calls:
-                node = ContractLayer.from_parent(self, name=layer, calls=calls, core=i == 0)
-                node.extra_keyword_matches.add(layer)
-                yield node
+        from crnn_conformance.harness import contract
+        yield ContractCase.from_parent(self, name=contract.FIXTURE, layers=self.layers)
 
 
-class ContractLayer(pytest.Collector):
-    def __init__(self, *, calls, core, **kw):
+class ContractCase(pytest.Collector):
+    def __init__(self, *, layers, **kw):
         super().__init__(**kw)
-        self.calls, self.core = calls, core
+        self.layers = layers
 
     def collect(self):
-        for call in self.calls:
-            item = ContractItem.from_parent(self, name=f"{call.label}[contract]", label=call.label)
-            item.add_marker(pytest.mark.crnn_conformance)
-            item.add_marker(pytest.mark.xdist_group(name=f"contract/{self.name}"))
-            yield item
+        for i, (layer, calls) in enumerate(self.layers):
+            for call in calls:
+                item = ContractItem.from_parent(self, name=f"{call.label}[contract]",
+                                                label=call.label, layer=layer, core=i == 0)
+                item.extra_keyword_matches.add(layer)
+                item.add_marker(pytest.mark.crnn_conformance)
+                item.add_marker(pytest.mark.xdist_group(name=f"contract/{layer}"))
+                yield item
 
 
 class ContractItem(pytest.Item):
-    def __init__(self, *, label, **kw):
+    def __init__(self, *, label, layer, core, **kw):
         super().__init__(**kw)
-        self.label = label
+        self.label, self.layer, self.core = label, layer, core
 
     def runtest(self):
         from crnn_conformance.reports.console import failure_line
-        state, layer = self.config.stash[_STATE], self.parent.name
-        recs = state.contract_for(layer, self.parent.core)
+        state, layer = self.config.stash[_STATE], self.layer
+        recs = state.contract_for(layer, self.core)
         reason = state.session.not_implemented.get(layer)
         if reason and not recs:
             pytest.skip(f"not implemented: {reason}")
@@ -265,7 +268,7 @@ class ContractItem(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
-        return "contract", None, f"contract/{self.parent.name}/{self.name}"
+        return "contract", None, f"contract/{self.layer}/{self.name}"
 
 
 class FixtureNode(pytest.Collector):

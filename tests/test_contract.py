@@ -189,5 +189,5 @@ def test_plugin_runs_the_contract_calls(ports, tmp_path):
                         "contract", "-q"], cwd=tmp_path, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "FAILED crnn-conformance::contract::linear::linear_forward(x=NULL)[contract]" in r.stdout
+    assert "FAILED crnn-conformance::contract::contract::linear_forward(x=NULL)[contract]" in r.stdout
     assert "6 failed" in r.stdout
