@@ -66,9 +66,13 @@ def gate_keys(nan_port, tmp_path_factory):
 
 
 def _junit(path) -> dict:
-    """{(fixture, case, tensor, tier): passed} from pytest's JUnit XML; every id unique."""
+    """{(fixture, case, tensor, tier): passed} from pytest's JUnit XML; every id unique. A
+    skipped test is no check (set_isa(not advertised) of the contract tier on a port that
+    advertises every ISA)."""
     out = {}
     for tc in ET.parse(path).getroot().iter("testcase"):
+        if tc.find("skipped") is not None:
+            continue
         suite, fixture, case = tc.get("classname").split(".", 2)
         assert suite == "crnn-conformance"
         tensor, tier = tc.get("name")[:-1].split("[")
