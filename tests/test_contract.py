@@ -7,7 +7,9 @@ available` counts it.
 
 Ports (tests/ports/testport.c, dot16 and linear): -DTP_NO_ARGCHECK (every argument check
 removed), -DTP_WRITE_BEFORE_REJECT (linear_forward writes y[0], then returns CRNN_E_ARG),
--DTP_EMPTY_DOT_NEGZERO (dot16 of 0 terms gives -0).
+-DTP_EMPTY_DOT_NEGZERO (dot16 of 0 terms gives -0), -DTP_MODIFY_ON_REJECT (linear_backward
+changes its const x before rejecting a negative size), -DTP_HANG_ON_REJECT (dot16 hangs on
+n < 0).
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ def ports(tmp_path_factory):
     d = tmp_path_factory.mktemp("contract-ports")
     return {k: build_port(d, *flags) for k, flags in {
         "plain": (), "noarg": ("-DTP_NO_ARGCHECK",), "wbr": ("-DTP_WRITE_BEFORE_REJECT",),
-        "negzero": ("-DTP_EMPTY_DOT_NEGZERO",)}.items()}
+        "negzero": ("-DTP_EMPTY_DOT_NEGZERO",), "modify": ("-DTP_MODIFY_ON_REJECT",),
+        "hang": ("-DTP_HANG_ON_REJECT",)}.items()}
 
 
 def _run(tmp_path, *args):
@@ -134,6 +137,27 @@ def test_write_before_reject_names_the_buffer(ports, tmp_path):
     assert other and all(t["passed"] for t in other)   # only the contract tier sees it
 
 
+def test_modified_input_is_named(ports, tmp_path):
+    r, doc = _run(tmp_path, "--port", str(ports["modify"]), "--layers", "linear",
+                  "--tiers", "contract")
+    assert r.returncode == 1
+    bad = {t: rec["note"] for (l, t), rec in _contract(doc).items() if not rec["passed"]}
+    assert set(bad) == {f"linear_backward({s}=-1)" for s in "TIO"}, bad
+    assert all(n.startswith("crnn_linear_backward modified input x (float32[2, 3]) at [0, 0]")
+               and n.endswith("it is const") for n in bad.values()), bad
+
+
+def test_a_hang_is_the_record_of_its_call(ports, tmp_path):
+    r, doc = _run(tmp_path, "--port", str(ports["hang"]), "--layers", "dot16",
+                  "--tiers", "contract", "--timeout", "2")
+    assert r.returncode == 1
+    recs = _contract(doc)
+    bad = {t: rec["note"] for (l, t), rec in recs.items() if not rec["passed"]}
+    assert bad == {"dot16(n=-1)": "hang: no answer in crnn_dot16 within 2 s (--timeout); "
+                                  "worker killed"}
+    assert len(recs) == len(contract.calls("dot16", core=True))   # the calls after it ran
+
+
 def test_a_wrong_valid_edge_fails(ports, tmp_path):
     r, doc = _run(tmp_path, "--port", str(ports["negzero"]), "--layers", "dot16",
                   "--tiers", "contract")
@@ -179,8 +203,12 @@ def test_contract_alone_finds_stubs_not_implemented(ports, tmp_path):
     r2, doc2 = _run(tmp_path, "--port", str(ports["plain"]), "--layers", "dot16,conv",
                     "--tiers", "contract")
     assert r2.returncode == 1
-    assert _contract(doc2)[("conv", "conv_forward(valid)")]["note"] == \
+    c = _contract(doc2)
+    assert c[("conv", "conv_forward(valid)")]["note"] == \
         "returned CRNN_E_UNSUPPORTED (-4), want CRNN_OK (0)"
+    # an invalid call is refused with CRNN_E_ARG, whatever the port implements
+    assert c[("conv", "conv_forward(x=NULL)")]["note"] == \
+        "returned CRNN_E_UNSUPPORTED (-4), want CRNN_E_ARG (-1)"
 
 
 def test_plugin_runs_the_contract_calls(ports, tmp_path):

@@ -44,6 +44,9 @@
  *                         accept anything, the entry points run on whatever they are given)
  *   -DTP_WRITE_BEFORE_REJECT  crnn_linear_forward writes y[0] before it returns CRNN_E_ARG
  *   -DTP_EMPTY_DOT_NEGZERO    crnn_dot16 gives -0 for n = 0 (a dot of 0 terms is +0)
+ *   -DTP_MODIFY_ON_REJECT     crnn_linear_backward changes its const input x[0] when it
+ *                             returns CRNN_E_ARG for a negative size
+ *   -DTP_HANG_ON_REJECT       crnn_dot16 never returns when n < 0
  */
 #include <math.h>
 #include <signal.h>
@@ -127,6 +130,9 @@ static float dot16s(const float *a, int64_t sa, const float *b, int64_t sb, int6
 #ifndef TP_OMIT
 int32_t crnn_dot16(const float *a, const float *b, int64_t n, float *out)
 {
+#ifdef TP_HANG_ON_REJECT
+    if (n < 0) for (;;) sleep(1);
+#endif
     REJECT_IF(n < 0 || !out || (n > 0 && (!a || !b)));
     *out = dot16s(a, 1, b, 1, n);
 #ifdef TP_EMPTY_DOT_NEGZERO
@@ -178,6 +184,9 @@ int32_t crnn_linear_backward(const float *x, const float *W, const float *dY,
                              float *dx, float *dW, float *db)
 {
     static const float one = 1.0f;
+#ifdef TP_MODIFY_ON_REJECT
+    if (x && (T < 0 || I < 0 || O < 0)) ((float *)x)[0] += 1.0f;
+#endif
     REJECT_IF(T < 0 || I < 0 || O < 0 || !x || !W || !dY || !dW || !db);
     int trigger = T == 16 && I == 37 && O == 37;
 #ifdef TP_LATE
