@@ -145,22 +145,26 @@ def _plus0(*shape) -> np.ndarray:
     return np.zeros(shape, np.float32)
 
 
+B2 = np.array([0.75, -1.5], np.float32)    # a linear bias of O = 2 (y = b when I = 0)
+
+
+def _linear_edges(T0=None, I0=None, O0=None) -> list:
+    return [("T=0", dict(T=0), {}, (), T0 or {}), ("I=0", dict(I=0), {"b": B2}, (), I0 or {}),
+            ("O=0", dict(O=0), {}, (), O0 or {})]
+
+
 def _edges() -> dict:
     """The valid edges of each entry point: (label, changed args, changed values, NULL
     buffers, expected outputs). A dot of 0 terms is +0; so y = b when I = 0, dW = db = +0
     when T = 0, dx = +0 when O = 0."""
-    b3 = np.array([0.75, -1.5, 3.0], np.float32)
-    lin = lambda **kw: [("T=0", dict(T=0), {}, (), kw.get("T0", {})),   # noqa: E731
-                        ("I=0", dict(I=0), {"b": b3[:2]}, (), kw.get("I0", {})),
-                        ("O=0", dict(O=0), {}, (), kw.get("O0", {}))]
     lstm_t0 = {"dW_ih": _plus0(2, 8, 3), "dW_hh": _plus0(2, 8, 2), "db": _plus0(2, 8)}
     n0 = [("n=0", dict(n=0), {}, (), {})]
     return {
         "crnn_dot16": [("n=0", dict(n=0), {}, (), {"out": _plus0(1)}),
                        ("n=0, a=b=NULL", dict(n=0), {}, ("a", "b"), {"out": _plus0(1)})],
-        "crnn_linear_forward": lin(I0={"y": np.tile(b3[:2], (2, 1))}),
-        "crnn_linear_backward": lin(T0={"dW": _plus0(2, 3), "db": _plus0(2)},
-                                    O0={"dx": _plus0(2, 3)})
+        "crnn_linear_forward": _linear_edges(I0={"y": np.tile(B2, (2, 1))}),
+        "crnn_linear_backward": _linear_edges(T0={"dW": _plus0(2, 3), "db": _plus0(2)},
+                                              O0={"dx": _plus0(2, 3)})
         + [("dx=NULL", {}, {}, ("dx",), {})],
         "crnn_conv_forward": [("kernel = padded input, pool 1x1",
                                dict(kh=6, kw=6, poolH=1, poolW=1), {}, (), {})],
