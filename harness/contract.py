@@ -126,7 +126,8 @@ def _rules() -> dict:
                                                         [[-1, -1], [-1, -1]]]})],
         "crnn_ctc": [("label 0", {}, {"target": [0, 2]}), ("label K", {}, {"target": [1, 3]}),
                      ("label -1", {}, {"target": [-1, 2]}),
-                     ("logit NaN", {}, {"logits": np.float32("nan")})],
+                     ("logit NaN", {}, {"logits": np.float32("nan")}),
+                     ("logit -inf", {}, {"logits": np.float32("-inf")})],
         "crnn_model_sizes": cfg_rules,
         "crnn_step_gradients": cfg_rules + [
             ("width without a pooled column", {}, {"widths": [1]}),
