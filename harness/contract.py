@@ -112,8 +112,7 @@ def _cfg(**at) -> list:
 def _rules() -> dict:
     """The value rules of each entry point beyond sizes and NULLs: (label, changed args,
     changed input values, want)."""
-    geometry = [("pool 0x2", dict(poolH=0), {}), ("kernel larger than the padded input",
-                                                  dict(kh=7), {}),
+    geometry = [("pool 0x2", dict(poolH=0), {}), ("kernel > padded input", dict(kh=7), {}),
                 ("no whole pool window", dict(poolH=5), {})]
     cfg_rules = [("cfg nBlocks -1", {}, {"cfg": _cfg(i2=-1)}),
                  ("cfg nBlocks 0", {}, {"cfg": _cfg(i2=0)}),
@@ -130,7 +129,7 @@ def _rules() -> dict:
                      ("logit -inf", {}, {"logits": np.float32("-inf")})],
         "crnn_model_sizes": cfg_rules,
         "crnn_step_gradients": cfg_rules + [
-            ("width without a pooled column", {}, {"widths": [1]}),
+            ("width 1: no pooled column", {}, {"widths": [1]}),
             ("targetLens -1", {}, {"targetLens": [-1]}),
             ("label 0", {}, {"targets": [0, 2]}), ("label classes", {}, {"targets": [1, 3]})],
         "crnn_clip_gradients": [("sizes -1", {}, {"sizes": [3, -1]}),
@@ -167,8 +166,8 @@ def _edges() -> dict:
         "crnn_linear_backward": _linear_edges(T0={"dW": _plus0(2, 3), "db": _plus0(2)},
                                               O0={"dx": _plus0(2, 3)})
         + [("dx=NULL", {}, {}, ("dx",), {})],
-        "crnn_conv_forward": [("kernel = padded input, pool 1x1",
-                               dict(kh=6, kw=6, poolH=1, poolW=1), {}, (), {})],
+        "crnn_conv_forward": [("kernel = padded input", dict(kh=6, kw=6, poolH=1, poolW=1),
+                               {}, (), {})],
         "crnn_conv_backward": [("dx=NULL", {}, {}, ("dx",), {})],
         "crnn_lstm_forward": [("T=0", dict(T=0), {}, (), {}), ("I=0", dict(I=0), {}, (), {})],
         "crnn_lstm_backward": [("T=0", dict(T=0), {}, (), lstm_t0),

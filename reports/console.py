@@ -122,8 +122,10 @@ def table(doc: dict, verbose: bool = False) -> list[str]:
             if l != layer:
                 continue
             ok = all(r["passed"] for rs in tiers.values() for r in rs)
-            line = (f"{fixture[:W_FIXTURE]:<{W_FIXTURE}} {case[:W_CASE]:<{W_CASE}} "
-                    f"{tensor[:W_TENSOR]:<{W_TENSOR}} "
+            name = f"{case[:W_CASE]:<{W_CASE}} {tensor[:W_TENSOR]:<{W_TENSOR}}"
+            if "contract" in tiers:    # (a call's name over the case and tensor columns)
+                name = f"{tensor[:len(name)]:<{len(name)}}"
+            line = (f"{fixture[:W_FIXTURE]:<{W_FIXTURE}} {name} "
                     + " ".join(f"{_cell(t, tiers.get(t, [])):>{W_CELL}}" for t in TIER_COLS))
             if verbose:
                 line += " " + " ".join(f"{_res_cell(tiers.get(t, [])):>{W_CELL}}" for t in RES_COLS)
