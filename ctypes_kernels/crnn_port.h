@@ -7,6 +7,9 @@
  *  - Buffers are owned by the caller, dense, row-major, float32 unless stated.
  *    Shapes are passed explicitly; a function never allocates what it returns.
  *  - Every function returns CRNN_OK (0) or a negative error code; none aborts.
+ *    An invalid call (a negative size, NULL for a buffer that holds elements, a value out
+ *    of range) returns its code before writing anything; empty extents are valid where the
+ *    result is defined (docs/port-abi.md, "The error contract").
  *  - Outputs must be fully written: the harness fills them with a poison value first.
  *  - The ISA and thread count selected with crnn_set_isa / crnn_set_threads apply
  *    to every later call on the calling process. Results must not depend on them.

@@ -273,6 +273,29 @@ class Executor:
             self.last_output = self.shared.output()
             self.last_seconds = time.perf_counter() - t0
 
+    def contract(self, calls: list, base_isa: int) -> list:
+        """The answers of the contract tier's calls (harness/contract.py), one per call, made
+        in the worker in order. A call that crashes or hangs the worker is answered ("crash",
+        message), and the calls after it go to a new worker."""
+        self.collect()
+        answers: list = []
+        while len(answers) < len(calls):
+            if self.proc is None or not self.proc.is_alive():
+                self._start()
+            rest = calls[len(answers):]
+            self.conn.send(("contract", rest, base_isa))
+            for _ in rest:
+                if not self.conn.poll(self.timeout):
+                    answers.append(("crash", self._hang()))
+                    break
+                try:
+                    answers.append(self.conn.recv())
+                except (EOFError, ConnectionResetError):
+                    answers.append(("crash", self._crash()))
+                    break
+        self.last_output = self.shared.output()
+        return answers
+
     def _answer(self) -> dict:
         if not self.conn.poll(self.timeout):
             raise PortCrash(self._hang())

@@ -12,6 +12,8 @@ command line), from any directory: the fixtures ship inside the package. The tes
 
     crnn-conformance::<fixture>::<case>::<tensor>[<tier>]
 
+and, for the contract tier, `crnn-conformance::contract::contract::<call>[contract]` (one test
+per call of harness/contract.py, the layer a keyword; the first of a layer runs its calls).
 (fixture = the fixture file's stem, e.g. adamw or pytorch_adamw; the layer is a keyword, so
 `-k conv` selects conv's and pytorch_conv's tests) and they run exactly the gate's code
 (crnn_conformance.harness.runner.GateSession.run_case, the worker process,
@@ -109,6 +111,7 @@ class _State:
         self.session = _cannot_run_as_usage_error(lambda: GateSession(self.opts))
         self.opened = False
         self.records: dict[tuple, list] = {}
+        self.contract: dict[str, list] = {}
 
     def open(self):
         if not self.opened:
@@ -124,6 +127,15 @@ class _State:
             else:
                 self.records[key] = [r.to_dict() for r in self.session.run_case(job)]
         return self.records[key]
+
+    def contract_for(self, layer: str, core: bool) -> list:
+        """The contract tier's records of `layer` (harness/contract.py), made once."""
+        from crnn_conformance.harness import contract
+        if layer not in self.contract:
+            self.open()
+            self.contract[layer] = [r.to_dict() for r in
+                                    contract.layer_records(self.session, layer, core)]
+        return self.contract[layer]
 
     def close(self):
         if self.opened:
@@ -192,6 +204,71 @@ class Suite(pytest.Collector):
                                            tiers=state.opts.tiers)
             node.extra_keyword_matches.add(jobs[0].layer)
             yield node
+        yield from _contract_nodes(self, state)
+
+
+def _contract_nodes(parent, state):
+    """crnn-conformance::contract::contract::<call>[contract]: the contract tier's calls of
+    each layer (the layer a keyword; the control functions' with the first layer), as the
+    gate's records name them (fixture and case `contract`), when the tier is selected."""
+    from crnn_conformance.harness import contract
+    if not contract.selected(state.opts):
+        return
+    layers = [(layer, contract.calls(layer, core=i == 0))
+              for i, layer in enumerate(state.session.layer_names)]
+    if any(calls for _, calls in layers):
+        node = ContractNode.from_parent(parent, name=contract.FIXTURE)
+        node.layers = layers
+        yield node
+
+
+class ContractNode(pytest.Collector):
+    def collect(self):
+        from crnn_conformance.harness import contract
+        yield ContractCase.from_parent(self, name=contract.FIXTURE, layers=self.layers)
+
+
+class ContractCase(pytest.Collector):
+    def __init__(self, *, layers, **kw):
+        super().__init__(**kw)
+        self.layers = layers
+
+    def collect(self):
+        for i, (layer, calls) in enumerate(self.layers):
+            for call in calls:
+                item = ContractItem.from_parent(self, name=f"{call.label}[contract]",
+                                                label=call.label, layer=layer, core=i == 0)
+                item.extra_keyword_matches.add(layer)
+                item.add_marker(pytest.mark.crnn_conformance)
+                item.add_marker(pytest.mark.xdist_group(name=f"contract/{layer}"))
+                yield item
+
+
+class ContractItem(pytest.Item):
+    def __init__(self, *, label, layer, core, **kw):
+        super().__init__(**kw)
+        self.label, self.layer, self.core = label, layer, core
+
+    def runtest(self):
+        from crnn_conformance.reports.console import failure_line
+        state, layer = self.config.stash[_STATE], self.layer
+        recs = state.contract_for(layer, self.core)
+        reason = state.session.not_implemented.get(layer)
+        if reason and not recs:
+            pytest.skip(f"not implemented: {reason}")
+        recs = [r for r in recs if r["tensor"] == self.label]
+        if not recs:
+            pytest.skip("checks nothing on this port (e.g. it advertises every ISA)")
+        if not recs[0]["passed"]:
+            raise ConformanceFailure(failure_line(recs[0]))
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, ConformanceFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return "contract", None, f"contract/{self.layer}/{self.name}"
 
 
 class FixtureNode(pytest.Collector):

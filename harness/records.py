@@ -11,7 +11,7 @@ from crnn_conformance import fixtures
 from crnn_conformance.harness.compare import Comparison
 
 FIXTURES_DIR = fixtures.directory()
-TIERS = ("exact", "float64", "pytorch", "identity")
+TIERS = ("exact", "float64", "pytorch", "identity", "contract")
 THREADS = (1, 2, 3, 7)
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.generators.h5io import read_fixture
+from crnn_conformance.harness import contract
 from crnn_conformance.harness import layers as L
 from crnn_conformance.harness.compare import compare
 from crnn_conformance.harness.discovery import fixture_paths as _fixture_paths
@@ -131,7 +132,7 @@ class GateSession:
                      for case in fx.cases
                      if (opts.case is None or fnmatch.fnmatch(case.name, opts.case))
                      and ("identity" in opts.tiers or set(opts.tiers) & set(case.expected))]
-        if not self.jobs:
+        if not self.jobs and not contract.selected(opts):
             raise ValueError(f"no checks selected: no case of {', '.join(self.layer_names)}"
                              + (f" matches --case {opts.case!r}" if opts.case else "")
                              + f" with the tier(s) {', '.join(opts.tiers)}")
@@ -292,6 +293,7 @@ def run_gate(opts: GateOptions, progress=None) -> GateResult:
             if progress:
                 progress(n, len(jobs), f"{job.layer} {job.case.name}")
             records += session.run_case(job, jobs[n + 1:n + 1 + WINDOW * len(session.executors)])
+        records = contract.merged(session, records)   # the contract tier: each layer's calls
         if progress:
             progress(len(jobs), len(jobs), "done")
     if not records and not session.not_implemented:   # (none implemented: the CLI says so)

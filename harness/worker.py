@@ -197,11 +197,24 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
         if msg[0] == "batch":     # one case on several (isa, threads): an answer per run
             _serve_batch(conn, traced, shared, cases, *msg[1:])
             continue
+        if msg[0] == "contract":  # the contract tier's calls (harness/contract.py): an answer each
+            _serve_contract(conn, traced, shared, *msg[1:])
+            continue
         arena = _fresh_arena(traced, shared)
         answer = _run_one(traced, arena, cases, *msg)
         fflush(None)
         conn.send(answer)
         arena.release()
+
+
+def _serve_contract(conn, traced, shared, calls, base_isa: int) -> None:
+    from crnn_conformance.harness import contract
+    os.ftruncate(shared.out_fd, 0)
+    for call in calls:
+        traced.where = f"contract tier, {call.label}"
+        answer = contract.run(traced, call, base_isa)
+        _LIBC.fflush(None)
+        conn.send(answer)
 
 
 def _fresh_arena(traced, shared) -> guard.Arena:

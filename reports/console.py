@@ -16,7 +16,7 @@ import click
 
 from .json_report import layer_status, summary, tensor_key
 
-TIER_COLS = ("exact", "float64", "pytorch", "identity")
+TIER_COLS = ("exact", "float64", "pytorch", "identity", "contract")
 RES_COLS = ("float64", "pytorch")
 RES_HEAD = {"float64": "res f64", "pytorch": "res pt"}
 W_FIXTURE, W_CASE, W_TENSOR, W_CELL = 14, 24, 16, 9
@@ -30,6 +30,9 @@ LEGEND = (
     "  float64   0.012        allowance usage: max over elements of |ours - ref| / allowance;",
     "  pytorch                passes at <= 1 (pytorch: 2*Atol + 2*Floor + 2*Rtol*|pt|)",
     "  identity  15/15        ISA x thread runs bit-identical to the base run / runs compared",
+    "  contract  ok           the call (the row's tensor: an entry point and what its arguments",
+    "                         break or probe) returned its documented code and wrote nothing",
+    "                         it may not (docs/port-abi.md, \"The error contract\")",
     "  -                      no check of this tier for this tensor (no such reference)",
     "  no result              the port crashed, hung or returned an error (see its FAIL line)",
 )
@@ -59,6 +62,8 @@ def _cell(tier, recs):
         ok = sum(r["passed"] for r in recs)
         return f"{ok}/{len(recs)}"
     r = recs[0]
+    if tier == "contract":
+        return "ok" if r["passed"] else "failed"
     if tier == "exact":
         return "=" if r["passed"] else f"{r['mismatches']}x{bit_figure(r)}"
     return _usage(r["usage"])
@@ -97,6 +102,9 @@ def failure_message(r) -> str:
     if r["tensor"] == "*" and not r["elements"]:   # the port crashed, hung or returned an error
         return (f"{r['layer']}/{r['case']}/* tier={r['tier']} isa={r['isa']} "
                 f"threads={r['threads']}: no result: {r.get('note') or 'unknown'}")
+    if r["tier"] == "contract":                     # one call of the error contract
+        return (f"{r['layer']}/{r['case']}/{r['tensor']} tier=contract isa={r['isa']} "
+                f"threads={r['threads']}: {r.get('note') or 'unknown'}")
     w = r.get("worst") or {}
     where = f"[{','.join(map(str, w.get('index', [])))}]" if w else ""
     words = f": {w['unbounded']}" if w.get("unbounded") else ""
@@ -158,8 +166,10 @@ def table(doc: dict, verbose: bool = False) -> list[str]:
             if l != layer:
                 continue
             ok = all(r["passed"] for rs in tiers.values() for r in rs)
-            line = (f"{fixture[:W_FIXTURE]:<{W_FIXTURE}} {case[:W_CASE]:<{W_CASE}} "
-                    f"{tensor[:W_TENSOR]:<{W_TENSOR}} "
+            name = f"{case[:W_CASE]:<{W_CASE}} {tensor[:W_TENSOR]:<{W_TENSOR}}"
+            if "contract" in tiers:    # (a call's name over the case and tensor columns)
+                name = f"{tensor[:len(name)]:<{len(name)}}"
+            line = (f"{fixture[:W_FIXTURE]:<{W_FIXTURE}} {name} "
                     + " ".join(f"{_cell(t, tiers.get(t, [])):>{W_CELL}}" for t in TIER_COLS))
             if verbose:
                 line += " " + " ".join(f"{_res_cell(tiers.get(t, [])):>{W_CELL}}" for t in RES_COLS)

@@ -23,7 +23,7 @@ from .json_report import layer_status, summary, tensor_key
 from .overview import layer_svg
 
 TEMPLATES = Path(__file__).with_name("templates")
-TIER_COLS = ("exact", "float64", "pytorch", "identity")
+TIER_COLS = ("exact", "float64", "pytorch", "identity", "contract")
 GREEN, AMBER = 0.5, 1.0   # usage thresholds: green <= 0.5 < amber <= 1 < red
 COLORS = {"g": "#2e9d4e", "a": "#e0a100", "r": "#d1342f", "n": "#c9ced6"}
 
@@ -69,14 +69,14 @@ def band(usage, tier: str, passed: bool) -> str:
     """g / a / r: the colour of a usage value (bit tiers: any difference is red)."""
     if not passed:
         return "r"
-    if tier in ("exact", "identity"):
+    if tier in ("exact", "identity", "contract"):
         return "g"
     u = _inf(usage)
     return "g" if u <= GREEN else "a" if u <= AMBER else "r"
 
 
 def _bar_width(usage, tier, passed) -> float:
-    if tier in ("exact", "identity"):
+    if tier in ("exact", "identity", "contract"):
         return 0.0 if passed else 100.0
     u = _inf(usage)
     return 100.0 if math.isinf(u) else round(min(u, 1.0) * 100, 1)
@@ -123,6 +123,12 @@ def _cell(tier: str, rs: list[dict]) -> dict:
         title = ("every ISA × thread run identical to the base run" if passed else
                  f"{len(rs) - ok} run(s) differ; worst {worst['isa']} × {worst['threads']}: "
                  f"{worst['mismatches']} element(s), farthest {bit_figure(worst, ' ')}")
+    elif tier == "contract":
+        worst = rs[0]
+        passed = worst["passed"]
+        text = "ok" if passed else "failed"
+        title = ("returned its documented code and wrote nothing it may not" if passed
+                 else failure_message(worst))
     else:
         worst = rs[0]
         passed = worst["passed"]

@@ -28,8 +28,8 @@ def layer_rows(recs: list[dict], layer: str) -> OrderedDict[str, dict]:
     "identity": [...]} for one layer, tensors in the order the gate first reported them."""
     rows: OrderedDict[str, dict] = OrderedDict()
     for r in recs:
-        if r["layer"] != layer or r["tensor"] == "*":
-            continue
+        if r["layer"] != layer or r["tensor"] == "*" or r["tier"] == "contract":
+            continue          # (the contract tier's calls have no usage to plot)
         row = rows.setdefault(r["tensor"], {"points": [], "exact": [], "identity": []})
         if r["tier"] in TOLERANCE:
             label = f"{r.get('fixture') or layer}/{r['case']}"

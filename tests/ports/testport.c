@@ -39,6 +39,14 @@
  *   -DTP_LATE=n           the case above triggers only when run with n threads (a later run
  *                         of the batch: the worker's replay meets the mistake, harness/replay.py)
  *   -DTP_FTZ_ON_TRIGGER   crnn_linear_backward sets FTZ and DAZ on the case above only
+ * and, for the contract tier (harness/contract.py), on every call:
+ *   -DTP_NO_ARGCHECK      every argument check removed (crnn_set_isa and crnn_set_threads
+ *                         accept anything, the entry points run on whatever they are given)
+ *   -DTP_WRITE_BEFORE_REJECT  crnn_linear_forward writes y[0] before it returns CRNN_E_ARG
+ *   -DTP_EMPTY_DOT_NEGZERO    crnn_dot16 gives -0 for n = 0 (a dot of 0 terms is +0)
+ *   -DTP_MODIFY_ON_REJECT     crnn_linear_backward changes its const input x[0] when it
+ *                             returns CRNN_E_ARG for a negative size
+ *   -DTP_HANG_ON_REJECT       crnn_dot16 never returns when n < 0
  */
 #include <math.h>
 #include <signal.h>
@@ -82,11 +90,24 @@ uint32_t crnn_isa_available(void) { return 0; }
 #else
 uint32_t crnn_isa_available(void) { return 1u << CRNN_ISA_SCALAR; }
 #endif
-int32_t crnn_set_isa(int32_t isa) { return isa == CRNN_ISA_SCALAR ? CRNN_OK : CRNN_E_ISA; }
+#ifdef TP_NO_ARGCHECK
+#define REJECT_IF(cond) ((void)0)
+#else
+#define REJECT_IF(cond) do { if (cond) return CRNN_E_ARG; } while (0)
+#endif
+
+int32_t crnn_set_isa(int32_t isa)
+{
+    REJECT_IF(isa < 0 || isa > CRNN_ISA_AVX512);
+#ifdef TP_NO_ARGCHECK
+    return CRNN_OK;
+#endif
+    return isa == CRNN_ISA_SCALAR ? CRNN_OK : CRNN_E_ISA;
+}
 int32_t crnn_get_isa(void) { return CRNN_ISA_SCALAR; }
 int32_t crnn_set_threads(int32_t n)
 {
-    if (n < 1 || n > 256) return CRNN_E_ARG;
+    REJECT_IF(n < 1 || n > 256);
     g_threads = n;
     return CRNN_OK;
 }
@@ -109,8 +130,14 @@ static float dot16s(const float *a, int64_t sa, const float *b, int64_t sb, int6
 #ifndef TP_OMIT
 int32_t crnn_dot16(const float *a, const float *b, int64_t n, float *out)
 {
-    if (n < 0 || !out || (n > 0 && (!a || !b))) return CRNN_E_ARG;
+#ifdef TP_HANG_ON_REJECT
+    if (n < 0) for (;;) sleep(1);
+#endif
+    REJECT_IF(n < 0 || !out || (n > 0 && (!a || !b)));
     *out = dot16s(a, 1, b, 1, n);
+#ifdef TP_EMPTY_DOT_NEGZERO
+    if (n == 0) *out = -0.0f;
+#endif
     return CRNN_OK;
 }
 #endif
@@ -119,7 +146,10 @@ int32_t crnn_dot16(const float *a, const float *b, int64_t n, float *out)
 int32_t crnn_linear_forward(const float *x, const float *W, const float *b,
                             int32_t T, int32_t I, int32_t O, float *y)
 {
-    if (T < 0 || I < 0 || O < 0 || !x || !W || !b || !y) return CRNN_E_ARG;
+#ifdef TP_WRITE_BEFORE_REJECT
+    if (y && (T < 0 || I < 0 || O < 0 || !x || !W || !b)) y[0] = 0.0f;
+#endif
+    REJECT_IF(T < 0 || I < 0 || O < 0 || !x || !W || !b || !y);
     int trigger = T == 16 && I == 37 && O == 37;
 #ifdef TP_LATE
     trigger = trigger && g_threads == (TP_LATE);
@@ -154,7 +184,10 @@ int32_t crnn_linear_backward(const float *x, const float *W, const float *dY,
                              float *dx, float *dW, float *db)
 {
     static const float one = 1.0f;
-    if (T < 0 || I < 0 || O < 0 || !x || !W || !dY || !dW || !db) return CRNN_E_ARG;
+#ifdef TP_MODIFY_ON_REJECT
+    if (x && (T < 0 || I < 0 || O < 0)) ((float *)x)[0] += 1.0f;
+#endif
+    REJECT_IF(T < 0 || I < 0 || O < 0 || !x || !W || !dY || !dW || !db);
     int trigger = T == 16 && I == 37 && O == 37;
 #ifdef TP_LATE
     trigger = trigger && g_threads == (TP_LATE);
