@@ -75,6 +75,7 @@ def _options(config):
     import click
     from crnn_conformance.ctypes_kernels import abi
     from crnn_conformance.harness import layers as L
+    from crnn_conformance.harness import pyport
     from crnn_conformance.harness.cli.common import _split, parse_timeout
     from crnn_conformance.harness.runner import (
         FIXTURES_DIR,
@@ -88,7 +89,7 @@ def _options(config):
         return GateOptions(
             port=config.getoption("crnn_port"),
             fixtures=Path(config.getoption("crnn_fixtures") or FIXTURES_DIR),
-            isas=_split(config.getoption("crnn_isa"), abi.ISA_NAMES, "ISA"),
+            isas=_split(config.getoption("crnn_isa"), pyport.isa_choices(config.getoption("crnn_port")), "ISA"),
             threads=tuple(_split(config.getoption("crnn_threads"), None, "thread count", int)
                           or THREADS),
             tiers=tuple(_split(config.getoption("crnn_tiers"), TIERS, "tier") or TIERS),

@@ -8,6 +8,7 @@ import click
 
 from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.generators.h5io import FixtureError
+from crnn_conformance.harness import pyport
 from crnn_conformance.harness import layers as L
 from crnn_conformance.harness.runner import FIXTURES_DIR, THREADS, TIERS, GateOptions, run_gate
 
@@ -52,7 +53,7 @@ def gate(port, fixtures, isa, threads, tiers, layers, case, report_dir, junit_pa
     try:
         opts = GateOptions(
             port=port, fixtures=Path(fixtures),
-            isas=_split(isa, abi.ISA_NAMES, "ISA"),
+            isas=_split(isa, pyport.isa_choices(port), "ISA"),
             threads=tuple(_split(threads, None, "thread count", int)),
             tiers=tuple(_split(tiers, TIERS, "tier")),
             layers=None if available else _split(layers, L.LAYERS, "layer"),
