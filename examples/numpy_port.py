@@ -147,14 +147,14 @@ def ctc(logits, target, scale):
     for t in range(1, T):
         a = alpha[t - 1]
         a1 = np.concatenate([[-np.inf], a[:-1]])
-        a2 = np.where(skip, np.concatenate([[-np.inf, -np.inf], a[:-2]]), -np.inf)
+        a2 = np.where(skip, np.concatenate([[-np.inf, -np.inf], a])[:S], -np.inf)
         alpha[t] = np.logaddexp(np.logaddexp(a, a1), a2) + e[t]
     beta[T - 1, max(S - 2, 0):] = e[T - 1, max(S - 2, 0):]
-    skip_b = np.concatenate([skip[2:], [False, False]])
+    skip_b = np.concatenate([skip[2:], [False, False]])[:S]
     for t in range(T - 2, -1, -1):
         bn = beta[t + 1]
         b1 = np.concatenate([bn[1:], [-np.inf]])
-        b2 = np.where(skip_b, np.concatenate([bn[2:], [-np.inf, -np.inf]]), -np.inf)
+        b2 = np.where(skip_b, np.concatenate([bn[2:], [-np.inf, -np.inf]])[:S], -np.inf)
         beta[t] = np.logaddexp(np.logaddexp(bn, b1), b2) + e[t]
     logp = alpha[T - 1, 0] if S == 1 else np.logaddexp(alpha[T - 1, S - 1], alpha[T - 1, S - 2])
     if logp == -np.inf:

@@ -242,6 +242,9 @@ class PyPort:
         views = {}
         for b in bufs:
             addr = pointers.get(b.name)
+            if not addr and b.role == "in" and 0 in b.shape:
+                views[b.name] = _empty(b.dtype, b.shape)    # nothing to read: NULL is fine
+                continue
             if not addr:
                 if not b.nullable:
                     return -1             # CRNN_E_ARG: a NULL the ABI does not allow
@@ -275,6 +278,12 @@ def _reader(pointers: dict):
             return []
         return _view(addr, abi.DTYPES[dtype], (n,), writable=False).tolist()
     return read
+
+
+def _empty(dtype: str, shape: tuple) -> np.ndarray:
+    a = np.zeros(shape, np.dtype(dtype))
+    a.flags.writeable = False
+    return a
 
 
 def _view(addr: int, dtype: str, shape: tuple, writable: bool) -> np.ndarray:
