@@ -216,8 +216,10 @@ class PyPort:
             return e.code
         except (Exception, SystemExit) as e:  # noqa: BLE001
             raise self._raised(what, e) from None
-        if what == "set_config":
-            return 0 if rc is None else int(rc)
+        if rc is None and what.startswith("set_"):
+            return 0
+        if not isinstance(rc, (int, np.integer)) or isinstance(rc, bool):
+            raise PortException(f"{what} returned {rc!r}; it returns an int")
         return int(rc)
 
     def _raised(self, what: str, e: BaseException) -> PortException:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -166,6 +166,7 @@ class Fuzzer:
             self.executor.close()
             raise ValueError(f"port {opts.port} runs thread count(s) "
                              f"{', '.join(map(str, declared))} only (--threads)")
+        self.gate = replace(self.gate, threads=tuple(threads))
         self.runs = [(i, t) for t in threads for i in self.isas]
         self.db = DirectoryBasedExampleDatabase(str(database_dir())) if opts.database else None
         self.stats = {layer: LayerStats(layer) for layer in layers}
