@@ -244,8 +244,8 @@ class PyPort:
         views = {}
         for b in bufs:
             addr = pointers.get(b.name)
-            if not addr and b.role == "in" and 0 in b.shape:
-                views[b.name] = _empty(b.dtype, b.shape)    # nothing to read: NULL is fine
+            if not addr and 0 in b.shape:    # no element: NULL is as good as a buffer
+                views[b.name] = _empty(b.dtype, b.shape, writable=b.role != "in")
                 continue
             if not addr:
                 if not b.nullable:
@@ -282,9 +282,9 @@ def _reader(pointers: dict):
     return read
 
 
-def _empty(dtype: str, shape: tuple) -> np.ndarray:
+def _empty(dtype: str, shape: tuple, writable: bool) -> np.ndarray:
     a = np.zeros(shape, np.dtype(dtype))
-    a.flags.writeable = False
+    a.flags.writeable = writable
     return a
 
 
@@ -363,3 +363,28 @@ def _as_numpy(what: str, arg: str, value) -> np.ndarray:
                         f"{type(value).__name__}, which NumPy cannot read"
                         + (f" ({problem})" if problem else "")
                         + ": return a host array (e.g. tensor.detach().cpu())")
+
+
+def signature_table() -> str:
+    """The Markdown table of every method a Python port may define, from abi.SIGNATURES,
+    abi.ARGS and abi.BUFFERS (docs/python-ports.md holds it; a test compares the two)."""
+    scalar = {abi.i32: "int", abi.i64: "int", abi.u32: "int", abi.f64: "float"}
+    rows = ["| method | arguments, in order | a returned value fills |", "|---|---|---|"]
+    for name, (_, types) in abi.SIGNATURES.items():
+        if name in _CORE_DEFAULTS:
+            continue
+        specs = {s.split(":", 1)[0]: s for s in abi.BUFFERS.get(name, "").split()}
+        args, filled = [], []
+        for arg, t in zip((a.lstrip("*") for a in abi.ARGS[name].split()), types):
+            if t is not abi.P:
+                args.append(f"`{arg}` {scalar[t]}")
+                continue
+            dtype, rest = specs[arg].split(":", 1)[1].split("]", 1)   # (as abi.buffers reads it)
+            role = rest.lstrip(":") or "in"
+            null = " or None" if role.endswith("?") else ""
+            role, dtype = role.rstrip("?"), dtype + "]"
+            args.append(f"`{arg}` {dtype} {role}{null}")
+            if role != "in":
+                filled.append(f"`{arg}`")
+        rows.append(f"| `{name[5:]}` | {', '.join(args)} | {', '.join(filled)} |")
+    return "\n".join(rows)
