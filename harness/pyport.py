@@ -121,13 +121,15 @@ def load(spec: str, layers) -> "PyPort":
     """abi.load for a Python port: imports it, checks its configs, ABI version and (for the
     layers asked for) that every method they need exists. Raises abi.PortError."""
     port = PyPort(load_object(spec), spec)
-    if any(not abi.has(port, s) for s in abi.required_symbols(layers)):
-        raise abi.PortError(abi.missing_message(spec, abi.exported(port), layers)
-                            .replace("symbol(s)", "method(s) (crnn_ + method name)"))
     version = port.crnn_abi_version()
     if version != abi.ABI_VERSION:
         raise abi.PortError(f"port {spec} has ABI version {version}; this harness speaks "
                             f"version {abi.ABI_VERSION} (crnn_port.h)")
+    if any(not abi.has(port, s) for s in abi.required_symbols(layers)):
+        message = abi.missing_message(spec, abi.exported(port), layers)
+        head, _, tail = message.partition(" is missing ")
+        raise abi.PortError(f"{head} is missing " + tail.replace("symbol(s)", "method(s)")
+                            .replace("crnn_", ""))
     return port
 
 
