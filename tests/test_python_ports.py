@@ -375,16 +375,16 @@ def test_pytest_plugin_runs_a_python_port(tmp_path):
                        cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 1, r.stdout[-2000:]
     assert re.search(r"\d+ failed, \d+ passed", r.stdout)
-    assert "linear::T16_I16_O16::y[float64] PASSED" in subprocess.run(
+    assert "linear::T16_I128_O37::y[float64] PASSED" in subprocess.run(
         [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
          f"--port={ROOT / 'examples' / 'numpy_port.py'}:Port", "--crnn-layers", "linear",
-         "--crnn-tiers", "float64", "-k", "T16_I16_O16 and y"],
+         "--crnn-tiers", "float64", "-k", "T16_I128_O37 and y"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300).stdout
 
 
 def test_fuzz_runs_a_python_port(tmp_path):
-    r = gate("--port", NUMPY_PORT, "--layers", "linear", "--seconds", "3", "--out",
-             str(tmp_path / "found"), command="fuzz", timeout=300)
+    r = gate("--port", NUMPY_PORT, "--layers", "linear", "--seconds", "60", "--first",
+             "--jobs", "1", "--out", str(tmp_path / "found"), command="fuzz", timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr         # NumPy's matmul is not dot16's order
     assert "isa=python threads=1" in r.stdout and list((tmp_path / "found").glob("*.h5"))
 
