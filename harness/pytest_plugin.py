@@ -48,7 +48,8 @@ def pytest_addoption(parser):
     if not _taken(parser, "--port"):
         names.insert(0, "--port")
     g.addoption(*names, dest="crnn_port", default=None, metavar="PATH",
-                help="collect the conformance suite for this shared library (crnn_port.h)")
+                help="collect the conformance suite for this shared library (crnn_port.h) or "
+                     "Python port (FILE.py:OBJECT, py:MODULE:OBJECT)")
     g.addoption("--crnn-layers", default=None, metavar="LIST",
                 help="comma list of layers, or `available`: those the port implements")
     g.addoption("--crnn-tiers", default=None, metavar="LIST", help="comma list of tiers")

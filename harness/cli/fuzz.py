@@ -16,7 +16,8 @@ from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run, default_workers
 
 @click.command()
 @click.option("--port", type=click.Path(dir_okay=False), default=None,
-              help="shared library implementing crnn_port.h (default: the bundled kernels)")
+              help="shared library implementing crnn_port.h, or a Python port FILE.py:OBJECT "
+                   "or py:MODULE:OBJECT (docs/python-ports.md; default: the bundled kernels)")
 @click.option("--layers", default=None, help="comma list of layers (default: every layer)")
 @click.option("--seconds", type=float, default=60.0, show_default=True,
               help="wall-clock time to fuzz (shrinking a finding may add up to --shrink-seconds)")

@@ -19,7 +19,8 @@ from .common import (EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, _split, cannot_run, 
 
 @click.command()
 @click.option("--port", type=click.Path(dir_okay=False), default=None,
-              help="shared library implementing crnn_port.h (default: the bundled kernels)")
+              help="shared library implementing crnn_port.h, or a Python port FILE.py:OBJECT "
+                   "or py:MODULE:OBJECT (docs/python-ports.md; default: the bundled kernels)")
 @click.option("--fixtures", type=click.Path(file_okay=False), default=str(FIXTURES_DIR),
               show_default="fixtures/", help="fixture directory")
 @click.option("--isa", "isa", default=None, help="comma list of ISA paths (default: all available)")
