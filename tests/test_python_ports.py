@@ -331,6 +331,19 @@ def test_configs_are_the_identity_tiers_isas(tmp_path):
                "runs thread count(s) 1, 2 only")
 
 
+def test_the_c_replay_is_off_for_a_python_port(monkeypatch):
+    from crnn_conformance.harness import worker
+    from crnn_conformance.harness.fpenv import fpenv_helper
+    helper = fpenv_helper()
+    if helper is None or not helper.replays or helper.crnn_h_arch() not in (1, 2):
+        pytest.skip("no C replay on this machine")
+    monkeypatch.delenv("CRNN_NO_REPLAY", raising=False)
+    from crnn_conformance.ctypes_kernels.build import build
+    lib = abi.load(build())
+    assert worker._Traced(lib, None, helper).replays
+    assert not worker._Traced(pyport.PyPort(object(), "test"), None, helper).replays
+
+
 def test_every_run_goes_through_python(tmp_path):
     """No replay of a Python port's calls: the port counts its calls in a file."""
     log = tmp_path / "calls.txt"
