@@ -229,10 +229,8 @@ class PyPort:
         case's records; the failure itself is one line."""
         traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
         sys.stderr.flush()
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        return PortException(f"{what} raised {type(e).__name__}"
-                             + (f": {msg}" if msg else "")
-                             + " (the port's traceback is in this case's output)")
+        return PortException(f"{what} raised {_first_line(e)} (the port's traceback is in this "
+                             "case's output)")
 
     def _call(self, name: str, method, args) -> int:
         sig = abi.SIGNATURES[name][1]
@@ -340,6 +338,11 @@ def _store(what: str, written: list, views: dict, result) -> None:
         np.copyto(view, a.reshape(view.shape), casting="no")
 
 
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return type(e).__name__ + (f": {text.splitlines()[0]}" if text else "")
+
+
 def _kind(a) -> str:
     return f"{a.dtype.str if a.dtype.byteorder not in '=|' else a.dtype.name}{list(a.shape)}"
 
@@ -355,12 +358,12 @@ def _as_numpy(what: str, arg: str, value) -> np.ndarray:
         try:
             return np.from_dlpack(value)
         except Exception as e:   # noqa: BLE001 (a device tensor, requires_grad, bfloat16 ...)
-            problem = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            problem = _first_line(e)
     if hasattr(value, "__array__") or isinstance(value, (float, int, complex, np.generic)):
         try:
             return np.asarray(value)
         except Exception as e:   # noqa: BLE001
-            problem = problem or f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            problem = problem or _first_line(e)
     raise PortException(f"{what} returned {arg} as a {type(value).__module__}."
                         f"{type(value).__name__}, which NumPy cannot read"
                         + (f" ({problem})" if problem else "")
