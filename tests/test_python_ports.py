@@ -287,8 +287,10 @@ def test_missing_and_unsupported_methods_are_not_implemented(tmp_path):
     assert strict.returncode == 1 and "returned -4 (CRNN_E_UNSUPPORTED)" in strict.stdout
 
 
-def test_an_error_code_fails_the_case(tmp_path):
-    source = LINEAR.replace("return x @ W.T + b", "return -3 if T == 16 else x @ W.T + b")
+@pytest.mark.parametrize("code", ["return -3", "raise CrnnError(-3)"])
+def test_an_error_code_fails_the_case(tmp_path, code):
+    source = ("from crnn_conformance.harness.pyport import CrnnError\n" + LINEAR).replace(
+        "return x @ W.T + b", f"if T == 16:\n            {code}\n        return x @ W.T + b")
     r = linear_gate(tmp_path, source)
     assert r.returncode == 1
     assert "crnn_linear_forward returned -3 (CRNN_E_NOMEM)" in r.stdout
