@@ -268,6 +268,16 @@ def test_a_crash_is_isolated(tmp_path):
     assert "SIGABRT" in r.stdout and "crnn_linear_forward" in r.stdout
 
 
+def test_a_hang_is_isolated(tmp_path):
+    r = linear_gate(tmp_path, LINEAR.replace("return x @ W.T + b",
+                                             "import time\n        if T == 16 and I == 37:\n"
+                                             "            time.sleep(600)\n"
+                                             "        return x @ W.T + b"), "--timeout", "3")
+    assert r.returncode == 1, r.stdout + r.stderr
+    hung = [l for l in r.stdout.splitlines() if l.startswith("FAIL ")]
+    assert hung and all("T16_I37" in l and "crnn_linear_forward" in l for l in hung), hung
+
+
 # ---- partial ports, error codes --------------------------------------------------------------
 
 def test_missing_and_unsupported_methods_are_not_implemented(tmp_path):
