@@ -154,6 +154,10 @@ def _isolate(shared) -> None:
         os._exit(1)
     os.dup2(shared.out_fd, 1)
     os.dup2(shared.out_fd, 2)
+    # Python-level output (a Python port's print and tracebacks) to the same file descriptors,
+    # whatever the parent had made of sys.stdout (pytest's capture, for one)
+    sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)
+    sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)
     try:
         libc.setvbuf(ctypes.c_void_p.in_dll(libc, "stdout"), None, 2, 0)   # _IONBF
     except (AttributeError, ValueError):

@@ -228,6 +228,21 @@ def test_an_exception_fails_the_case_with_its_traceback(tmp_path):
     assert any(t["passed"] for t in doc["tensors"])          # the other cases still ran
 
 
+def test_the_traceback_is_kept_when_sys_stderr_is_replaced(tmp_path, monkeypatch):
+    """In-process (the pytest plugin's way), with sys.stdout and sys.stderr not the process's
+    file descriptors: what the port prints still goes to its run's output."""
+    import io
+    from crnn_conformance.harness.runner import GateOptions, run_gate
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    source = LINEAR.replace("return x @ W.T + b", "print('from the port')\n"
+                            "        raise KeyError('lost?')")
+    result = run_gate(GateOptions(port=port_file(tmp_path, source) + ":Port", layers=["linear"],
+                                  tiers=("float64",), threads=(1,), case="T16_I37_O37"))
+    outputs = [r.output for r in result.records if r.output]
+    assert len(outputs) == 1 and "from the port" in outputs[0] and "KeyError: 'lost?'" in outputs[0]
+
+
 @pytest.mark.parametrize("change,fragment", [
     ("return x @ W.T + b", "return (x @ W.T + b).astype(np.float64)",
      ), ("return x @ W.T + b", "return (x @ W.T + b).reshape(-1)"),
