@@ -50,7 +50,8 @@ def pytest_addoption(parser):
     if not _taken(parser, "--port"):
         names.insert(0, "--port")
     g.addoption(*names, dest="crnn_port", default=None, metavar="PATH",
-                help="collect the conformance suite for this shared library (crnn_port.h)")
+                help="collect the conformance suite for this shared library (crnn_port.h) or "
+                     "Python port (FILE.py:OBJECT, py:MODULE:OBJECT)")
     g.addoption("--crnn-layers", default=None, metavar="LIST",
                 help="comma list of layers, or `available`: those the port implements")
     g.addoption("--crnn-tiers", default=None, metavar="LIST", help="comma list of tiers")
@@ -77,6 +78,7 @@ def _options(config):
     import click
     from crnn_conformance.ctypes_kernels import abi
     from crnn_conformance.harness import layers as L
+    from crnn_conformance.harness import pyport
     from crnn_conformance.harness.cli.common import _split, parse_timeout
     from crnn_conformance.harness.runner import (
         FIXTURES_DIR,
@@ -90,7 +92,7 @@ def _options(config):
         return GateOptions(
             port=config.getoption("crnn_port"),
             fixtures=Path(config.getoption("crnn_fixtures") or FIXTURES_DIR),
-            isas=_split(config.getoption("crnn_isa"), abi.ISA_NAMES, "ISA"),
+            isas=_split(config.getoption("crnn_isa"), pyport.isa_choices(config.getoption("crnn_port")), "ISA"),
             threads=tuple(_split(config.getoption("crnn_threads"), None, "thread count", int)
                           or THREADS),
             tiers=tuple(_split(config.getoption("crnn_tiers"), TIERS, "tier") or TIERS),

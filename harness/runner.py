@@ -10,7 +10,7 @@ from __future__ import annotations
 import fnmatch
 import time
 from multiprocessing.connection import wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.generators.h5io import read_fixture
 from crnn_conformance.harness import contract
 from crnn_conformance.harness import layers as L
+from crnn_conformance.harness import pyport
 from crnn_conformance.harness.compare import compare
 from crnn_conformance.harness.discovery import fixture_paths as _fixture_paths
 from crnn_conformance.harness.discovery import layer_paths as _layer_paths
@@ -127,7 +128,8 @@ class GateSession:
         self.modules = [L.module(n) for n in self.layer_names]
         self.fixtures = {m.LAYER: [L.check_fixture(m, read_fixture(p)) for p in paths[m.LAYER]]
                          for m in self.modules}
-        self.port_path = Path(opts.port) if opts.port else _bundled()
+        self.port_path = (opts.port if pyport.is_python_port(opts.port) else Path(opts.port)
+                          if opts.port else _bundled())
         self.jobs = [Job(m, fx.path, case) for m in self.modules for fx in self.fixtures[m.LAYER]
                      for case in fx.cases
                      if (opts.case is None or fnmatch.fnmatch(case.name, opts.case))
@@ -156,6 +158,7 @@ class GateSession:
         self.executors = [self.executor]
         try:
             self.isas = _select_isas(self.opts, self.executor.isas)
+            self._declared_threads(self.executor.info.get("threads"))
             if self.opts.available:
                 self._drop_missing(self.executor.info.get("symbols", []))
             if set(self.opts.tiers) == {"identity"} and len(self.runs()) < 2:
@@ -170,6 +173,16 @@ class GateSession:
             raise
         self._prefetch()   # (after _drop_missing: only the cases that will run)
         return self
+
+    def _declared_threads(self, declared) -> None:
+        """A Python port runs only the thread counts it declares (harness/pyport.py)."""
+        if declared is None:
+            return
+        keep = tuple(t for t in self.opts.threads if t in declared)
+        if not keep:
+            raise ValueError(f"no checks selected: port {self.port_path} runs thread count(s) "
+                             f"{', '.join(map(str, declared))} only (--threads)")
+        self.opts = replace(self.opts, threads=keep)
 
     def _drop_missing(self, symbols) -> None:
         for layer in self.layer_names:
@@ -262,7 +275,8 @@ class GateSession:
     def meta(self) -> dict:
         ex = self.executor
         return {
-            "port": str(self.port_path), "port_sha256": sha256(self.port_path),
+            "port": str(self.port_path),
+            "port_sha256": sha256(pyport.source_file(self.port_path) or self.port_path),
             "bundled": self.opts.port is None,
             "abi_version": ex.info.get("abi_version") if ex else None,
             "harness_abi_version": abi.ABI_VERSION,

@@ -17,6 +17,7 @@ import fcntl
 import os
 import resource
 import signal
+import sys
 import tempfile
 import time
 import traceback
@@ -25,7 +26,7 @@ import numpy as np
 
 from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.generators.h5io import read_fixture
-from crnn_conformance.harness import guard, replay
+from crnn_conformance.harness import guard, pyport, replay
 from crnn_conformance.harness.fpenv import FpEnvError, fp_checker, fp_problem, fpenv, load_helper
 
 _LIBC = ctypes.CDLL(None)
@@ -80,8 +81,11 @@ class _Traced:
         self.fp_ok = fp_checker(helper)
         self.where = ""                      # the run in progress, for the messages
         self.table = b""                     # the guard-page table last written to shared
-        # the repeat runs of a batch replayed in C (harness/replay.py); CRNN_NO_REPLAY=1: not
-        self.replays = (helper is not None and getattr(helper, "replays", False)
+        python = isinstance(lib, pyport.PyPort)
+        self.isa_names = lib.isa_names if python else abi.ISA_NAMES   # crnn_set_isa's indices
+        # the repeat runs of a batch replayed in C (harness/replay.py); CRNN_NO_REPLAY=1: not.
+        # A Python port's calls cannot be played from C: every run goes through Python.
+        self.replays = (not python and helper is not None and getattr(helper, "replays", False)
                         and helper.crnn_h_arch() in (1, 2)
                         and os.environ.get("CRNN_NO_REPLAY", "") in ("", "0"))
 
@@ -150,6 +154,10 @@ def _isolate(shared) -> None:
         os._exit(1)
     os.dup2(shared.out_fd, 1)
     os.dup2(shared.out_fd, 2)
+    # Python-level output (a Python port's print and tracebacks) to the same file descriptors,
+    # whatever the parent had made of sys.stdout (pytest's capture, for one)
+    sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)
+    sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)
     try:
         libc.setvbuf(ctypes.c_void_p.in_dll(libc, "stdout"), None, 2, 0)   # _IONBF
     except (AttributeError, ValueError):
@@ -173,7 +181,8 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
                                 "or run the gate from a clean interpreter)"))
         return
     try:
-        lib = abi.load(port_path, layers)
+        lib = (pyport.load(port_path, layers) if pyport.is_python_port(port_path)
+               else abi.load(port_path, layers))
     except abi.PortError as e:
         conn.send(("porterror", str(e)))
         return
@@ -183,8 +192,12 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
                                 "linked with -ffast-math / -Ofast?)"))
         return
     ctypes.CDLL(None).fflush(None)
-    conn.send(("ok", {"isas": abi.available_isas(lib), "abi_version": int(lib.crnn_abi_version()),
-                      "fpenv": fpenv(helper), "symbols": abi.exported(lib)}))
+    python = isinstance(lib, pyport.PyPort)
+    isas = ([n for i, n in enumerate(lib.isa_names) if lib.crnn_isa_available() >> i & 1]
+            if python else abi.available_isas(lib))
+    conn.send(("ok", {"isas": isas, "abi_version": int(lib.crnn_abi_version()),
+                      "fpenv": fpenv(helper), "symbols": abi.exported(lib),
+                      "threads": lib.thread_counts if python else None}))
     traced = _Traced(lib, shared, helper)
     fflush = _LIBC.fflush
     while True:
@@ -355,7 +368,7 @@ def _run_one(lib, arena, cases, layer, fixture_path, case_name, isa, threads, ta
         if fixture_path not in cases:
             cases[fixture_path] = {c.name: c for c in read_fixture(fixture_path).cases}
         case = cases[fixture_path][case_name]
-        abi.check(lib.crnn_set_isa(abi.ISA_NAMES.index(isa)), f"crnn_set_isa({isa})")
+        abi.check(lib.crnn_set_isa(lib.isa_names.index(isa)), f"crnn_set_isa({isa})")
         abi.check(lib.crnn_set_threads(threads), f"crnn_set_threads({threads})")
         arena.tape = tape                 # the layer's calls are recorded (replay.Tape)
         result = L.module(layer).run(lib, guard.PrivateCase(case, arena))
@@ -372,3 +385,5 @@ def _run_one(lib, arena, cases, layer, fixture_path, case_name, isa, threads, ta
     finally:
         arena.tape = None
         guard.activate(None)
+        sys.stdout.flush()                # what a Python port printed belongs to this run
+        sys.stderr.flush()

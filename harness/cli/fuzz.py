@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.generators.h5io import FixtureError
+from crnn_conformance.harness import pyport
 from crnn_conformance.harness.runner import THREADS
 
 from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run, default_workers
@@ -15,7 +16,8 @@ from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run, default_workers
 
 @click.command()
 @click.option("--port", type=click.Path(dir_okay=False), default=None,
-              help="shared library implementing crnn_port.h (default: the bundled kernels)")
+              help="shared library implementing crnn_port.h, or a Python port FILE.py:OBJECT "
+                   "or py:MODULE:OBJECT (docs/python-ports.md; default: the bundled kernels)")
 @click.option("--layers", default=None, help="comma list of layers (default: every layer)")
 @click.option("--seconds", type=float, default=60.0, show_default=True,
               help="wall-clock time to fuzz (shrinking a finding may add up to --shrink-seconds)")
@@ -49,7 +51,7 @@ def fuzz(port, layers, seconds, seed, jobs, out, isa, threads, timeout, shrink_s
         opts = F.FuzzOptions(
             port=port, layers=_split(layers, strategies.available(), "layer"),
             seconds=seconds, seed=random.randrange(2 ** 31) if seed is None else seed,
-            out=Path(out), isas=_split(isa, abi.ISA_NAMES, "ISA"),
+            out=Path(out), isas=_split(isa, pyport.isa_choices(port), "ISA"),
             threads=tuple(_split(threads, None, "thread count", int)), timeout=timeout,
             database=not no_database, shrink_seconds=shrink_seconds, stop_at_first=stop_at_first,
             numpy_spec=numpy_spec)
@@ -60,7 +62,7 @@ def fuzz(port, layers, seconds, seed, jobs, out, isa, threads, timeout, shrink_s
     jobs = default_workers() if jobs is None else jobs
     if not seconds > 0 or not timeout > 0 or shrink_seconds < 0 or jobs < 1:
         cannot_run("need --seconds > 0, --timeout > 0, --shrink-seconds >= 0, --jobs >= 1")
-    if port and not Path(port).is_file():
+    if port and not pyport.is_python_port(port) and not Path(port).is_file():
         cannot_run(f"port library not found: {port}")
     click.echo(f"fuzz: seed {opts.seed}, {seconds:g} s, findings to {out}", err=True)
     try:

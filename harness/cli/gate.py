@@ -8,6 +8,7 @@ import click
 
 from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.generators.h5io import FixtureError
+from crnn_conformance.harness import pyport
 from crnn_conformance.harness import layers as L
 from crnn_conformance.harness.runner import FIXTURES_DIR, THREADS, TIERS, GateOptions, run_gate
 
@@ -18,7 +19,8 @@ from .common import (EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, _split, cannot_run, 
 
 @click.command()
 @click.option("--port", type=click.Path(dir_okay=False), default=None,
-              help="shared library implementing crnn_port.h (default: the bundled kernels)")
+              help="shared library implementing crnn_port.h, or a Python port FILE.py:OBJECT "
+                   "or py:MODULE:OBJECT (docs/python-ports.md; default: the bundled kernels)")
 @click.option("--fixtures", type=click.Path(file_okay=False), default=str(FIXTURES_DIR),
               show_default="fixtures/", help="fixture directory")
 @click.option("--isa", "isa", default=None, help="comma list of ISA paths (default: all available)")
@@ -56,7 +58,7 @@ def gate(port, fixtures, isa, threads, runs, tiers, layers, case, report_dir, ju
     try:
         opts = GateOptions(
             port=port, fixtures=Path(fixtures),
-            isas=_split(isa, abi.ISA_NAMES, "ISA"),
+            isas=_split(isa, pyport.isa_choices(port), "ISA"),
             threads=tuple(_split(threads, None, "thread count", int)),
             tiers=tuple(_split(tiers, TIERS, "tier")),
             layers=None if available else _split(layers, L.LAYERS, "layer"),

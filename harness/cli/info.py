@@ -8,6 +8,7 @@ import click
 
 from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.harness import layers as L
+from crnn_conformance.harness import pyport
 
 from .common import cannot_run
 
@@ -23,15 +24,16 @@ def info(port):
             d = build.describe()
             path = build.build()
         else:
-            d, path = None, Path(port)
-        lib = abi.load(path, layers=())
+            d, path = None, port if pyport.is_python_port(port) else Path(port)
+        lib = pyport.load(port, ()) if pyport.is_python_port(port) else abi.load(path, layers=())
     except abi.PortError as e:
         cannot_run(str(e))
     from crnn_conformance.harness.runner import cpu_info
     click.echo(f"cpu:          {platform.processor() or platform.machine()} ({cpu_info()['model']})")
     click.echo(f"port:         {path}")
     click.echo(f"abi version:  {lib.crnn_abi_version()} (harness speaks {abi.ABI_VERSION})")
-    click.echo(f"isa paths:    {', '.join(abi.available_isas(lib))}")
+    isas = lib.isa_names if isinstance(lib, pyport.PyPort) else abi.available_isas(lib)
+    click.echo(f"isa paths:    {', '.join(isas)}")
     if d:
         click.echo(f"compiler:     {d['cc']} ({d['cc_version']})")
         click.echo(f"flags:        {d['opt']} {' '.join(d['base_flags'])}")

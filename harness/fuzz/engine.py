@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -33,7 +33,7 @@ from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.generators import exact
 from crnn_conformance.generators.h5io import Case, digest
 from crnn_conformance.harness import layers as L
-from crnn_conformance.harness import replay, runner
+from crnn_conformance.harness import pyport, replay, runner
 from crnn_conformance.harness.executor import Executor, same_bytes
 
 from . import strategies, writer
@@ -156,10 +156,18 @@ class Fuzzer:
         self.gate = runner.GateOptions(port=opts.port, fixtures=Path(opts.out), isas=opts.isas,
                                        threads=tuple(opts.threads), tiers=("exact", "identity"),
                                        layers=list(layers), timeout=opts.timeout)
-        port = Path(opts.port) if opts.port else runner._bundled()
+        port = (opts.port if pyport.is_python_port(opts.port) else Path(opts.port)
+                if opts.port else runner._bundled())
         self.executor = Executor(port, layers, opts.timeout)
         self.isas = runner.select_isas(self.gate, self.executor.isas)
-        self.runs = [(i, t) for t in self.gate.threads for i in self.isas]
+        declared = self.executor.info.get("threads")   # a Python port's own thread counts
+        threads = [t for t in self.gate.threads if declared is None or t in declared]
+        if not threads:
+            self.executor.close()
+            raise ValueError(f"port {opts.port} runs thread count(s) "
+                             f"{', '.join(map(str, declared))} only (--threads)")
+        self.gate = replace(self.gate, threads=tuple(threads))
+        self.runs = [(i, t) for t in threads for i in self.isas]
         self.db = DirectoryBasedExampleDatabase(str(database_dir())) if opts.database else None
         self.stats = {layer: LayerStats(layer) for layer in layers}
         self.t0 = time.monotonic() - (time.time() - started if started else 0.0)
@@ -196,7 +204,9 @@ class Fuzzer:
         reference disagreed with the spec: self.mismatch)."""
         rec = self._reference_record(layer, case.params, case.inputs)
         fast = rec.outputs if isinstance(rec, self.reference.Recorded) else rec
-        sym = rec.symbolic if fast is not rec else None
+        # (a Python port's calls cannot be played from a tape: its runs answer with tensors)
+        python = pyport.is_python_port(self.opts.port)
+        sym = rec.symbolic if fast is not rec and not python else None
         self.executor.prefetch(layer, INLINE, case.name, self.runs, case=case, symbolic=sym)
         agrees = self._agrees_blob(rec.blob) if sym is not None else self._agrees(fast)
         if agrees and not self._audit_due(layer, case.name):
