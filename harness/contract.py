@@ -423,7 +423,7 @@ def layer_records(session, layer: str, core: bool = False) -> list:
         return []
     isa = session.isas[0]
     t0 = time.perf_counter()
-    answers = session.executors[0].contract(todo, abi.ISA_NAMES.index(isa))
+    answers = session.executors[0].contract(todo, isa)
     share = (time.perf_counter() - t0) / len(todo)
     if session.opts.available:
         for call, answer in zip(todo, answers):

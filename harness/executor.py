@@ -273,7 +273,7 @@ class Executor:
             self.last_output = self.shared.output()
             self.last_seconds = time.perf_counter() - t0
 
-    def contract(self, calls: list, base_isa: int) -> list:
+    def contract(self, calls: list, base_isa: str) -> list:
         """The answers of the contract tier's calls (harness/contract.py), one per call, made
         in the worker in order. A call that crashes or hangs the worker is answered ("crash",
         message), and the calls after it go to a new worker."""

@@ -220,8 +220,11 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
         arena.release()
 
 
-def _serve_contract(conn, traced, shared, calls, base_isa: int) -> None:
+def _serve_contract(conn, traced, shared, calls, isa: str) -> None:
+    """The contract tier's calls on the base run's ISA (a Python port's config: its name's
+    index in the port's own list, as crnn_set_isa takes it)."""
     from crnn_conformance.harness import contract
+    base_isa = traced.isa_names.index(isa)
     os.ftruncate(shared.out_fd, 0)
     for call in calls:
         traced.where = f"contract tier, {call.label}"
