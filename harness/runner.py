@@ -326,7 +326,16 @@ def _with_output(records: list, text: str) -> list:
     return records
 
 
-def _run_case(opts, ex, m, fixture_path, case, isas, base_isa) -> list[Record]:
+def _identity_runs(opts, isas, base_isa) -> list[tuple]:
+    """The (isa, threads) runs the identity tier compares with the base run."""
+    return [(i, t) for i in isas for t in opts.threads if (i, t) != (base_isa, 1)]
+
+
+def _run_case(opts, ex, m, fixture_path, case, isas, base_isa, runs=None) -> list[Record]:
+    """`runs`: the identity tier's runs (default: every isa x opts.threads but the base);
+    `ex`: an Executor, or anything with its run(), last_output and last_seconds (the runs of
+    a case bundle graded from a runner's results, harness/grade.py)."""
+    runs = _identity_runs(opts, isas, base_isa) if runs is None else runs
     base, error, text, seconds = _attempt(ex, m.LAYER, fixture_path, case.name, base_isa, 1)
     if error is not None and opts.available and getattr(error, "code", None) == abi.E_UNSUPPORTED:
         raise NotImplementedByPort(str(error)) from None
@@ -334,7 +343,7 @@ def _run_case(opts, ex, m, fixture_path, case, isas, base_isa) -> list[Record]:
     # allowances of the tolerance tiers (harness/allowance.prefetch). The records keep the
     # tiers' order.
     identity = [] if error is not None else _identity_records(opts, ex, m, fixture_path, case,
-                                                              isas, base_isa, base)
+                                                              runs, base_isa, base)
     t0 = time.perf_counter()
     records = []
     for tier in case.expected:
@@ -343,7 +352,7 @@ def _run_case(opts, ex, m, fixture_path, case, isas, base_isa) -> list[Record]:
     if error is not None:   # no (complete) base run: every tier of the case fails
         records += [failure(opts, m.LAYER, case.name, t, base_isa, 1, str(error))
                     for t in case.expected if t in opts.tiers]
-        if "identity" in opts.tiers and len(isas) * len(opts.threads) > 1:
+        if "identity" in opts.tiers and runs:
             rec = failure(opts, m.LAYER, case.name, "identity", base_isa, 1, str(error))
             rec.repro = repro_command(opts, m.LAYER, case.name, "identity", ",".join(isas),
                                       ",".join(map(str, opts.threads)))
@@ -351,33 +360,30 @@ def _run_case(opts, ex, m, fixture_path, case, isas, base_isa) -> list[Record]:
     return _share(_with_output(records, text), seconds + time.perf_counter() - t0) + identity
 
 
-def _identity_records(opts, ex, m, fixture_path, case, isas, base_isa, base) -> list[Record]:
+def _identity_records(opts, ex, m, fixture_path, case, runs, base_isa, base) -> list[Record]:
     records = []
     if "identity" not in opts.tiers:
         return records
-    for isa in isas:
-        for threads in opts.threads:
-            if (isa, threads) == (base_isa, 1):
+    for isa, threads in runs:
+        t0 = time.perf_counter()
+        other, error, text, seconds = _attempt(ex, m.LAYER, fixture_path, case.name, isa,
+                                               threads)
+        run = []
+        for tensor, a in base.items():
+            if tensor not in other:
                 continue
-            t0 = time.perf_counter()
-            other, error, text, seconds = _attempt(ex, m.LAYER, fixture_path, case.name, isa,
-                                                   threads)
-            run = []
-            for tensor, a in base.items():
-                if tensor not in other:
-                    continue
-                c = compare(other[tensor], a, "identity",
-                            heatmap_cols=_heatmap_cols(m, case, tensor, a))
-                if not c.passed:
-                    c.note = (c.note + "; " if c.note else "") + f"differs from {base_isa} x 1 thread"
-                rec = record(opts, m.LAYER, case.name, tensor, "identity", isa, threads, c)
-                if not c.passed and isa != base_isa:   # the repro must run the base path too
-                    rec.repro = repro_command(opts, m.LAYER, case.name, "identity",
-                                              f"{base_isa},{isa}", threads)
-                run.append(rec)
-            if error is not None:
-                run.append(failure(opts, m.LAYER, case.name, "identity", isa, threads, str(error)))
-            records += _share(_with_output(run, text), seconds + time.perf_counter() - t0)
+            c = compare(other[tensor], a, "identity",
+                        heatmap_cols=_heatmap_cols(m, case, tensor, a))
+            if not c.passed:
+                c.note = (c.note + "; " if c.note else "") + f"differs from {base_isa} x 1 thread"
+            rec = record(opts, m.LAYER, case.name, tensor, "identity", isa, threads, c)
+            if not c.passed and isa != base_isa:   # the repro must run the base path too
+                rec.repro = repro_command(opts, m.LAYER, case.name, "identity",
+                                          f"{base_isa},{isa}", threads)
+            run.append(rec)
+        if error is not None:
+            run.append(failure(opts, m.LAYER, case.name, "identity", isa, threads, str(error)))
+        records += _share(_with_output(run, text), seconds + time.perf_counter() - t0)
     return records
 
 
