@@ -84,8 +84,8 @@ class _Shim:
             self._ended(name)
         rc, flags, written = run.calls[k]
         touched = self._arena.before(name, args)
-        for b, data in written.items():
-            C.memmove(self._arena.buffers[b].lo, data, len(data))
+        for b, offset, data in written:
+            C.memmove(self._arena.buffers[b].lo + offset, data, len(data))
         if k == len(run.calls) - 1 and run.complete and run.status == B.CHECK and flags & 7:
             if flags & 4:
                 raise abi.PortError(f"the floating-point environment changed in {name} "
@@ -253,7 +253,6 @@ def grade(opts: GradeOptions, progress=None) -> GateResult:
     if absent:
         raise ValueError(f"no checks selected: the bundle has no case of {', '.join(absent)}")
     opts.threads = tuple(threads)
-    base = isas[0]
     not_implemented = _not_implemented(bundle, runs, layer_names) if opts.available else {}
     jobs, fixtures, modules = [], {}, {}
     for bc in bundle.cases:
@@ -270,12 +269,36 @@ def grade(opts: GradeOptions, progress=None) -> GateResult:
     if not jobs:
         raise ValueError("no checks selected: no case of the bundle matches the selection")
     source = ResultsSource(bundle, runs, modules)
+    try:
+        _prefetch(opts, jobs, not_implemented)
+        records = _records(opts, jobs, source, runs, isas, threads, not_implemented, progress)
+    finally:
+        from crnn_conformance.harness import allowance
+        allowance.shutdown()
+    meta = _meta(opts, bundle, results, isas, layer_names, fixtures, not_implemented, started,
+                 time.perf_counter() - t0)
+    return GateResult(records, meta)
+
+
+def _prefetch(opts, jobs, not_implemented) -> None:
+    """As the gate: the error model's allowances the cache lacks start computing now."""
+    if not any(t in opts.tiers for t in ("float64", "pytorch")):
+        return
+    from crnn_conformance.harness import allowance
+    allowance.prefetch([(m.LAYER, path, case) for m, path, case, _ in jobs
+                        if m.LAYER not in not_implemented
+                        and any(t in case.expected for t in ("float64", "pytorch"))])
+
+
+def _records(opts, jobs, source, runs, isas, threads, not_implemented, progress) -> list:
+    """Every job's records through the gate's per-case path."""
+    base = isas[0]
     order = {name: i for i, name in enumerate(isas)}
-    records = []
-    for n, (m, path, case, bc) in enumerate(jobs):
+    records, skip = [], set(not_implemented)   # (as the gate: a layer found unsupported
+    for n, (m, path, case, bc) in enumerate(jobs):   # by one case still runs its others)
         if progress:
             progress(n, len(jobs), f"{m.LAYER} {case.name}")
-        if m.LAYER in not_implemented:
+        if m.LAYER in skip:
             continue
         mine = sorted({(i, t) for (c, i, t) in runs if c == bc.index and (i, t) != (base, 1)},
                       key=lambda r: (order[r[0]], threads.index(r[1])))
@@ -290,9 +313,7 @@ def grade(opts: GradeOptions, progress=None) -> GateResult:
         records += recs
     if progress:
         progress(len(jobs), len(jobs), "done")
-    meta = _meta(opts, bundle, results, isas, layer_names, fixtures, not_implemented, started,
-                 time.perf_counter() - t0)
-    return GateResult(records, meta)
+    return records
 
 
 def _not_implemented(bundle, runs, layer_names) -> dict:

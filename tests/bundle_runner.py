@@ -143,7 +143,8 @@ def run_case(lib, case, isa, threads, out_fd):
                     written.append(v[0])
             else:
                 values.append(C.c_void_p(None))
-        const = {b: mem.data(b) for b in ptrs if b not in written}
+        before = {b: mem.data(b) for b in ptrs}
+        const = {b: before[b] for b in ptrs if b not in written}
         f = getattr(lib, fn)
         f.restype = C.c_int32
         rc = f(*values)
@@ -152,14 +153,15 @@ def run_case(lib, case, isa, threads, out_fd):
             if not mem.canary_ok(b):
                 flags |= 1
                 problems.append(f"canary of buffer {b} broken by {fn}")
-        for b, before in const.items():
-            if mem.data(b) != before:
+        for b, was in const.items():
+            if mem.data(b) != was:
                 flags |= 2
                 problems.append(f"const input {b} modified by {fn}")
-        rec = [struct.pack("<iII", rc, flags, len(written))]
-        for b in written:
-            data = mem.data(b)
-            rec.append(struct.pack("<IQ", b, len(data)) + data)
+        spans = [(b, *changed(before[b], mem.data(b))) for b in written]
+        spans = [s for s in spans if s[2]]
+        rec = [struct.pack("<iII", rc, flags, len(spans))]
+        for b, offset, data in spans:
+            rec.append(struct.pack("<IQQ", b, offset, len(data)) + data)
         send(out_fd, b"C" + b"".join(rec))
         if problems:
             status, msg = 5, "; ".join(problems)
@@ -168,6 +170,23 @@ def run_case(lib, case, isa, threads, out_fd):
             status = 1
             break
     send(out_fd, b"E" + struct.pack("<I", status) + msg.encode())
+
+
+def changed(old, new):
+    """(offset, bytes) of the span from the first to the last byte of `new` that differs from
+    `old` (equal lengths); (0, b"") when none does."""
+    if old == new:
+        return 0, b""
+    lo, hi = 0, len(new)                  # the first difference lies in [lo, hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if old[lo:mid] == new[lo:mid] else (lo, mid)
+    first = lo
+    lo, hi = first, len(new)              # the last difference lies in [lo, hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if old[mid:] == new[mid:] else (mid, hi)
+    return first, new[first:lo + 1]
 
 
 def send(fd, payload):
