@@ -437,7 +437,7 @@ def _run(r: _Reader, bundle: Bundle, p: Path) -> Run:
     start = r.at
     run = None
     try:
-        r.magic(b"RUN_", f"a run record after {len(bundle.cases)} case(s)")
+        r.magic(b"RUN_", "a run record")
         index, isa, threads, n = r.unpack("<IiiI")
         if index >= len(bundle.cases):
             raise BundleError(f"results file {p}: a run of case {index}, but the bundle has "
@@ -465,6 +465,7 @@ def _run(r: _Reader, bundle: Bundle, p: Path) -> Run:
         if run is None:
             raise BundleError(f"results file {p} ends inside a run header at byte {start} "
                               "(truncated)") from None
+        r.at = len(r.data)                    # (the rest is this run's, cut short)
         run.msg = ("the runner stopped during this run: the results file ends inside its "
                    "record (killed, or out of memory?)")
         return run

@@ -356,7 +356,7 @@ def _meta(opts, bundle, results, isas, layer_names, fixtures, not_implemented, s
         "timeout_s": None, "started": started, "wall_s": round(wall, 3),
         "tool": tool_info(), "machines": machines,
         "bundle": {"path": str(bundle.path), "digest": bundle.digest,
-                   "cases": len(bundle.cases)},
+                   "cases": len(bundle.cases), "refused": list(bundle.meta.get("refused") or [])},
         "fixtures": {f.path.name: fixture_info(f) for f in fixtures.values()},
         "available": opts.available, "not_implemented": dict(not_implemented),
     }

@@ -118,6 +118,11 @@ def grade(bundle_dir, results, fixtures, layers, case, tiers, isa, threads, repo
         cannot_run(str(e))
     from crnn_conformance.reports import console, json_report
     doc = json_report.to_json(result)
+    refused = result.meta["bundle"].get("refused") or []
+    if refused:                     # cases the gate runs that the bundle could not carry
+        click.echo(f"crnn-conformance: grade: {len(refused)} case(s) were refused at export "
+                   "and are not graded: " + ", ".join(f"{r['layer']}/{r['fixture']}/{r['case']}"
+                                                     for r in refused), err=True)
     if not doc["tensors"] and doc["meta"].get("not_implemented"):
         cannot_run("no check ran: the results implement none of the layers of the cases "
                    "selected (" + "; ".join(f"{k}: {v}" for k, v in
