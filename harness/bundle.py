@@ -35,6 +35,8 @@ from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.harness import guard, replay
 
 BUNDLE_MAGIC, RESULTS_MAGIC, VERSION = b"CRNNCB01", b"CRNNRS01", 1
+# results version 1: each written record is a whole buffer; 2: a byte span of it (offset)
+RESULTS_VERSIONS = (1, 2)
 DTYPE_CODES = {"<f4": 1, "<f8": 2, "<i4": 3, "<i8": 4}
 DTYPES = {code: np.dtype(s) for s, code in DTYPE_CODES.items()}
 ROLES = ("input", "output", "inout")
@@ -413,9 +415,9 @@ def read_results(path, bundle: Bundle) -> Results:
     try:
         r.magic(RESULTS_MAGIC, "the file")
         version = r.unpack("<I")
-        if version != VERSION:
+        if version not in RESULTS_VERSIONS:
             raise BundleError(f"results file {p} has version {version}; this version reads "
-                              f"{VERSION}")
+                              f"{', '.join(map(str, RESULTS_VERSIONS))}")
         digest = r.take(64).decode("ascii", "replace")
         if digest != bundle.digest:
             raise BundleError(f"results file {p} is for another bundle (digest {digest[:12]}...; "
@@ -429,11 +431,11 @@ def read_results(path, bundle: Bundle) -> Results:
         raise BundleError(f"results file {p}: its header cannot be read ({e})") from None
     res = Results(p, platform)
     while not r.done:
-        res.runs.append(_run(r, bundle, p))
+        res.runs.append(_run(r, bundle, p, version))
     return res
 
 
-def _run(r: _Reader, bundle: Bundle, p: Path) -> Run:
+def _run(r: _Reader, bundle: Bundle, p: Path, version: int) -> Run:
     start = r.at
     run = None
     try:
@@ -455,8 +457,9 @@ def _run(r: _Reader, bundle: Bundle, p: Path) -> Run:
             rc, flags, nw = r.unpack("<iII")
             written = []
             for _ in range(nw):
-                b, offset, nbytes = r.unpack("<IQQ")
-                _check_written(p, bc, calls[k], k, b, offset, nbytes)
+                b, offset, nbytes = r.unpack("<IQQ") if version == 2 else (
+                    r.unpack("<I"), 0, r.unpack("<Q"))
+                _check_written(p, bc, calls[k], k, b, offset, nbytes, whole=version == 1)
                 written.append((b, offset, r.take(nbytes)))
             run.calls.append((rc, flags, written))
         status, msg = r.unpack("<I"), r.text()
@@ -478,12 +481,12 @@ def _run(r: _Reader, bundle: Bundle, p: Path) -> Run:
 
 
 def _check_written(p, bc: BundleCase, call: Call, k: int, b: int, offset: int,
-                   nbytes: int) -> None:
+                   nbytes: int, whole: bool) -> None:
     writable = {buf for _, buf, _, written in call.pointers() if written}
     if b >= len(bc.buffers) or b not in writable:
         raise BundleError(f"results file {p}: call {k} of case {bc.name} ({call.name}) records "
                           f"buffer {b}, which that call does not write")
-    if offset + nbytes > bc.buffers[b].nbytes:
+    if offset + nbytes > bc.buffers[b].nbytes or (whole and nbytes != bc.buffers[b].nbytes):
         raise BundleError(f"results file {p}: call {k} of case {bc.name} records bytes "
                           f"{offset}..{offset + nbytes} of buffer {b}, which has "
                           f"{bc.buffers[b].nbytes} "

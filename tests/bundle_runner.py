@@ -3,8 +3,11 @@ alone: it imports nothing of the harness. It reads cases.bin, runs a port's .so 
 ctypes and writes a results file, doing what crnn-run does on a machine without Python; the
 tests use it where crnn-run is not built.
 
-    python tests/bundle_runner.py BUNDLE --port lib.so --out results.bin
+    python tests/bundle_runner.py lib.so BUNDLE results.bin
         [--isa scalar,avx2] [--threads 1,2,3,7] [--arch NAME] [--timeout S]
+        [--results-version 1|2]   (1: whole buffers after each call; 2: the changed spans)
+
+(crnn-run's arguments; --arch names another machine in the platform record, for tests.)
 
 Each case runs in a child process (fork) that sends every call's record to the parent as it
 returns, so a crash or a hang costs only that run: the parent writes the run with the calls
@@ -114,7 +117,7 @@ class Memory:
                 and C.string_at(self.base[i] + n, CANARY) == PATTERN)
 
 
-def run_case(lib, case, isa, threads, out_fd):
+def run_case(lib, case, isa, threads, out_fd, version=2):
     """In the child: one run; each call's record goes to out_fd as it returns, then the end."""
     _, _, buffers, ops = case
     mem = Memory(buffers)
@@ -157,11 +160,15 @@ def run_case(lib, case, isa, threads, out_fd):
             if mem.data(b) != was:
                 flags |= 2
                 problems.append(f"const input {b} modified by {fn}")
-        spans = [(b, *changed(before[b], mem.data(b))) for b in written]
-        spans = [s for s in spans if s[2]]
-        rec = [struct.pack("<iII", rc, flags, len(spans))]
-        for b, offset, data in spans:
-            rec.append(struct.pack("<IQQ", b, offset, len(data)) + data)
+        if version == 1:                   # whole buffers
+            rec = [struct.pack("<iII", rc, flags, len(written))]
+            rec += [struct.pack("<IQ", b, len(before[b])) + mem.data(b) for b in written]
+        else:                              # the changed span of each
+            spans = [(b, *changed(before[b], mem.data(b))) for b in written]
+            spans = [s for s in spans if s[2]]
+            rec = [struct.pack("<iII", rc, flags, len(spans))]
+            for b, offset, data in spans:
+                rec.append(struct.pack("<IQQ", b, offset, len(data)) + data)
         send(out_fd, b"C" + b"".join(rec))
         if problems:
             status, msg = 5, "; ".join(problems)
@@ -214,7 +221,7 @@ def read_exact(fd, n, deadline):
     return out
 
 
-def one_run(lib, case, isa, threads, timeout):
+def one_run(lib, case, isa, threads, timeout, version):
     """Forks the run -> (call records, status, msg)."""
     r, w = os.pipe()
     pid = os.fork()
@@ -224,7 +231,7 @@ def one_run(lib, case, isa, threads, timeout):
             sys.modules["faulthandler"].disable()   # crash is this run's status, not a report)
         code = 0
         try:
-            run_case(lib, case, isa, threads, w)
+            run_case(lib, case, isa, threads, w, version)
         except BaseException:                    # noqa: BLE001
             code = 3
         os._exit(code)
@@ -251,10 +258,11 @@ def one_run(lib, case, isa, threads, timeout):
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
+    ap.add_argument("port")
     ap.add_argument("bundle")
-    ap.add_argument("--port", required=True)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("out")
     ap.add_argument("--isa", default=None)
+    ap.add_argument("--results-version", type=int, choices=(1, 2), default=2)
     ap.add_argument("--threads", default="1,2,3,7")
     ap.add_argument("--arch", default=platform.machine())
     ap.add_argument("--timeout", type=float, default=120.0)
@@ -275,14 +283,15 @@ def main(argv=None):
                                          if (i, t) != (isas[0], 1)]
     with open(a.out, "wb") as f:
         p = json.dumps(plat).encode()
-        f.write(b"CRNNRS01" + struct.pack("<I", 1) + digest.encode() + struct.pack("<I", len(p)) + p)
+        f.write(b"CRNNRS01" + struct.pack("<I", a.results_version) + digest.encode() + struct.pack("<I", len(p)) + p)
         for case in cases:
             missing = [op[1] for op in case[3] if op[0] == "call" and not hasattr(lib, op[1])]
             for isa, t in runs:
                 if missing:
                     calls, status, msg = [], 4, missing[0]
                 else:
-                    calls, status, msg = one_run(lib, case, isa, t, a.timeout)
+                    calls, status, msg = one_run(lib, case, isa, t, a.timeout,
+                                                 a.results_version)
                 m = msg.encode()
                 f.write(b"RUN_" + struct.pack("<IiiI", case[0], isa, t, len(calls))
                         + b"".join(calls) + struct.pack("<II", status, len(m)) + m + b"END_")

@@ -41,7 +41,7 @@ def cli(*args, timeout=300):
 
 
 def run_runner(bundle, port, out, *extra):
-    bundle_runner.main([str(bundle), "--port", str(port), "--out", str(out), *extra])
+    bundle_runner.main([str(port), str(bundle), str(out), *extra])
     return out
 
 
@@ -101,13 +101,13 @@ def test_bundled_port_graded_as_the_gate_grades_it(work, subset, bundled_port):
 
 def test_train3_copies_between_buffers(work, bundled_port):
     """train3 copies each tensor's updated weights into the flat parameters between calls
-    (a copy op of the bundle)."""
+    (a copy op of the bundle); its results written as version 1 (whole buffers)."""
     r = cli("export", "--out", str(work / "train3"), "--layers", "train3")
     assert r.returncode == 0, r.stderr
     b = B.read_bundle(work / "train3")
     assert any(isinstance(op, B.Copy) for c in b.cases for op in c.ops)
     res = run_runner(work / "train3", bundled_port, work / "train3.res", "--isa", "scalar,avx2",
-                     "--threads", "1,3")
+                     "--threads", "1,3", "--results-version", "1")   # (whole buffers)
     g = gate("--port", str(bundled_port), "--layers", "train3", "--isa", "scalar,avx2",
              "--threads", "1,3", "-q", "--json", str(work / "t3.gate.json"))
     r = cli("grade", str(work / "train3"), str(res), "-q", "--json", str(work / "t3.grade.json"))
