@@ -63,6 +63,14 @@ def subset(work):
     return work / "subset"
 
 
+@pytest.fixture(scope="module")
+def lin(work):
+    """dot16 and linear: the layers tests/ports/testport.c implements."""
+    r = cli("export", "--out", str(work / "lin"), "--layers", "dot16,linear")
+    assert r.returncode == 0, r.stderr
+    return work / "lin"
+
+
 def records(path) -> list[dict]:
     """A results.json's records, without what depends on the process (seconds, the port's
     printed output) or on the command (repro), the isa without its machine."""
@@ -74,12 +82,13 @@ def records(path) -> list[dict]:
     return out
 
 
-def gate_and_grade(work, bundle, port, name, *args):
+def gate_and_grade(work, bundle, port, name, *args, threads="1,2,3,7"):
     """(gate's records, grade's records, grade's doc) for `port` on the bundle's layers."""
-    res = run_runner(bundle, port, work / f"{name}.res")
+    res = run_runner(bundle, port, work / f"{name}.res", "--threads", threads)
     layers = ",".join(json.loads((bundle / "bundle.json").read_text())["layers"])
     sel = ["--layers", "available"] if "--available" in args else ["--layers", layers]
-    g = gate("--port", str(port), *sel, "-q", "--json", str(work / f"{name}.gate.json"))
+    g = gate("--port", str(port), *sel, "--threads", threads, "-q", "--json",
+             str(work / f"{name}.gate.json"))
     assert g.returncode in (0, 1), g.stderr
     r = cli("grade", str(bundle), str(res), *sel, "-q", "--json", str(work / f"{name}.grade.json"))
     assert r.returncode == g.returncode, (r.stdout[-2000:], r.stderr)
@@ -88,7 +97,7 @@ def gate_and_grade(work, bundle, port, name, *args):
 
 
 def test_bundled_port_graded_as_the_gate_grades_it(work, subset, bundled_port):
-    g, r, doc, out = gate_and_grade(work, subset, bundled_port, "bundled")
+    g, r, doc, out = gate_and_grade(work, subset, bundled_port, "bundled", threads="1,3")
     assert len(g) > 1000
     assert r == g                         # every record: verdict, usage, worst element, ...
     isas = {t["isa"] for t in doc["tensors"]}
@@ -117,9 +126,9 @@ def test_train3_copies_between_buffers(work, bundled_port):
 
 @pytest.mark.parametrize("mistake", ["-DTP_PERTURB=3e-6f", "-DTP_NAN", "-DTP_ERRCODE",
                                      "-DTP_UNWRITTEN", "-DTP_BACKWARD_ERR"])
-def test_planted_mistake_reported_exactly_as_the_gate(work, subset, mistake):
+def test_planted_mistake_reported_exactly_as_the_gate(work, lin, mistake):
     port = build_port(work, mistake)
-    g, r, doc, out = gate_and_grade(work, subset, port, mistake.strip("-D").split("=")[0],
+    g, r, doc, out = gate_and_grade(work, lin, port, mistake.strip("-D").split("=")[0],
                                     "--available")
     assert r == g
     if mistake != "-DTP_BACKWARD_ERR":
@@ -137,11 +146,11 @@ def test_planted_mistake_reported_exactly_as_the_gate(work, subset, mistake):
     ("-DTP_MODIFY_W=0", "const input"),
     ("-DTP_OOB_DB=1", "canary"),
 ])
-def test_run_statuses_become_the_gates_failure_records(work, subset, mistake, words):
+def test_run_statuses_become_the_gates_failure_records(work, lin, mistake, words):
     """The runner's crash and check statuses: the same failure records (which checks fail,
     tensor '*', no result), the message the runner's."""
     port = build_port(work, mistake)
-    g, r, _, _ = gate_and_grade(work, subset, port, mistake.strip("-D").split("=")[0],
+    g, r, _, _ = gate_and_grade(work, lin, port, mistake.strip("-D").split("=")[0],
                                 "--available")
     key = lambda x: (x["layer"], x["fixture"], x["case"], x["tensor"], x["tier"], x["isa"],
                      x["threads"], x["passed"])
@@ -150,13 +159,13 @@ def test_run_statuses_become_the_gates_failure_records(work, subset, mistake, wo
     assert failed and all(x["tensor"] == "*" and words in x["note"] for x in failed)
 
 
-def test_identity_across_machines_names_them(work, subset, bundled_port):
+def test_identity_across_machines_names_them(work, lin, bundled_port):
     """Two results files (here one made as 'aarch64' from a port whose dW differs) are
     compared bit for bit; the records name the machine of each run."""
-    one = run_runner(subset, bundled_port, work / "m1.res", "--isa", "scalar", "--threads", "1,2")
+    one = run_runner(lin, bundled_port, work / "m1.res", "--isa", "scalar", "--threads", "1,2")
     other = build_port(work, "-DTP_PERTURB=3e-6f")
-    two = run_runner(subset, other, work / "m2.res", "--arch", "aarch64", "--threads", "1,2")
-    r = cli("grade", str(subset), str(one), str(two), "--layers", "linear", "--tiers",
+    two = run_runner(lin, other, work / "m2.res", "--arch", "aarch64", "--threads", "1,2")
+    r = cli("grade", str(lin), str(one), str(two), "--layers", "linear", "--tiers",
             "identity", "--json", str(work / "m.json"))
     assert r.returncode == 1, r.stderr
     doc = json.loads((work / "m.json").read_text())
@@ -169,9 +178,9 @@ def test_identity_across_machines_names_them(work, subset, bundled_port):
     assert f"--isa {here}:scalar,aarch64:scalar --threads 1" in bad[0]["repro"]
     valid(doc)
     # the same port on both "machines": identical
-    three = run_runner(subset, bundled_port, work / "m3.res", "--isa", "scalar", "--arch",
+    three = run_runner(lin, bundled_port, work / "m3.res", "--isa", "scalar", "--arch",
                        "aarch64", "--threads", "1")
-    r = cli("grade", str(subset), str(one), str(three), "--layers", "linear", "-q")
+    r = cli("grade", str(lin), str(one), str(three), "--layers", "linear", "-q")
     assert r.returncode == 0, r.stdout[-2000:]
 
 
@@ -181,27 +190,28 @@ def valid(doc) -> None:
     jsonschema.validate(doc, json.loads((ROOT / "reports" / "results.schema.json").read_text()))
 
 
-def test_layer_without_results(work, subset, bundled_port):
+def test_layer_without_results(work, lin, bundled_port):
     """A layer the results hold no run of: not implemented under --layers available, else
     every case of it fails."""
-    bc = B.read_bundle(subset)
-    lin = [c.index for c in bc.cases if c.layer == "linear"]
-    res = run_runner(subset, bundled_port, work / "nolin.res", "--isa", "scalar", "--threads", "1")
+    bc = B.read_bundle(lin)
+    linear_cases = [c.index for c in bc.cases if c.layer == "linear"]
+    res = run_runner(lin, bundled_port, work / "nolin.res", "--isa", "scalar", "--threads", "1")
     keep = B.read_results(res, bc)
-    _write_results(work / "nolin2.res", bc, keep, [r for r in keep.runs if r.case not in lin])
-    r = cli("grade", str(subset), str(work / "nolin2.res"), "--layers", "available", "-q",
+    _write_results(work / "nolin2.res", bc, keep,
+                   [r for r in keep.runs if r.case not in linear_cases])
+    r = cli("grade", str(lin), str(work / "nolin2.res"), "--layers", "available", "-q",
             "--json", str(work / "nolin.json"))
     assert r.returncode == 0, r.stdout[-1500:]
     doc = json.loads((work / "nolin.json").read_text())
     assert doc["layers"]["linear"]["status"] == "not implemented"
-    r = cli("grade", str(subset), str(work / "nolin2.res"), "--layers", "linear", "-q")
+    r = cli("grade", str(lin), str(work / "nolin2.res"), "--layers", "linear", "-q")
     assert r.returncode == 1
     assert "the results hold no run of linear/" in r.stdout
 
 
 def _write_results(path, bundle, res, runs):
     p = json.dumps(res.platform).encode()
-    out = [b"CRNNRS01", struct.pack("<I", 1), bundle.digest.encode(), struct.pack("<I", len(p)), p]
+    out = [b"CRNNRS01", struct.pack("<I", 2), bundle.digest.encode(), struct.pack("<I", len(p)), p]
     for run in runs:
         out.append(b"RUN_" + struct.pack("<IiiI", run.case, abi.ISA_NAMES.index(run.isa),
                                           run.threads, len(run.calls)))
@@ -267,9 +277,9 @@ def test_run_cut_short_is_a_crash(work, small):
     assert len(bad) == 1 and bad[0]["threads"] == 2
 
 
-def test_another_bundles_results_and_edited_bundle(work, small, subset):
+def test_another_bundles_results_and_edited_bundle(work, small, lin):
     bundle, res = small
-    cannot_run(cli("grade", str(subset), str(res)), "for another bundle")
+    cannot_run(cli("grade", str(lin), str(res)), "for another bundle")
     copy = work / "edited"
     shutil.copytree(bundle, copy, dirs_exist_ok=True)
     data = bytearray((copy / "cases.bin").read_bytes())
