@@ -150,7 +150,8 @@ def record_case(lib, module, case) -> tuple[list, list, list]:
 
 def _buf(b, firsts: dict) -> Buf:
     if b.dtype.str not in DTYPE_CODES:
-        raise Refused(f"buffer {b.name or b.index} has dtype {b.dtype}, which a bundle cannot carry")
+        raise Refused(f"buffer {b.name or b.index} has dtype {b.dtype}, which a bundle cannot "
+                      "carry")
     n = int(np.prod(b.shape, dtype=np.int64))
     if b.kind == "input":
         return Buf(b.dtype, "input", n, b.bytes.tobytes())

@@ -283,7 +283,8 @@ def main(argv=None):
                                          if (i, t) != (isas[0], 1)]
     with open(a.out, "wb") as f:
         p = json.dumps(plat).encode()
-        f.write(b"CRNNRS01" + struct.pack("<I", a.results_version) + digest.encode() + struct.pack("<I", len(p)) + p)
+        f.write(b"CRNNRS01" + struct.pack("<I", a.results_version) + digest.encode()
+                + struct.pack("<I", len(p)) + p)
         for case in cases:
             missing = [op[1] for op in case[3] if op[0] == "call" and not hasattr(lib, op[1])]
             for isa, t in runs:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import platform
 import re
+import shlex
 import shutil
 import struct
 import subprocess
@@ -137,6 +138,14 @@ def test_planted_mistake_reported_exactly_as_the_gate(work, lin, mistake):
         assert "isa=" + doc["meta"]["machines"][0]["arch"] + ":scalar" in fail
         repro = out.stdout.splitlines()[out.stdout.splitlines().index(fail) + 1]
         assert repro.strip().startswith("__REPRO: crnn-conformance grade ")
+        if "PERTURB" in mistake:   # it judges that case in that tier alone, with the same records
+            again = cli(*shlex.split(repro.split("__REPRO: crnn-conformance ", 1)[1]),
+                        "--json", str(work / "again.json"))
+            assert again.returncode == 1, again.stderr
+            first = next(x for x in r if not x["passed"])
+            assert records(work / "again.json") == [
+                x for x in r if (x["case"], x["tier"], x["threads"]) ==
+                (first["case"], first["tier"], 1)]
     assert doc["layers"]["linear"]["status"] == ("not implemented" if "BACKWARD" in mistake
                                                  else "failed")
 
