@@ -21,9 +21,9 @@ for runner._run_case). The gate's per-case path then makes the records.
 from __future__ import annotations
 
 import ctypes as C
-import fnmatch
 import hashlib
 import json
+import math
 import struct
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -139,6 +139,9 @@ def record_case(lib, module, case) -> tuple[list, list, list]:
         firsts = {i: data for op in tape.ops for i, data in op[4]}
         buffers = [_buf(b, firsts) for b in arena.buffers]
         ops = [_op(op, buffers) for op in tape.ops]
+        for op in ops:
+            if isinstance(op, Call):
+                _check_abi(op, buffers)
         return buffers, ops, [b.bytes.tobytes() for b in arena.buffers]
     except abi.PortCallError as e:
         raise Refused(f"the reference port refused it: {e}") from None
@@ -187,6 +190,37 @@ def _op(op, buffers: list):
         else:
             args.append((A_I32 if t is C.c_int32 else A_I64, int(v)))
     return Call(name, args)
+
+
+def _check_abi(call: Call, buffers: list) -> None:
+    """Each pointer argument's dtype and extent from abi.BUFFERS (abi.buffers): the extent
+    must lie inside its buffer, so a runner never hands a port less than the ABI promises."""
+    names = [a.lstrip("*") for a in abi.ARGS[call.name].split()]
+    ints = {n: v for n, (t, v) in zip(names, call.args) if t in (A_I32, A_I64)}
+    ptrs = dict(zip(names, call.args))
+
+    def read(arg, dtype, n):
+        t, v = ptrs[arg]
+        if t != A_PTR:
+            return []
+        b = buffers[v[0]]
+        if b.role != "input":           # sizes read from an earlier call's output (train3's
+            raise LookupError           # clip): known only when the calls run
+        return np.frombuffer(b.start(), b.dtype)[v[1]:v[1] + n].tolist()
+    try:
+        specs = abi.buffers(call.name, ints, read)
+    except LookupError:
+        return
+    except ValueError as e:
+        raise Refused(f"{call.name}: the ABI's buffer sizes cannot be derived ({e})") from None
+    for spec in specs:
+        t, v = ptrs[spec.name]
+        if t != A_PTR:
+            continue
+        b, n = buffers[v[0]], math.prod(spec.shape)
+        if b.dtype != np.dtype(spec.dtype) or v[1] + n > b.n:
+            raise Refused(f"{call.name}: argument {spec.name} is {b.n - v[1]} x {b.dtype} from its "
+                          f"pointer, the ABI says {n} x {np.dtype(spec.dtype)}")
 
 
 def export_cases(selection, lib, progress=None) -> tuple[list, list]:

@@ -19,7 +19,7 @@ import ctypes as C
 import fnmatch
 import struct
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path

@@ -354,3 +354,27 @@ def test_worked_example_of_the_docs(tmp_path, bundled_port):
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     assert "PASS:" in r.stdout
     assert (tmp_path / "report" / "index.html").exists()
+
+
+def test_export_refuses_a_call_the_abi_sizes_beyond_its_buffer():
+    """abi.BUFFERS sizes every pointer argument: one whose extent runs past its buffer (here
+    crnn_dot16 told n = 4 on the last 2 elements) would make a correct port's reads or writes
+    land outside it on the runner's machine, so the case is refused."""
+    from types import SimpleNamespace
+
+    from crnn_conformance.generators.h5io import Case
+    from crnn_conformance.harness import reference
+    from crnn_conformance.harness.layers import _ffi
+
+    def run(lib, case):
+        a = _ffi.f32(case.inputs["a"])
+        one = _ffi.out(1)
+        _ffi.call(lib, "crnn_dot16", _ffi.ptr(a[2:]), _ffi.ptr(a[2:]), 4, _ffi.ptr(one))
+        return {"dot": one}
+
+    case = Case("short", {}, {"a": np.ones(4, np.float32)})
+    cases, refused = B.export_cases([(SimpleNamespace(LAYER="dot16", run=run),
+                                      Path("dot16.h5"), case)], reference.library())
+    assert cases == []
+    assert refused == [("dot16", "dot16", "short", "crnn_dot16: argument a is 2 x float32 from "
+                        "its pointer, the ABI says 4 x float32")]
