@@ -1,0 +1,139 @@
+"""`crnn-conformance export` and `grade`: the gate's cases as a bundle for a runner on another
+machine, and that runner's results judged as the gate judges (docs/case-bundle.md)."""
+from __future__ import annotations
+
+import fnmatch
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.generators.h5io import FixtureError, read_fixture
+from crnn_conformance.harness import layers as L
+from crnn_conformance.harness.runner import FIXTURES_DIR, TIERS, GateOptions
+
+from .common import (EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, _split, cannot_run,
+                     stdout_bytes_as_given, writable_dir, writable_file, write_reports)
+
+
+@click.command("export")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
+              help="the bundle's directory (bundle.json, cases.bin)")
+@click.option("--layers", default=None, help="comma list of layers (default: all)")
+@click.option("--case", default=None, help="only cases whose name matches this glob")
+@click.option("--fixtures", type=click.Path(file_okay=False), default=str(FIXTURES_DIR),
+              show_default="fixtures/", help="fixture directory")
+@click.option("-q", "--quiet", is_flag=True, help="print only refused cases and the summary")
+def export(out_dir, layers, case, fixtures, quiet):
+    """Write the selected cases as a case bundle: each case's calls, arguments and input
+    bytes, no expected outputs; exit 0, 2 cannot run."""
+    from crnn_conformance.harness import bundle as B
+    from crnn_conformance.harness import reference
+    from crnn_conformance.harness.discovery import fixture_paths
+    from crnn_conformance.harness.provenance import sha256, tool_info
+    t0 = time.perf_counter()
+    try:
+        names = _split(layers, L.LAYERS, "layer") or L.available()
+    except click.BadParameter as e:
+        cannot_run(e.message)
+    writable_dir(out_dir, "--out")
+    opts = GateOptions(fixtures=Path(fixtures), layers=names, case=case)
+    try:
+        selection, digests = [], {}
+        for name in names:
+            m = L.module(name)
+            for path in fixture_paths(opts, m):
+                fx = L.check_fixture(m, read_fixture(path))
+                digests[path.name] = sha256(path)
+                selection += [(m, path, c) for c in fx.cases
+                              if case is None or fnmatch.fnmatch(c.name, case)]
+        if not selection:
+            raise ValueError(f"no checks selected: no case of {', '.join(names)} matches "
+                             f"--case {case!r}")
+        lib = reference.library()
+    except (FixtureError, ValueError, abi.PortError) as e:
+        cannot_run(str(e))
+    cases, refused = B.export_cases(selection, lib)
+    for layer, fx, name, why in refused:
+        click.echo(f"refused {layer}/{fx}/{name}: {why}", err=True)
+    meta = {"tool": tool_info(), "fixtures": digests, "layers": names, "case": case,
+            "refused": [{"layer": a, "fixture": b, "case": c, "why": w} for a, b, c, w in refused]}
+    out = B.write_bundle(out_dir, cases, meta)
+    size = (out / "cases.bin").stat().st_size
+    click.echo(f"wrote {out}: {len(cases)} case(s) of {len({c.layer for c in cases})} layer(s), "
+               f"cases.bin {size / 1e6:.1f} MB, {time.perf_counter() - t0:.1f} s"
+               + (f"; {len(refused)} case(s) refused (listed above and in bundle.json)"
+                  if refused else ""))
+    sys.exit(EXIT_PASS)
+
+
+@click.command("grade")
+@click.argument("bundle_dir", metavar="BUNDLE", type=click.Path())
+@click.argument("results", nargs=-1, required=True, type=click.Path())
+@click.option("--fixtures", type=click.Path(file_okay=False), default=str(FIXTURES_DIR),
+              show_default="fixtures/", help="fixture directory the bundle was exported from")
+@click.option("--layers", default=None,
+              help="comma list of layers (default: the bundle's), or `available`: the layers "
+                   "the results hold runs of (the others are reported as not implemented)")
+@click.option("--case", default=None, help="only cases whose name matches this glob")
+@click.option("--tiers", default=",".join(TIERS), show_default=True, help="comma list of tiers")
+@click.option("--isa", "isa", default=None,
+              help="comma list of runs to grade: machine:isa labels (x86_64:avx2) or ISA names")
+@click.option("--threads", default=None, help="comma list of thread counts to grade")
+@click.option("--report-dir", type=click.Path(file_okay=False), default=None,
+              help="write results.json, index.html and junit.xml here")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None,
+              help="also write JUnit XML to this file")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="also write results.json to this file")
+@click.option("-q", "--quiet", is_flag=True, help="print only failures and the verdict")
+@click.option("-v", "--verbose", is_flag=True,
+              help="also print each float64 / pytorch check's resolution")
+def grade(bundle_dir, results, fixtures, layers, case, tiers, isa, threads, report_dir,
+          junit_path, json_path, quiet, verbose):
+    """Judge a runner's results files of a case bundle as the gate judges a port: exit 0
+    pass, 1 fail, 2 cannot run."""
+    from crnn_conformance.harness import grade as G
+    from crnn_conformance.harness.bundle import BundleError
+    stdout_bytes_as_given()
+    available = layers is not None and layers.strip() == "available"
+    try:
+        opts = G.GradeOptions(
+            fixtures=Path(fixtures), tiers=tuple(_split(tiers, TIERS, "tier")),
+            layers=None if available else _split(layers, L.LAYERS, "layer"), case=case,
+            available=available, bundle=bundle_dir, results=tuple(results),
+            isa_filter=_split(isa), thread_filter=_split(threads, None, "thread count", int))
+    except click.BadParameter as e:
+        cannot_run(e.message)
+    if report_dir:
+        writable_dir(report_dir, "--report-dir")
+    for path, what in ((junit_path, "--junit"), (json_path, "--json")):
+        if path:
+            writable_file(path, what)
+    try:
+        result = G.grade(opts)
+    except (BundleError, FixtureError, ValueError, abi.PortError) as e:
+        cannot_run(str(e))
+    from crnn_conformance.reports import console, json_report
+    doc = json_report.to_json(result)
+    refused = result.meta["bundle"].get("refused") or []
+    if refused:                     # cases the gate runs that the bundle could not carry
+        click.echo(f"crnn-conformance: grade: {len(refused)} case(s) were refused at export "
+                   "and are not graded: " + ", ".join(f"{r['layer']}/{r['fixture']}/{r['case']}"
+                                                     for r in refused), err=True)
+    if not doc["tensors"] and doc["meta"].get("not_implemented"):
+        cannot_run("no check ran: the results implement none of the layers of the cases "
+                   "selected (" + "; ".join(f"{k}: {v}" for k, v in
+                                            doc["meta"]["not_implemented"].items()) + ")")
+    click.echo(console.render(doc, quiet, verbose))
+    code = EXIT_PASS if result.passed else EXIT_FAIL
+    try:
+        for path in write_reports(doc, report_dir, junit_path, results=True, json_path=json_path):
+            if not quiet:
+                click.echo(f"wrote {path}")
+    except OSError as e:
+        click.echo(f"crnn-conformance: cannot write the reports: {e}", err=True)
+        code = code or EXIT_CANNOT_RUN
+    sys.exit(code)
