@@ -258,7 +258,7 @@ def test_a_wrong_return_fails_the_case_with_one_line(tmp_path, change, fragment)
 def test_an_unwritten_output_is_poison_left(tmp_path):
     r = linear_gate(tmp_path, LINEAR.replace("return x @ W.T + b", "y[:, 1:] = (x @ W.T + b)[:, 1:]"))
     assert r.returncode == 1, r.stdout + r.stderr
-    assert re.search(r"linear/\S+/y tier=float64 .*never written \(poison left\)", r.stdout)
+    assert re.search(r"linear/\S+/y tier=float64 .*poison left \(never written\)", r.stdout)
 
 
 def test_a_modified_input_fails_the_case(tmp_path):
@@ -350,7 +350,8 @@ def test_configs_are_the_identity_tiers_isas(tmp_path):
     bad = {(t["isa"], t["case"].startswith("T16"), t["tensor"]) for t in ident if not t["passed"]}
     assert bad == {("shifted", True, "y")}
     assert all(t["passed"] for t in doc["tensors"] if t["tier"] == "float64")
-    assert "--isa ref,shifted" in r.stdout
+    assert {t["repro"].split("--runs ")[1] for t in ident if not t["passed"]} == {
+        "ref:1,shifted:1", "ref:1,shifted:2"}   # the base and the config that differed
     only = gate("--port", path, "--layers", "linear", "--tiers", "identity", "--isa", "ref",
                 "-q")
     assert only.returncode == 0, only.stdout + only.stderr
