@@ -8,6 +8,17 @@
 
 #define CRNN_NISA 4
 
+/* The x86 paths (src/isa/*_sse.c, *_avx2.c, *_avx512.c, cpuid) are built on x86 only; on any
+ * other machine those files compile empty, crnn_isa_available reports the scalar path alone
+ * and crnn_set_isa refuses the others, so their slots in the dispatch tables stay unused. */
+#if defined(__x86_64__) || defined(__i386__)
+#define CRNN_X86 1
+#define CRNN_ISA_TABLE(prefix) {prefix##_scalar, prefix##_sse, prefix##_avx2, prefix##_avx512}
+#else
+#define CRNN_X86 0
+#define CRNN_ISA_TABLE(prefix) {prefix##_scalar, 0, 0, 0}
+#endif
+
 /* The fixed reduction tree of dot16: for s = 8, 4, 2, 1: p[i] = p[i] + p[i+s]. */
 static inline float crnn_tree16(float p[16])
 {
