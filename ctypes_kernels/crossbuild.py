@@ -62,12 +62,6 @@ def entries_header() -> str:
         "    (void)a;", "    switch (entry) {", *cases, "    }", "    return CRNN_E_ARG;", "}", ""])
 
 
-def target_arch(cc: str) -> str:
-    """The machine `cc` compiles for, from -dumpmachine: 'x86_64', 'aarch64', ..."""
-    r = subprocess.run([cc, "-dumpmachine"], capture_output=True, text=True, check=False)
-    return (r.stdout.strip() or "unknown").split("-", 1)[0]
-
-
 def build_runner(out, cc: str | None = None, verbose: bool = False) -> Path:
     """Compiles crnn-run for the machine `cc` targets into `out`, with the entry table generated
     from abi.py (not the checked-in copy, so a stale copy cannot be built in)."""
@@ -76,7 +70,7 @@ def build_runner(out, cc: str | None = None, verbose: bool = False) -> Path:
     out = Path(out)
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "crnn_entries.h").write_text(entries_header())
-        cmd = [cc, *RUNNER_FLAGS, f"-I{tmp}", f"-I{abi.__file__.rsplit('/', 1)[0]}",
+        cmd = [cc, *RUNNER_FLAGS, f"-I{tmp}", f"-I{Path(abi.__file__).parent}",
                "-o", str(out), str(RUNNER_SOURCE), "-ldl", "-lm"]
         if verbose:
             print(" ".join(cmd))

@@ -531,10 +531,14 @@ static live_t *make_buffers(const case_t *c)
     return L;
 }
 
-static int broken_zone(const case_t *c, const live_t *L)
+/* The first buffer whose zone before (*side "before") or after its data is broken, or -1. */
+static int broken_zone(const case_t *c, const live_t *L, const char **side)
 {
-    for (uint32_t i = 0; i < c->n_buffers; i++)
-        if (!zone_intact(L[i].block) || !zone_intact(L[i].data + L[i].bytes)) return (int)i;
+    for (uint32_t i = 0; i < c->n_buffers; i++) {
+        *side = !zone_intact(L[i].block) ? "before"
+                : !zone_intact(L[i].data + L[i].bytes) ? "after" : NULL;
+        if (*side) return (int)i;
+    }
     return -1;
 }
 
@@ -670,7 +674,8 @@ static int one_call(run_t *r, void *fn, uint32_t k)
     fpstate_t after = fp_state();
     uint32_t flags = 0;
     char label[64];
-    int zone = broken_zone(r->c, r->L), modified = const_modified(r, op);
+    const char *side = NULL;
+    int zone = broken_zone(r->c, r->L, &side), modified = const_modified(r, op);
     if ((fp = fp_problem(after)) != NULL) {
         flags |= F_FPENV;
         fail(r, ST_CHECK, "fpenv changed: %s by %s (call %u)", fp, name, k);
@@ -683,7 +688,7 @@ static int one_call(run_t *r, void *fn, uint32_t k)
     if (zone >= 0) {
         flags |= F_CANARY;
         buffer_label(op, (uint32_t)zone, label, sizeof label);
-        fail(r, ST_CHECK, "canary after %s broken by %s (call %u)", label, name, k);
+        fail(r, ST_CHECK, "canary %s %s broken by %s (call %u)", side, label, name, k);
     }
     record_call(r, op, rc, flags);
     if (flags) return 1;
@@ -1021,9 +1026,10 @@ static int is_done(const done_t *d, uint32_t c, int isa, int threads)
 static long scan_results(const unsigned char *data, size_t size, const char *digest, done_t *d)
 {
     reader_t r = {data, data + size, "results"};
-    if (size < 84 || memcmp(data, "CRNNRS01", 8) != 0 || memcmp(data + 16, digest, 64) != 0)
+    /* magic[8] u32 version digest[64] u32 platform_len platform */
+    if (size < 80 || memcmp(data, "CRNNRS01", 8) != 0 || memcmp(data + 12, digest, 64) != 0)
         return -1;
-    r.p += 80;
+    r.p += 76;
     if (r.end - r.p < 4) return -1;
     uint32_t plen = (uint32_t)(r.p[0] | r.p[1] << 8 | r.p[2] << 16 | (uint32_t)r.p[3] << 24);
     if ((size_t)(r.end - r.p) < 4 + (size_t)plen) return -1;

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from . import bench, fuzz, gate, info, mutants, regen, reports
+from . import crossbuild
 from .common import guarded
 
 
@@ -16,6 +17,8 @@ def main():
 
 for _cmd in (gate.gate, reports.report, reports.diff, mutants.mutants, bench.bench, info.info,
              fuzz.fuzz, regen.regen_fixtures):
+    main.add_command(guarded(_cmd))
+for _cmd in (crossbuild.build_runner, crossbuild.build_port):
     main.add_command(guarded(_cmd))
 
 
