@@ -49,6 +49,9 @@
 
 #define RUNNER_VERSION "1"
 #define ZONE 256                 /* canary bytes before and after every buffer */
+#define GUARD_MIN 16384          /* a buffer this large also lies between two guard regions */
+#define GUARD 65536              /* inaccessible bytes each side (address space only) */
+#define MAX_SPANS 4096
 #define MAX_ARGS 24
 
 typedef struct {
@@ -474,6 +477,9 @@ typedef struct {
     volatile int32_t in_call, call_index, entry;
     volatile int32_t status;       /* the child's run's status and message, once recorded */
     char msg[512];
+    volatile uint64_t fault;       /* the address of the fault that killed the child */
+    volatile int32_t faulted, n_spans;
+    uint64_t span[MAX_SPANS][2];   /* each buffer's [first byte, end) in the child */
 } progress_t;
 
 static void fill_poison(unsigned char *p, int dtype, uint64_t n)
@@ -509,17 +515,34 @@ static int zone_intact(const unsigned char *z)
     return 1;
 }
 
-static live_t *make_buffers(const case_t *c)
+/* 2*ZONE + padded bytes; from GUARD_MIN on between two inaccessible GUARD regions, so a
+ * wild write beyond the zones faults at once (and is named by buffer: fault_report). */
+static unsigned char *allocate(size_t padded)
+{
+    void *block = NULL;
+    if (padded < GUARD_MIN) {
+        if (posix_memalign(&block, 64, 2 * ZONE + padded) != 0)
+            cannot_run("out of memory (%zu bytes)", padded);
+        return block;
+    }
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t span = (2 * ZONE + padded + page - 1) / page * page;
+    unsigned char *m = mmap(NULL, span + 2 * GUARD, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED || mprotect(m + GUARD, span, PROT_READ | PROT_WRITE) != 0)
+        cannot_run("out of memory (%zu bytes)", span);
+    /* the data ends at the end of the accessible span, less its zone: the guard follows */
+    return m + GUARD + span - (2 * ZONE + padded);
+}
+
+static live_t *make_buffers(const case_t *c, progress_t *progress)
 {
     live_t *L = xmalloc(sizeof(live_t) * (c->n_buffers ? c->n_buffers : 1));
+    progress->n_spans = 0;
     for (uint32_t i = 0; i < c->n_buffers; i++) {
         const buffer_t *b = &c->buffers[i];
         L[i].bytes = (size_t)(b->n * dtype_size(b->dtype));
         size_t padded = (L[i].bytes + 63) / 64 * 64;
-        void *block = NULL;
-        if (posix_memalign(&block, 64, 2 * ZONE + padded) != 0)
-            cannot_run("out of memory (%zu bytes)", padded);
-        L[i].block = block;
+        L[i].block = allocate(padded);
         L[i].data = L[i].block + ZONE;
         /* the canary starts right after the last byte, whatever the rounding to 64 */
         fill_zone(L[i].block);
@@ -527,6 +550,11 @@ static live_t *make_buffers(const case_t *c)
         fill_zone(L[i].data + L[i].bytes);
         if (b->role == 1) fill_poison(L[i].data, b->dtype, b->n);
         else memcpy(L[i].data, b->content, L[i].bytes);
+        if (i < MAX_SPANS) {
+            progress->span[i][0] = (uint64_t)(uintptr_t)L[i].data;
+            progress->span[i][1] = (uint64_t)(uintptr_t)(L[i].data + L[i].bytes);
+            progress->n_spans = (int32_t)i + 1;
+        }
     }
     return L;
 }
@@ -758,13 +786,60 @@ static int append_record(int fd, const bytes_t *b)
     return fsync(fd) == 0 || errno == EINVAL || errno == EROFS ? 0 : -1;
 }
 
+static progress_t *g_progress;
+
+/* A fault's address into shared memory, then the default action (the child dies of it). */
+static void on_fault(int sig, siginfo_t *info, void *ctx)
+{
+    (void)ctx;
+    g_progress->fault = (uint64_t)(uintptr_t)info->si_addr;
+    g_progress->faulted = 1;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void catch_faults(progress_t *progress)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    g_progress = progress;
+    sigaction(SIGSEGV, &sa, NULL);
+    sigaction(SIGBUS, &sa, NULL);
+}
+
+/* Where a fault address lies: in a buffer's guard region (which buffer, how far), or not. */
+static void fault_report(const progress_t *p, const op_t *op, char *out, size_t n)
+{
+    uint64_t a = p->fault;
+    char label[64];
+    for (int i = 0; i < p->n_spans; i++) {
+        uint64_t lo = p->span[i][0], hi = p->span[i][1];
+        buffer_label(op, (uint32_t)i, label, sizeof label);
+        if (hi - lo >= GUARD_MIN && a >= hi && a < hi + ZONE + GUARD + 4096) {
+            snprintf(out, n, ": a write at byte +%llu past the end of %s (in its guard region)",
+                     (unsigned long long)(a - hi), label);
+            return;
+        }
+        if (hi - lo >= GUARD_MIN && a < lo && a + ZONE + GUARD + 4096 >= lo) {
+            snprintf(out, n, ": a write at byte -%llu before the start of %s (in its guard "
+                     "region)", (unsigned long long)(lo - a), label);
+            return;
+        }
+    }
+    snprintf(out, n, " at address 0x%llx", (unsigned long long)a);
+}
+
 /* In the child: the run, its record appended to the results. Exit 0 written, 3 not. */
 static void child_run(const case_t *c, const port_t *port, int isa, int threads, int fd,
                       progress_t *progress)
 {
     run_t r = {0};
+    catch_faults(progress);
     r.c = c;
-    r.L = make_buffers(c);
+    r.L = make_buffers(c, progress);
     r.snap = calloc(c->n_buffers ? c->n_buffers : 1, sizeof(unsigned char *));
     r.progress = progress;
     run_ops(&r, port, isa, threads);
@@ -872,9 +947,12 @@ static int run_one(const options_t *o, const case_t *c, const port_t *port, int 
     } else if (WIFSIGNALED(st)) {
         status = ST_CRASH;
         int sig = WTERMSIG(st);
+        char where[160] = "";
+        if (progress->faulted && progress->in_call)
+            fault_report(progress, &c->ops[progress->call_index], where, sizeof where);
         if (progress->in_call)
-            snprintf(msg, sizeof msg, "%s (signal %d) in %s (call %d)", signal_name(sig), sig,
-                     CR_ENTRIES[progress->entry].name, progress->call_index);
+            snprintf(msg, sizeof msg, "%s (signal %d) in %s (call %d)%s", signal_name(sig), sig,
+                     CR_ENTRIES[progress->entry].name, progress->call_index, where);
         else
             snprintf(msg, sizeof msg, "%s (signal %d) outside the port's calls", signal_name(sig), sig);
     } else if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
@@ -960,11 +1038,8 @@ static int not_kept(const char **out)
 #if !defined(__GLIBC__)
     out[n++] = "exception trap enables not checked: no fegetexcept in this C library";
 #endif
-    out[n++] = "no guard pages: a write beyond a buffer's 256-byte canary zones is not caught "
-               "unless it faults";
-    out[n++] = "what the port prints is not recorded (it goes to crnn-run's stdout/stderr)";
-    out[n++] = "the cases are run as the bundle recorded them: no layer module, no "
-               "fault address named by buffer";
+    out[n++] = "what the port prints is not kept apart: it goes to crnn-run's own stdout "
+               "and stderr, and is not in the results";
     return n;
 }
 
@@ -1113,8 +1188,15 @@ static int open_results(const options_t *o, const bundle_t *bundle, const char *
 
 static void load_port(const char *path, port_t *port)
 {
+    const char *fp = fp_problem(fp_state());
+    if (fp) cannot_run("the floating-point environment is not the default before loading the "
+                       "port: %s", fp);
     port->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!port->lib) cannot_run("port %s cannot be loaded: %s", path, dlerror());
+    if ((fp = fp_problem(fp_state())) != NULL)
+        cannot_run("port %s changed the floating-point environment when it was loaded: %s "
+                   "(a library built with -ffast-math or -Ofast sets FTZ/DAZ at start-up)",
+                   path, fp);
     for (int e = 0; e < CR_N_ENTRIES; e++) port->fn[e] = dlsym(port->lib, CR_ENTRIES[e].name);
     static const char *core[] = {"crnn_abi_version", "crnn_isa_available", "crnn_set_isa",
                                  "crnn_set_threads"};
