@@ -65,7 +65,8 @@ typedef union {
 } cr_arg;
 #include "crnn_entries.h"
 
-static const char *const ISA_NAMES[4] = {"scalar", "sse", "avx2", "avx512"};
+#define N_ISAS 5
+static const char *const ISA_NAMES[N_ISAS] = {"scalar", "sse", "avx2", "avx512", "neon"};
 enum { ST_OK, ST_RC, ST_CRASH, ST_TIMEOUT, ST_MISSING, ST_CHECK };
 enum { F_CANARY = 1, F_CONST = 2, F_FPENV = 4, F_POISON = 8 };
 
@@ -679,6 +680,16 @@ static void record_call(run_t *r, const op_t *op, int32_t rc, uint32_t flags)
     r->n_calls++;
 }
 
+/* The call in progress, for the parent's time limit and crash message (call -1: a control
+ * call before the case's first op). */
+static void begin_call(progress_t *p, int entry, int32_t k)
+{
+    p->call_index = k;
+    p->entry = entry;
+    p->start = now();
+    p->in_call = 1;
+}
+
 /* -> 0 to go on, 1 the run ended at this call (its status set) */
 static int one_call(run_t *r, void *fn, uint32_t k)
 {
@@ -693,10 +704,7 @@ static int one_call(run_t *r, void *fn, uint32_t k)
         fail(r, ST_CHECK, "fpenv changed: %s (found before %s, call %u)", fp, name, k);
         return 1;
     }
-    r->progress->call_index = (int32_t)k;
-    r->progress->entry = op->entry;
-    r->progress->start = now();
-    r->progress->in_call = 1;
+    begin_call(r->progress, op->entry, (int32_t)k);
     int32_t rc = cr_call(op->entry, fn, a);
     r->progress->in_call = 0;
     fpstate_t after = fp_state();
@@ -745,8 +753,14 @@ typedef struct {
 static void run_ops(run_t *r, const port_t *port, int isa, int threads)
 {
     const case_t *c = r->c;
+    begin_call(r->progress, entry_index("crnn_set_isa"), -1);
     int32_t rc = port->set_isa(isa);
-    if (rc == 0) rc = port->set_threads(threads);
+    r->progress->in_call = 0;
+    if (rc == 0) {
+        begin_call(r->progress, entry_index("crnn_set_threads"), -1);
+        rc = port->set_threads(threads);
+        r->progress->in_call = 0;
+    }
     if (rc != 0) {
         fail(r, ST_RC, "crnn_set_isa(%d) / crnn_set_threads(%d) returned %d", isa, threads, rc);
         return;
@@ -857,7 +871,7 @@ static void child_run(const case_t *c, const port_t *port, int isa, int threads,
 
 typedef struct {
     const char *port_path, *bundle_dir, *results, *case_glob;
-    int isas[4], n_isas;
+    int isas[N_ISAS], n_isas;
     int threads[64], n_threads;
     double timeout;
     int resume;
@@ -943,12 +957,12 @@ static int run_one(const options_t *o, const case_t *c, const port_t *port, int 
     if (st == -1) {
         status = ST_TIMEOUT;
         snprintf(msg, sizeof msg, "%s did not return within %g s (call %d)",
-                 CR_ENTRIES[c->ops[call].entry].name, o->timeout, call);
+                 CR_ENTRIES[progress->entry].name, o->timeout, call);
     } else if (WIFSIGNALED(st)) {
         status = ST_CRASH;
         int sig = WTERMSIG(st);
         char where[160] = "";
-        if (progress->faulted && progress->in_call)
+        if (progress->faulted && progress->in_call && progress->call_index >= 0)
             fault_report(progress, &c->ops[progress->call_index], where, sizeof where);
         if (progress->in_call)
             snprintf(msg, sizeof msg, "%s (signal %d) in %s (call %d)%s", signal_name(sig), sig,
@@ -1191,6 +1205,9 @@ static void load_port(const char *path, port_t *port)
     const char *fp = fp_problem(fp_state());
     if (fp) cannot_run("the floating-point environment is not the default before loading the "
                        "port: %s", fp);
+    char local[4096];          /* a bare file name is a file here, not a library to search */
+    if (!strchr(path, '/') && snprintf(local, sizeof local, "./%s", path) < (int)sizeof local)
+        path = local;
     port->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!port->lib) cannot_run("port %s cannot be loaded: %s", path, dlerror());
     if ((fp = fp_problem(fp_state())) != NULL)
@@ -1241,10 +1258,11 @@ static void parse_isas(options_t *o, const char *list)
     o->n_isas = 0;
     for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         int found = -1;
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < N_ISAS; i++)
             if (strcmp(t, ISA_NAMES[i]) == 0) found = i;
-        if (found < 0) usage_error("--isa: unknown ISA path '%s' (scalar, sse, avx2, avx512)", t);
-        if (o->n_isas < 4) o->isas[o->n_isas++] = found;
+        if (found < 0)
+            usage_error("--isa: unknown ISA path '%s' (scalar, sse, avx2, avx512, neon)", t);
+        if (o->n_isas < N_ISAS) o->isas[o->n_isas++] = found;
     }
     free(copy);
     if (!o->n_isas) usage_error("--isa: no ISA path in '%s'", list);
@@ -1345,7 +1363,7 @@ int main(int argc, char **argv)
     if (!(mask & 1))
         cannot_run("port %s: crnn_isa_available() returned 0x%x, without bit 0 (scalar)",
                    o.port_path, mask);
-    int isas[4], n_isas = 0;
+    int isas[N_ISAS], n_isas = 0;
     if (o.n_isas) {
         for (int i = 0; i < o.n_isas; i++) {
             if (!(mask & (1u << o.isas[i])))
@@ -1354,7 +1372,7 @@ int main(int argc, char **argv)
             isas[n_isas++] = o.isas[i];
         }
     } else {
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < N_ISAS; i++)
             if (mask & (1u << i)) isas[n_isas++] = i;
     }
     size_t port_size;
