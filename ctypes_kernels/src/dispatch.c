@@ -16,6 +16,8 @@ uint32_t crnn_isa_available(void)
         if (__builtin_cpu_supports("avx2")) m |= 1u << CRNN_ISA_AVX2;
     }
     if (__builtin_cpu_supports("avx512f")) m |= 1u << CRNN_ISA_AVX512;
+#elif defined(__aarch64__)
+    m |= 1u << CRNN_ISA_NEON;   /* Advanced SIMD: part of every aarch64 Linux system */
 #endif
     return m;
 }
