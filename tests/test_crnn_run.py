@@ -184,6 +184,19 @@ def test_flags_of_the_call_that_failed_a_check(runner, linear_bundle, work):
         assert trig["calls"][-1][1] & bit, (define, trig["calls"][-1][1])
 
 
+@pytest.mark.parametrize("define", ["-DTP_SEGV", "-DTP_HANG"])
+def test_a_crash_keeps_the_calls_before_it(runner, linear_bundle, work, define):
+    """The run that dies in crnn_linear_backward keeps the forward's record (its y with the
+    reference's bits), as the gate keeps a failed backward's forward records."""
+    bundle, recorded = linear_bundle
+    out = work / f"kept{define}.bin"
+    run(runner, build_port(work, define), bundle, out, "--threads", "1", "--timeout", "1")
+    trig = next(x for x in bundles.read_results(out)["runs"] if x["case"] == TRIGGER)
+    assert trig["status"] in (2, 3) and len(trig["calls"]) == 1, trig
+    (buf, y), = trig["calls"][0][2].items()
+    assert y == bundles.reference_written(recorded[TRIGGER])[buf]
+
+
 def test_a_crash_on_one_thread_count_only(runner, linear_bundle, work):
     bundle, _ = linear_bundle
     out = work / "segv3.bin"

@@ -13,8 +13,9 @@
  * the floating-point environment checked before and after (rounding and trap enables through
  * fenv.h; FTZ/DAZ through MXCSR on x86-64, FZ through FPCR on aarch64). What it could not
  * keep on this platform goes into the results file's platform record ("not_kept").
- * Each run record is appended, flushed and synced when the run ends; a run the child could
- * not finish (crash, time limit) is recorded by the parent. With --resume the runs already
+ * Each run record is written as the run goes (every call's record as the call returns) and
+ * synced when the run ends; the parent finishes the record of a run the child could not
+ * (crash, time limit), keeping the calls it completed. With --resume the runs already
  * recorded in RESULTS are kept and the others are run, so the runner can go on after being
  * killed itself.
  *
@@ -478,6 +479,8 @@ typedef struct {
     volatile int32_t in_call, call_index, entry;
     volatile int32_t status;       /* the child's run's status and message, once recorded */
     char msg[512];
+    volatile int64_t good_end;     /* the results file's end after the last whole call record */
+    volatile int32_t header_done, calls_done;
     volatile uint64_t fault;       /* the address of the fault that killed the child */
     volatile int32_t faulted, n_spans;
     uint64_t span[MAX_SPANS][2];   /* each buffer's [first byte, end) in the child */
@@ -596,7 +599,8 @@ typedef struct {
     live_t *L;
     unsigned char **snap;          /* per buffer: its content before the call (const args) */
     progress_t *progress;
-    bytes_t rec;                   /* the calls' records */
+    bytes_t rec;                   /* the call record being written */
+    int fd;                        /* the results file (append) */
     uint32_t n_calls;
     int status;
     char msg[512];
@@ -669,6 +673,7 @@ static void record_call(run_t *r, const op_t *op, int32_t rc, uint32_t flags)
     for (uint32_t j = 0; j < n; j++)
         if (has_poison(r->L[seen[j]].data, r->c->buffers[seen[j]].dtype, r->c->buffers[seen[j]].n))
             flags |= F_POISON;
+    r->rec.n = 0;
     put_le(&r->rec, (uint32_t)rc, 4);
     put_le(&r->rec, flags, 4);
     put_le(&r->rec, n, 4);
@@ -677,7 +682,10 @@ static void record_call(run_t *r, const op_t *op, int32_t rc, uint32_t flags)
         put_le(&r->rec, r->L[seen[j]].bytes, 8);
         put(&r->rec, r->L[seen[j]].data, r->L[seen[j]].bytes);
     }
+    if (write_all(r->fd, r->rec.p, r->rec.n) != 0) _exit(3);
     r->n_calls++;
+    r->progress->good_end += (int64_t)r->rec.n;   /* a crash from here on keeps this call */
+    r->progress->calls_done = (int32_t)r->n_calls;
 }
 
 /* The call in progress, for the parent's time limit and crash message (call -1: a control
@@ -846,24 +854,41 @@ static void fault_report(const progress_t *p, const op_t *op, char *out, size_t 
     snprintf(out, n, " at address 0x%llx", (unsigned long long)a);
 }
 
-/* In the child: the run, its record appended to the results. Exit 0 written, 3 not. */
+static int g_patch_fd = -1;        /* the results file without O_APPEND: n_calls patched */
+
+/* The run record's n_calls (at byte 16 of the record at `at`) set to n. */
+static int patch_n_calls(off_t at, uint32_t n)
+{
+    unsigned char t[4];
+    for (int i = 0; i < 4; i++) t[i] = (unsigned char)(n >> (8 * i));
+    return pwrite(g_patch_fd, t, 4, at + 16) == 4 ? 0 : -1;
+}
+
+/* In the child: the run's record written as it goes (the header, each call's record as the
+ * call returns, then n_calls patched and the trailer), so the parent can finish the record
+ * of a run that dies with the calls it completed. Exit 0 written, 3 not. */
 static void child_run(const case_t *c, const port_t *port, int isa, int threads, int fd,
-                      progress_t *progress)
+                      off_t at, progress_t *progress)
 {
     run_t r = {0};
     catch_faults(progress);
     r.c = c;
+    r.fd = fd;
     r.L = make_buffers(c, progress);
     r.snap = calloc(c->n_buffers ? c->n_buffers : 1, sizeof(unsigned char *));
     r.progress = progress;
-    run_ops(&r, port, isa, threads);
     bytes_t b = {0};
-    run_header(&b, c->index, isa, threads, r.n_calls);
-    put(&b, r.rec.p, r.rec.n);
+    run_header(&b, c->index, isa, threads, 0);
+    if (write_all(fd, b.p, b.n) != 0) _exit(3);
+    progress->good_end = (int64_t)at + (int64_t)b.n;
+    progress->header_done = 1;
+    run_ops(&r, port, isa, threads);
+    b.n = 0;
     run_trailer(&b, r.status, r.msg);
     progress->status = r.status;
     memcpy(progress->msg, r.msg, sizeof r.msg);
     fflush(NULL);
+    if (patch_n_calls(at, r.n_calls) != 0) _exit(3);
     _exit(append_record(fd, &b) == 0 ? 0 : 3);
 }
 
@@ -879,13 +904,18 @@ typedef struct {
 
 static int status_counts[6];
 
-static int record_parent(int fd, off_t at, const case_t *c, int isa, int threads, int status,
-                         const char *msg)
+/* The record of a run the child did not finish: its header and the calls it completed, if it
+ * wrote them (progress), then this status and message. */
+static int record_parent(int fd, off_t at, const progress_t *progress, const case_t *c,
+                         int isa, int threads, int status, const char *msg)
 {
-    if (ftruncate(fd, at) != 0) return -1;       /* a torn record of the child goes */
+    int kept = progress && progress->header_done;
+    off_t end = kept ? (off_t)progress->good_end : at;
+    if (ftruncate(fd, end) != 0) return -1;      /* a torn call record of the child goes */
     if (lseek(fd, 0, SEEK_END) < 0) return -1;
+    if (kept && patch_n_calls(at, (uint32_t)progress->calls_done) != 0) return -1;
     bytes_t b = {0};
-    run_header(&b, c->index, isa, threads, 0);
+    if (!kept) run_header(&b, c->index, isa, threads, 0);
     run_trailer(&b, status, msg);
     int rc = append_record(fd, &b);
     free(b.p);
@@ -946,7 +976,7 @@ static int run_one(const options_t *o, const case_t *c, const port_t *port, int 
     if (pid < 0) cannot_run("fork failed: %s", strerror(errno));
     if (pid == 0) {
         close(alive[0]);
-        child_run(c, port, isa, threads, fd, progress);
+        child_run(c, port, isa, threads, fd, at, progress);
     }
     close(alive[1]);
     int call = -1;
@@ -982,7 +1012,7 @@ static int run_one(const options_t *o, const case_t *c, const port_t *port, int 
                      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
     }
     snprintf(progress->msg, sizeof progress->msg, "%s", msg);
-    if (record_parent(fd, at, c, isa, threads, status, msg) != 0)
+    if (record_parent(fd, at, progress, c, isa, threads, status, msg) != 0)
         cannot_run("results %s cannot be written: %s", o->results, strerror(errno));
     return status;
 }
@@ -1339,7 +1369,7 @@ static void run_case(const options_t *o, const case_t *c, const port_t *port, co
             int status;
             if (missing) {
                 status = ST_MISSING;
-                if (record_parent(fd, at, c, isa, threads, status, missing) != 0)
+                if (record_parent(fd, at, NULL, c, isa, threads, status, missing) != 0)
                     cannot_run("results %s cannot be written: %s", o->results, strerror(errno));
             } else {
                 status = run_one(o, c, port, isa, threads, fd, progress);
@@ -1382,6 +1412,8 @@ int main(int argc, char **argv)
     free(port_bytes);
     done_t done = {0};
     int fd = open_results(&o, &bundle, port_sha, &done);
+    g_patch_fd = open(o.results, O_WRONLY);
+    if (g_patch_fd < 0) cannot_run("results %s cannot be written: %s", o.results, strerror(errno));
     progress_t *progress = mmap(NULL, sizeof(progress_t), PROT_READ | PROT_WRITE,
                                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (progress == MAP_FAILED) cannot_run("no shared memory: %s", strerror(errno));
