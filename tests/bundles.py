@@ -122,10 +122,12 @@ def write_bundle(out_dir, cases) -> list:
 
 
 def read_results(path) -> dict:
-    """{"digest", "platform", "runs": [{"case", "isa", "threads", "calls": [(rc, flags,
-    {buffer: bytes})], "status", "msg"}]}; asserts the file is well formed and complete."""
+    """{"version", "digest", "platform", "runs": [{"case", "isa", "threads", "calls": [(rc,
+    flags, {buffer: (byte offset, bytes)})], "status", "msg"}]}; asserts the file is well
+    formed and complete. Version 1 records whole buffers (offset 0), version 2 spans."""
     data = Path(path).read_bytes()
-    assert data[:8] == b"CRNNRS01" and struct.unpack_from("<I", data, 8)[0] == 1
+    version = struct.unpack_from("<I", data, 8)[0]
+    assert data[:8] == b"CRNNRS01" and version in (1, 2)
     digest = data[12:76].decode()
     (plen,) = struct.unpack_from("<I", data, 76)
     platform = json.loads(data[80:80 + plen])
@@ -140,9 +142,13 @@ def read_results(path) -> dict:
             at += 12
             written = {}
             for _ in range(nw):
-                buf, nb = struct.unpack_from("<IQ", data, at)
-                written[buf] = data[at + 12:at + 12 + nb]
-                at += 12 + nb
+                if version == 1:
+                    (buf, nb), off, head = struct.unpack_from("<IQ", data, at), 0, 12
+                else:
+                    (buf, off, nb), head = struct.unpack_from("<IQQ", data, at), 20
+                assert buf not in written
+                written[buf] = (off, data[at + head:at + head + nb])
+                at += head + nb
             calls.append((rc, flags, written))
         status, ml = struct.unpack_from("<II", data, at)
         msg = data[at + 8:at + 8 + ml].decode()
@@ -151,15 +157,65 @@ def read_results(path) -> dict:
         at += 4
         runs.append({"case": case, "isa": isa, "threads": threads, "calls": calls,
                      "status": status, "msg": msg})
-    return {"digest": digest, "platform": platform, "runs": runs}
+    return {"version": version, "digest": digest, "platform": platform, "runs": runs}
 
 
-def final_written(run) -> dict:
-    """{buffer: its bytes after the last call that wrote it} of one run."""
-    out = {}
-    for _, _, written in run["calls"]:
-        out.update(written)
-    return out
+def read_bundle(bundle_dir) -> list:
+    """Each case of bundle_dir/cases.bin as {"buffers": [bytearray, its initial content],
+    "ops": [("call", name) | ("copy", dst, dst_off, src, src_off, n)]}."""
+    data = (Path(bundle_dir) / "cases.bin").read_bytes()
+    assert data[:8] == b"CRNNCB01"
+    (n_cases,), at, cases = struct.unpack_from("<I", data, 12), 16, []
+    for _ in range(n_cases):
+        assert data[at:at + 4] == b"CASE"
+        at += 8
+        for _ in range(2):                                   # name, layer
+            at += 4 + struct.unpack_from("<I", data, at)[0]
+        (nb,), at, buffers = struct.unpack_from("<I", data, at), at + 4, []
+        for _ in range(nb):
+            code, role, _, n = struct.unpack_from("<BBHQ", data, at)
+            at += 12
+            size = 4 if code in (1, 3) else 8
+            if role == 1:
+                buffers.append(bytearray(POISON[code] * n))
+            else:
+                buffers.append(bytearray(data[at:at + n * size]))
+                at += n * size
+        (n_ops,), at, ops = struct.unpack_from("<I", data, at), at + 4, []
+        for _ in range(n_ops):
+            kind, at = data[at], at + 1
+            if kind == 0:
+                (ln,) = struct.unpack_from("<H", data, at)
+                name = data[at + 2:at + 2 + ln].decode()
+                (na,) = struct.unpack_from("<H", data, at + 2 + ln)
+                at += 4 + ln + 9 * na
+                ops.append(("call", name))
+            else:
+                ops.append(("copy", *struct.unpack_from("<IQIQQ", data, at)))
+                at += 32
+        cases.append({"buffers": buffers, "ops": ops})
+    assert at == len(data)
+    return cases
+
+
+def final_written(case, run) -> dict:
+    """{buffer: its bytes at the end of the run} of every buffer a call record of `run` wrote:
+    the case's buffers from the bundle, its copies made and each call's records applied, in
+    order (a run that ended early: up to its last call record)."""
+    bufs = [bytearray(b) for b in case["buffers"]]
+    calls, touched = iter(run["calls"]), set()
+    for op in case["ops"]:
+        if op[0] == "copy":
+            _, dst, doff, src, soff, n = op
+            bufs[dst][doff:doff + n] = bufs[src][soff:soff + n]
+            continue
+        rec = next(calls, None)
+        if rec is None:
+            break
+        for buf, (off, data) in rec[2].items():
+            bufs[buf][off:off + len(data)] = data
+            touched.add(buf)
+    return {b: bytes(bufs[b]) for b in touched}
 
 
 def reference_written(rec) -> dict:

@@ -65,12 +65,13 @@ def run(runner, port, bundle, results, *args, prefix=(), timeout=300):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def assert_reference_bits(results, recorded):
+def assert_reference_bits(results, recorded, bundle):
     """Every run ok, and every buffer its calls wrote ends with the reference's bits."""
+    cases = bundles.read_bundle(bundle)
     for r in results["runs"]:
         assert r["status"] == 0, r
         want = bundles.reference_written(recorded[r["case"]])
-        got = bundles.final_written(r)
+        got = bundles.final_written(cases[r["case"]], r)
         assert got, r["case"]
         for buf, data in got.items():
             assert data == want[buf], (r["case"], r["isa"], r["threads"], buf)
@@ -105,8 +106,29 @@ def test_native_run_gives_the_reference_bits(runner, layers_bundle, work):
     isas = abi.available_isas(abi.load(port))
     assert {(x["case"], abi.ISA_NAMES[x["isa"]], x["threads"]) for x in res["runs"]} == {
         (c, i, t) for c in range(len(recorded)) for i in isas for t in (1, 2, 3, 7)}
-    assert_reference_bits(res, recorded)
+    assert_reference_bits(res, recorded, bundle)
     print(f"native: {len(recorded)} cases x {len(isas)} ISAs x 4 thread counts in {seconds:.2f} s")
+
+
+def test_results_versions_1_and_2_hold_the_same_buffers(runner, layers_bundle, work):
+    """Version 2 (the default) records the span each call changed, version 1 whole buffers:
+    the buffers they rebuild are the same; a version 1 file resumes as version 1."""
+    bundle, recorded = layers_bundle
+    port, v1, v2 = build.build(), work / "v1.bin", work / "v2.bin"
+    assert run(runner, port, bundle, v1, "--threads", "1", "--results-version", "1").returncode == 0
+    assert run(runner, port, bundle, v2, "--threads", "1").returncode == 0
+    a, b = bundles.read_results(v1), bundles.read_results(v2)
+    assert (a["version"], b["version"]) == (1, 2)
+    cases = bundles.read_bundle(bundle)
+    for x, y in zip(a["runs"], b["runs"]):
+        assert bundles.final_written(cases[x["case"]], x) == bundles.final_written(cases[y["case"]], y)
+        for (_, _, whole), (_, _, span) in zip(x["calls"], y["calls"]):
+            assert span.keys() <= whole.keys()
+            assert all(len(span[k][1]) <= len(whole[k][1]) for k in span)
+    data = v1.read_bytes()
+    v1.write_bytes(data[:len(data) // 2])
+    assert run(runner, port, bundle, v1, "--threads", "1", "--resume").returncode == 0
+    assert bundles.read_results(v1) == a
 
 
 def test_options_select_isa_threads_and_cases(runner, layers_bundle, work):
@@ -120,7 +142,7 @@ def test_options_select_isa_threads_and_cases(runner, layers_bundle, work):
     assert sorted({x["case"] for x in runs}) == [i for i, n in enumerate(names)
                                                  if n.startswith("linear/")]
     assert {(x["isa"], x["threads"]) for x in runs} == {(0, 1), (0, 5)}
-    assert_reference_bits({"runs": runs}, recorded)
+    assert_reference_bits({"runs": runs}, recorded, bundle)
 
 
 def statuses(results) -> dict:
@@ -164,7 +186,7 @@ def test_a_broken_case_loses_no_other_case(runner, linear_bundle, work, define, 
         else:
             assert st == 0, (case, st, msg)
     assert_reference_bits({"runs": [x for x in res["runs"] if x["case"] not in broken]},
-                          recorded)
+                          recorded, bundle)
     assert r.returncode == (1 if status else 0), r.stderr
     if status:
         assert f"{bundles.fixture_cases(LINEAR)[min(broken)][2].name} isa scalar threads 1: " \
@@ -193,7 +215,7 @@ def test_a_crash_keeps_the_calls_before_it(runner, linear_bundle, work, define):
     run(runner, build_port(work, define), bundle, out, "--threads", "1", "--timeout", "1")
     trig = next(x for x in bundles.read_results(out)["runs"] if x["case"] == TRIGGER)
     assert trig["status"] in (2, 3) and len(trig["calls"]) == 1, trig
-    (buf, y), = trig["calls"][0][2].items()
+    (buf, y), = bundles.final_written(bundles.read_bundle(bundle)[TRIGGER], trig).items()
     assert y == bundles.reference_written(recorded[TRIGGER])[buf]
 
 
@@ -255,11 +277,11 @@ def test_resume_after_killing_the_runner_mid_run(runner, linear_bundle, work):
     assert r.returncode == 0, r.stderr
     res = bundles.read_results(out)
     assert len(res["runs"]) == len(recorded) * 4
-    assert_reference_bits(res, recorded)
+    assert_reference_bits(res, recorded, bundle)
 
 
 @pytest.mark.parametrize("what", ["truncated", "magic", "argtype", "no bundle", "no port",
-                                  "abi", "ftz on load", "isa", "isa here", "threads", "timeout",
+                                  "abi", "ftz on load", "isa", "isa here", "threads", "timeout", "version",
                                   "arguments"])
 def test_bad_input_is_one_line_and_exit_2(runner, linear_bundle, work, what):
     bundle, _ = linear_bundle
@@ -297,6 +319,8 @@ def test_bad_input_is_one_line_and_exit_2(runner, linear_bundle, work, what):
         args, fragment = ["--threads", "0"], "is not a count in 1..256"
     elif what == "timeout":
         args, fragment = ["--timeout", "-1"], "not a positive number"
+    elif what == "version":
+        args, fragment = ["--results-version", "3"], "is not 1 or 2"
     elif what == "arguments":
         args, fragment = ["--frobnicate"], "unknown or incomplete option"
     r = run(runner, port, bad, work / "bad.bin", *args)
@@ -368,7 +392,7 @@ def test_aarch64_under_qemu_equals_x86_64(runner, layers_bundle, work):
     assert arm["platform"]["arch"] == "aarch64"
     assert {abi.ISA_NAMES[x["isa"]] for x in arm["runs"]} == {"scalar", "neon"}
     assert len(arm["runs"]) == 2 * 4 * len(recorded)
-    assert_reference_bits(arm, recorded)
+    assert_reference_bits(arm, recorded, bundle)
     assert_same_bytes(arm, bundles.read_results(x86))
     print(f"aarch64 under qemu: {len(recorded)} cases x scalar, neon x threads 1,2,3,7 in "
           f"{seconds:.1f} s")
@@ -387,7 +411,7 @@ def test_aarch64_under_qemu_every_fixture_case(runner, work):
     assert run(runner, build.build(), bundle, x86, "--isa", "scalar", "--threads", "1").returncode == 0
     arm, seconds = _aarch64_run(work, bundle, "arm-every.bin", "--timeout", "600")
     assert len(arm["runs"]) == 2 * 4 * len(recorded)
-    assert_reference_bits(arm, recorded)
+    assert_reference_bits(arm, recorded, bundle)
     assert_same_bytes(arm, bundles.read_results(x86))
     print(f"aarch64 under qemu: {len(recorded)} cases x scalar, neon x threads 1,2,3,7 in "
           f"{seconds:.1f} s")

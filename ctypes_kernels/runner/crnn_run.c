@@ -53,6 +53,10 @@
 #define GUARD_MIN 16384          /* a buffer this large also lies between two guard regions */
 #define GUARD 65536              /* inaccessible bytes each side (address space only) */
 #define MAX_SPANS 4096
+
+/* The results file's version: 2 (a written record is the span of bytes the call changed) or
+ * 1 (whole buffers); --results-version, or the existing file's under --resume. */
+static int g_version = 2;
 #define MAX_ARGS 24
 
 typedef struct {
@@ -598,6 +602,7 @@ typedef struct {
     const case_t *c;
     live_t *L;
     unsigned char **snap;          /* per buffer: its content before the call (const args) */
+    unsigned char **pre;           /* per buffer: its content before the call (written args) */
     progress_t *progress;
     bytes_t rec;                   /* the call record being written */
     int fd;                        /* the results file (append) */
@@ -659,28 +664,69 @@ static void decode_args(const run_t *r, const op_t *op, cr_arg *a)
     }
 }
 
-/* The call record: rc, flags, then every buffer the call may write (its written pointer
- * arguments, each buffer once), as it is right after the call. */
-static void record_call(run_t *r, const op_t *op, int32_t rc, uint32_t flags)
+/* The buffers a call may write (its written pointer arguments), each once. -> how many. */
+static uint32_t written_buffers(const op_t *op, uint32_t *seen)
 {
-    uint32_t seen[MAX_ARGS], n = 0;
+    uint32_t n = 0;
     for (int k = 0; k < op->n_args; k++) {
         uint32_t i = (uint32_t)op->args[k].v;
         int dup = 0;
         for (uint32_t j = 0; j < n; j++) dup |= seen[j] == i;
         if (op->args[k].type == 3 && CR_ENTRIES[op->entry].written[k] == '1' && !dup) seen[n++] = i;
     }
-    for (uint32_t j = 0; j < n; j++)
-        if (has_poison(r->L[seen[j]].data, r->c->buffers[seen[j]].dtype, r->c->buffers[seen[j]].n))
-            flags |= F_POISON;
+    return n;
+}
+
+/* Version 2: the written buffers' content before the call, to find the span it changed. */
+static void keep_written(run_t *r, const op_t *op)
+{
+    uint32_t seen[MAX_ARGS], n = written_buffers(op, seen);
+    for (uint32_t j = 0; g_version == 2 && j < n; j++) {
+        uint32_t i = seen[j];
+        if (!r->pre[i]) r->pre[i] = xmalloc(r->L[i].bytes);
+        memcpy(r->pre[i], r->L[i].data, r->L[i].bytes);
+    }
+}
+
+/* [*first, *end) of the bytes of buffer i the call changed; 0 when none changed. */
+static int changed_span(const run_t *r, uint32_t i, size_t *first, size_t *end)
+{
+    const unsigned char *a = r->pre[i], *b = r->L[i].data;
+    size_t n = r->L[i].bytes, f = 0, e = n;
+    while (f < n && a[f] == b[f]) f++;
+    if (f == n) return 0;
+    while (e > f && a[e - 1] == b[e - 1]) e--;
+    *first = f;
+    *end = e;
+    return 1;
+}
+
+/* The call record: rc, flags, then every buffer the call may write (its written pointer
+ * arguments, each buffer once) as it is right after the call: version 1 the whole buffer,
+ * version 2 the span of bytes the call changed (none: no record for that buffer). */
+static void record_call(run_t *r, const op_t *op, int32_t rc, uint32_t flags)
+{
+    uint32_t seen[MAX_ARGS], n = written_buffers(op, seen), kept = 0, idx[MAX_ARGS];
+    size_t first[MAX_ARGS], end[MAX_ARGS];
+    for (uint32_t j = 0; j < n; j++) {
+        uint32_t i = seen[j];
+        size_t f = 0, e = r->L[i].bytes;
+        if (has_poison(r->L[i].data, r->c->buffers[i].dtype, r->c->buffers[i].n)) flags |= F_POISON;
+        if (g_version == 1 || changed_span(r, i, &f, &e)) {
+            idx[kept] = i;
+            first[kept] = f;
+            end[kept++] = e;
+        }
+    }
     r->rec.n = 0;
     put_le(&r->rec, (uint32_t)rc, 4);
     put_le(&r->rec, flags, 4);
-    put_le(&r->rec, n, 4);
-    for (uint32_t j = 0; j < n; j++) {
-        put_le(&r->rec, seen[j], 4);
-        put_le(&r->rec, r->L[seen[j]].bytes, 8);
-        put(&r->rec, r->L[seen[j]].data, r->L[seen[j]].bytes);
+    put_le(&r->rec, kept, 4);
+    for (uint32_t j = 0; j < kept; j++) {
+        put_le(&r->rec, idx[j], 4);
+        if (g_version == 2) put_le(&r->rec, first[j], 8);
+        put_le(&r->rec, end[j] - first[j], 8);
+        put(&r->rec, r->L[idx[j]].data + first[j], end[j] - first[j]);
     }
     if (write_all(r->fd, r->rec.p, r->rec.n) != 0) _exit(3);
     r->n_calls++;
@@ -706,6 +752,7 @@ static int one_call(run_t *r, void *fn, uint32_t k)
     cr_arg a[MAX_ARGS];
     decode_args(r, op, a);
     snapshot_consts(r, op);
+    keep_written(r, op);
     fpstate_t before = fp_state();
     const char *fp = fp_problem(before);
     if (fp) {
@@ -876,6 +923,7 @@ static void child_run(const case_t *c, const port_t *port, int isa, int threads,
     r.fd = fd;
     r.L = make_buffers(c, progress);
     r.snap = calloc(c->n_buffers ? c->n_buffers : 1, sizeof(unsigned char *));
+    r.pre = calloc(c->n_buffers ? c->n_buffers : 1, sizeof(unsigned char *));
     r.progress = progress;
     bytes_t b = {0};
     run_header(&b, c->index, isa, threads, 0);
@@ -1148,6 +1196,8 @@ static long scan_results(const unsigned char *data, size_t size, const char *dig
     /* magic[8] u32 version digest[64] u32 platform_len platform */
     if (size < 80 || memcmp(data, "CRNNRS01", 8) != 0 || memcmp(data + 12, digest, 64) != 0)
         return -1;
+    if (data[8] != 1 && data[8] != 2) return -1;
+    g_version = data[8];                 /* the file goes on in its own version */
     r.p += 76;
     if (r.end - r.p < 4) return -1;
     uint32_t plen = (uint32_t)(r.p[0] | r.p[1] << 8 | r.p[2] << 16 | (uint32_t)r.p[3] << 24);
@@ -1167,13 +1217,14 @@ static long scan_results(const unsigned char *data, size_t size, const char *dig
         for (uint64_t k = 0; k < v[3] && ok; k++) {
             if (r.end - p < 12) { ok = 0; break; }
             uint32_t nw = (uint32_t)(p[8] | p[9] << 8 | p[10] << 16 | (uint32_t)p[11] << 24);
+            const int head = g_version == 2 ? 20 : 12;   /* index, [offset,] nbytes */
             p += 12;
             for (uint32_t w = 0; w < nw && ok; w++) {
-                if (r.end - p < 12) { ok = 0; break; }
+                if (r.end - p < head) { ok = 0; break; }
                 uint64_t nb = 0;
-                for (int i = 0; i < 8; i++) nb |= (uint64_t)p[4 + i] << (8 * i);
-                if ((uint64_t)(r.end - p - 12) < nb) { ok = 0; break; }
-                p += 12 + nb;
+                for (int i = 0; i < 8; i++) nb |= (uint64_t)p[head - 8 + i] << (8 * i);
+                if ((uint64_t)(r.end - p - head) < nb) { ok = 0; break; }
+                p += head + nb;
             }
         }
         if (!ok || r.end - p < 8) break;
@@ -1216,7 +1267,7 @@ static int open_results(const options_t *o, const bundle_t *bundle, const char *
     if (fd < 0) cannot_run("results %s cannot be written: %s", o->results, strerror(errno));
     bytes_t b = {0}, plat = {0};
     put(&b, "CRNNRS01", 8);
-    put_le(&b, 1, 4);
+    put_le(&b, (uint64_t)g_version, 4);
     put(&b, bundle->digest, 64);
     platform_json(&plat, o->port_path, port_sha);
     put_le(&b, plat.n, 4);
@@ -1278,7 +1329,7 @@ static void usage_error(const char *fmt, const char *what)
     fprintf(stderr, "crnn-run: cannot run: ");
     fprintf(stderr, fmt, what);
     fprintf(stderr, "\nusage: crnn-run PORT BUNDLE RESULTS [--isa LIST] [--threads LIST] "
-                    "[--timeout S] [--case GLOB] [--resume]\n");
+                    "[--timeout S] [--case GLOB] [--resume] [--results-version 1|2]\n");
     exit(2);
 }
 
@@ -1325,6 +1376,12 @@ static void parse_options(int argc, char **argv, options_t *o)
         const char *a = argv[i];
         int has_value = i + 1 < argc;
         if (strcmp(a, "--resume") == 0) o->resume = 1;
+        else if (strcmp(a, "--results-version") == 0 && has_value) {
+            const char *v = argv[++i];
+            if (strcmp(v, "1") != 0 && strcmp(v, "2") != 0)
+                usage_error("--results-version: '%s' is not 1 or 2", v);
+            g_version = v[0] - '0';
+        }
         else if (strcmp(a, "--isa") == 0 && has_value) parse_isas(o, argv[++i]);
         else if (strcmp(a, "--threads") == 0 && has_value) parse_threads(o, argv[++i]);
         else if (strcmp(a, "--case") == 0 && has_value) o->case_glob = argv[++i];
