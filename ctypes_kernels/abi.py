@@ -10,7 +10,7 @@ import ctypes as C
 from pathlib import Path
 
 ABI_VERSION = 1
-ISA_NAMES = ("scalar", "sse", "avx2", "avx512")
+ISA_NAMES = ("scalar", "sse", "avx2", "avx512", "neon")
 ERRORS = {0: "CRNN_OK", -1: "CRNN_E_ARG", -2: "CRNN_E_ISA", -3: "CRNN_E_NOMEM",
           -4: "CRNN_E_UNSUPPORTED"}
 E_UNSUPPORTED = -4

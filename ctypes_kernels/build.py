@@ -25,6 +25,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -66,6 +67,37 @@ def find_compiler(cc: str | None = None) -> str:
     return shutil.which(name)
 
 
+def target_arch(cc: str) -> str:
+    """The machine `cc` compiles for ('x86_64', 'aarch64', ...), from `cc -dumpmachine`."""
+    if cc not in _TARGETS:
+        r = subprocess.run([cc, "-dumpmachine"], capture_output=True, text=True, check=False)
+        _TARGETS[cc] = r.stdout.strip() or platform.machine()
+    return _TARGETS[cc].split("-", 1)[0]
+
+
+_TARGETS: dict = {}
+X86 = ("x86_64", "i386", "i486", "i586", "i686")
+
+
+def isa_flags(cc: str) -> dict:
+    """ISA_FLAGS for a compiler targeting x86; elsewhere no -m flag (the x86 files compile
+    empty there: src/core.h)."""
+    return ISA_FLAGS if target_arch(cc) in X86 else {isa: [] for isa in ISA_FLAGS}
+
+
+def emulator(cc: str) -> list[str] | None:
+    """How to run a program `cc` builds on this machine: [] natively, qemu-user for another
+    architecture (qemu-ARCH -L /usr/TRIPLE), None when it cannot be run here."""
+    arch = target_arch(cc)
+    if arch == platform.machine() or (arch in X86 and platform.machine() in X86):
+        return []
+    qemu = shutil.which(f"qemu-{arch}")
+    if not qemu:
+        return None
+    sysroot = Path("/usr") / _TARGETS[cc]
+    return [qemu, "-L", str(sysroot)] if sysroot.is_dir() else [qemu]
+
+
 def compiler_version(cc: str) -> str:
     out = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False)
     return out.stdout.splitlines()[0] if out.stdout else cc
@@ -88,16 +120,16 @@ def _mutant_flags(flags: list[str], mutant: str | None) -> list[str]:
     return [swap.get(f, f) for f in flags] + extra
 
 
-def _flags_for(src: Path, opt: str) -> list[str]:
+def _flags_for(src: Path, opt: str, flags: dict = ISA_FLAGS) -> list[str]:
     isa = src.stem.rsplit("_", 1)[-1] if src.parent.name == "isa" else "scalar"
-    return [opt, *BASE_FLAGS, *ISA_FLAGS.get(isa, [])]
+    return [opt, *BASE_FLAGS, *flags.get(isa, [])]
 
 
 def cache_dir() -> Path:
     return cache.cache_root() / "build"
 
 
-def build_key(cc: str, opt: str, defines: list[str]) -> str:
+def build_key(cc: str, opt: str, defines: list[str], flags: dict = ISA_FLAGS) -> str:
     h = hashlib.sha256()
     for f in sorted(SRC.rglob("*")) + [HERE / "crnn_port.h"]:
         if f.is_file() and f.suffix in (".c", ".h"):
@@ -105,7 +137,7 @@ def build_key(cc: str, opt: str, defines: list[str]) -> str:
             h.update(f.read_bytes())
     h.update(cc.encode())
     h.update(compiler_version(cc).encode())
-    h.update(repr((opt, BASE_FLAGS, ISA_FLAGS, defines)).encode())
+    h.update(repr((opt, BASE_FLAGS, flags, defines)).encode())
     return h.hexdigest()[:20]
 
 
@@ -130,9 +162,10 @@ def build(cc: str | None = None, opt: str = DEFAULT_OPT, mutant: str | None = No
     defines = list(extra_defines or [])
     if mutant:
         defines += [f"-DCRNN_MUTANT={mutant}", f"-DCRNN_MUTANT_{mutant.upper()}=1"]
+    flags = isa_flags(cc)
     for isa in ISAS:
-        check_flags([opt, *BASE_FLAGS, *ISA_FLAGS[isa], *defines])
-    key = build_key(cc, opt, defines)
+        check_flags([opt, *BASE_FLAGS, *flags[isa], *defines])
+    key = build_key(cc, opt, defines, flags)
     entry = cache_dir() / key
     out = entry / "libcrnn.so"
     try:
@@ -147,7 +180,7 @@ def build(cc: str | None = None, opt: str = DEFAULT_OPT, mutant: str | None = No
             probe = probe_fp(cc, opt)
             tmp = cache.fresh_dir(cache_dir())
             try:
-                _compile(cc, opt, defines, tmp, verbose, mutant)
+                _compile(cc, opt, defines, tmp, verbose, mutant, flags)
                 (tmp / "build.txt").write_text(
                     f"cc: {cc}\nversion: {compiler_version(cc)}\nopt: {opt}\ndefines: {defines}\n"
                     f"base flags: {' '.join(BASE_FLAGS)}\nprobe: {json.dumps(probe)}\n")
@@ -160,13 +193,14 @@ def build(cc: str | None = None, opt: str = DEFAULT_OPT, mutant: str | None = No
 
 
 def _compile(cc: str, opt: str, defines: list[str], tmp: Path, verbose: bool,
-             mutant: str | None = None) -> None:
+             mutant: str | None = None, flags: dict = ISA_FLAGS) -> None:
     """Compiles and links tmp/libcrnn.so (the objects in tmp/obj, removed after). A source
     whose preprocessed text and flags an earlier build compiled takes that object
     (ctypes_kernels/objcache.py): a mutant recompiles only the files it changes."""
     (tmp / "obj").mkdir()
     jobs = [(src, tmp / "obj" / (src.parent.name + "_" + src.stem + ".o"),
-             [cc, *_mutant_flags(_flags_for(src, opt), mutant), *defines]) for src in sources()]
+             [cc, *_mutant_flags(_flags_for(src, opt, flags), mutant), *defines])
+            for src in sources()]
     _run_all([[*cmd, "-E", str(src), "-o", f"{obj}.i"] for src, obj, cmd in jobs], verbose)
     version, root = compiler_version(cc), cache_dir() / "obj"
     cache.clean_orphans(root)
@@ -241,11 +275,14 @@ def probe_fp(cc: str, opt: str) -> dict:
     loop, no __FAST_MATH__, FLT_EVAL_METHOD 0. Raises BuildError if the compiler does not
     honour the flags; caches the verdict per compiler, version and flags."""
     import numpy as np
+    run = emulator(cc)
     variants = [[opt, *BASE_FLAGS]] + ([[opt, *BASE_FLAGS, *ISA_FLAGS["avx2"]]]
-                                        if _cpu_has_fma() else [])
+                                        if _cpu_has_fma() and run == [] else [])
     h = hashlib.sha256(repr((PROBE_SOURCE, variants)).encode())
     h.update(cc.encode())
     h.update(compiler_version(cc).encode())
+    if run != []:                          # another machine's compiler: how it was run
+        h.update(repr(run).encode())
     memo = cache_dir().parent / "probes" / (h.hexdigest()[:20] + ".json")
     try:
         verdict = json.loads(memo.read_text())
@@ -274,7 +311,10 @@ def probe_fp(cc: str, opt: str) -> dict:
             if r.returncode != 0:
                 raise BuildError(f"the floating-point probe does not compile with {cc} "
                                  f"{' '.join(flags)}: {r.stderr.strip()}")
-            r = subprocess.run([str(exe), *args], capture_output=True, text=True, check=False)
+            if run is None:     # another machine's program, no emulator: compiled, not run
+                results.append({"flags": " ".join(flags), "ran": False})
+                continue
+            r = subprocess.run([*run, str(exe), *args], capture_output=True, text=True, check=False)
             if r.returncode != 0:
                 raise BuildError(f"the floating-point probe built with {cc} {' '.join(flags)} "
                                  f"did not run (exit {r.returncode})")

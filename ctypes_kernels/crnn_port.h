@@ -37,6 +37,7 @@ extern "C" {
 #define CRNN_ISA_SSE    1   /* 128-bit vectors (with FMA3) */
 #define CRNN_ISA_AVX2   2   /* 256-bit vectors (with FMA3) */
 #define CRNN_ISA_AVX512 3   /* 512-bit vectors (AVX-512F)  */
+#define CRNN_ISA_NEON   4   /* 128-bit vectors on aarch64 (Advanced SIMD) */
 
 /* ---- identity and execution control ------------------------------------ */
 int32_t  crnn_abi_version(void);            /* must return CRNN_ABI_VERSION */

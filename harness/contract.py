@@ -227,7 +227,7 @@ def calls(layer: str, core: bool = False) -> list[Call]:
                             sized=(args, values)))
     if core:
         out += [Call(f"set_threads({n})", "crnn_set_threads", {"n": n}, E_ARG) for n in (0, 257)]
-        out += [Call(f"set_isa({i})", "crnn_set_isa", {"isa": i}, E_ARG) for i in (-1, 4)]
+        out += [Call(f"set_isa({i})", "crnn_set_isa", {"isa": i}, E_ARG) for i in (-1, len(abi.ISA_NAMES))]
         out.append(Call("set_isa(not advertised)", "crnn_set_isa", {"isa": None}, E_ISA))
     return out
 

@@ -87,7 +87,7 @@ def test_bundled_port_passes_every_layer(tmp_path):
                  "linear_forward(x=NULL)", "dot16(n=0)", "linear_forward(I=0)"):
         assert any(t == name for _, t in recs), name
     assert {t for l, t in recs if l == "dot16"} >= {"set_threads(0)", "set_threads(257)",
-                                                     "set_isa(-1)", "set_isa(4)"}
+                                                     "set_isa(-1)", "set_isa(5)"}
 
 
 def test_reference_port_passes(tmp_path):
@@ -103,7 +103,7 @@ def test_no_argcheck_port_fails_naming_the_calls(ports, tmp_path):
     recs = _contract(doc)
     want = "returned CRNN_OK (0), want CRNN_E_ARG (-1)"
     for name in ("dot16(n=-1)", "linear_forward(T=-1)", "linear_backward(O=-1)",
-                 "set_threads(0)", "set_threads(257)", "set_isa(-1)", "set_isa(4)"):
+                 "set_threads(0)", "set_threads(257)", "set_isa(-1)", "set_isa(5)"):
         rec = recs[("linear" if name.startswith("linear") else "dot16", name)]
         assert not rec["passed"] and rec["note"] == want, name
     assert recs[("dot16", "set_isa(not advertised)")]["note"] == \

@@ -131,13 +131,9 @@ static const act_fn sigmoid_paths[CRNN_NISA] = {
     crnn_mutant_sigmoid_expf,
 };
 #else
-static const act_fn sigmoid_paths[CRNN_NISA] = {
-    crnn_sigmoid_scalar, crnn_sigmoid_sse, crnn_sigmoid_avx2, crnn_sigmoid_avx512,
-};
+static const act_fn sigmoid_paths[CRNN_NISA] = CRNN_ISA_TABLE(crnn_sigmoid);
 #endif
-static const act_fn tanh_paths[CRNN_NISA] = {
-    crnn_tanh_scalar, crnn_tanh_sse, crnn_tanh_avx2, crnn_tanh_avx512,
-};
+static const act_fn tanh_paths[CRNN_NISA] = CRNN_ISA_TABLE(crnn_tanh);
 
 void crnn_sigmoid_n(const float *x, float *y, int64_t n)
 {

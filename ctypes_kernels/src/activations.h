@@ -58,5 +58,7 @@ void crnn_sigmoid_avx512(const float *x, float *y, int64_t n);
 void crnn_tanh_sse(const float *x, float *y, int64_t n);
 void crnn_tanh_avx2(const float *x, float *y, int64_t n);
 void crnn_tanh_avx512(const float *x, float *y, int64_t n);
+void crnn_sigmoid_neon(const float *x, float *y, int64_t n);
+void crnn_tanh_neon(const float *x, float *y, int64_t n);
 
 #endif

@@ -6,7 +6,23 @@
 #include <stdint.h>
 #include "../crnn_port.h"
 
-#define CRNN_NISA 4
+#define CRNN_NISA 5
+
+/* The x86 paths (the sse, avx2 and avx512 files of src/isa/, cpuid) are built on x86 only,
+ * the neon path (the neon files of src/isa/) on aarch64 only; elsewhere those files compile
+ * empty, crnn_isa_available does not report them and crnn_set_isa refuses them, so their
+ * slots in the dispatch tables stay unused. */
+#if defined(__x86_64__) || defined(__i386__)
+#define CRNN_X86 1
+#define CRNN_ISA_TABLE(prefix) \
+    {prefix##_scalar, prefix##_sse, prefix##_avx2, prefix##_avx512, 0}
+#elif defined(__aarch64__)
+#define CRNN_X86 0
+#define CRNN_ISA_TABLE(prefix) {prefix##_scalar, 0, 0, 0, prefix##_neon}
+#else
+#define CRNN_X86 0
+#define CRNN_ISA_TABLE(prefix) {prefix##_scalar, 0, 0, 0, 0}
+#endif
 
 /* The fixed reduction tree of dot16: for s = 8, 4, 2, 1: p[i] = p[i] + p[i+s]. */
 static inline float crnn_tree16(float p[16])
@@ -52,6 +68,7 @@ void crnn_gemm16_scalar_variant(int variant, int64_t M, int64_t N, int64_t K,
 CRNN_DECLARE_GEMM16(sse)
 CRNN_DECLARE_GEMM16(avx2)
 CRNN_DECLARE_GEMM16(avx512)
+CRNN_DECLARE_GEMM16(neon)
 
 /* Dispatch on the selected ISA and split whole outputs (blocks of rows or of columns of C)
  * across the selected number of threads; run on the calling thread inside a parallel chunk. */
@@ -113,6 +130,7 @@ CRNN_DECLARE_GEMM16LS(scalar)
 CRNN_DECLARE_GEMM16LS(sse)
 CRNN_DECLARE_GEMM16LS(avx2)
 CRNN_DECLARE_GEMM16LS(avx512)
+CRNN_DECLARE_GEMM16LS(neon)
 /* The selected ISA's listed-terms kernel, rows split across the threads. */
 void crnn_gemm16_listed(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
                         const int32_t *len, const float *B, const int32_t *coff, float *C,
@@ -135,6 +153,7 @@ CRNN_DECLARE_GEMM16SP(scalar)
 CRNN_DECLARE_GEMM16SP(sse)
 CRNN_DECLARE_GEMM16SP(avx2)
 CRNN_DECLARE_GEMM16SP(avx512)
+CRNN_DECLARE_GEMM16SP(neon)
 void crnn_gemm16_sparse_rows(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                              const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag);
 

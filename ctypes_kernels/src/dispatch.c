@@ -9,12 +9,16 @@ int32_t crnn_abi_version(void) { return CRNN_ABI_VERSION; }
 uint32_t crnn_isa_available(void)
 {
     uint32_t m = 1u << CRNN_ISA_SCALAR;
+#if CRNN_X86
     __builtin_cpu_init();
     if (__builtin_cpu_supports("fma")) {
         if (__builtin_cpu_supports("sse4.2")) m |= 1u << CRNN_ISA_SSE;
         if (__builtin_cpu_supports("avx2")) m |= 1u << CRNN_ISA_AVX2;
     }
     if (__builtin_cpu_supports("avx512f")) m |= 1u << CRNN_ISA_AVX512;
+#elif defined(__aarch64__)
+    m |= 1u << CRNN_ISA_NEON;   /* Advanced SIMD: part of every aarch64 Linux system */
+#endif
     return m;
 }
 

@@ -11,16 +11,10 @@ int32_t crnn_dot16(const float *a, const float *b, int64_t n, float *out)
     return CRNN_OK;
 }
 
-static const crnn_gemm16_fn kernels[CRNN_NISA] = {
-    crnn_gemm16_scalar, crnn_gemm16_sse, crnn_gemm16_avx2, crnn_gemm16_avx512,
-};
-static const crnn_gemm16kn_fn kn_kernels[CRNN_NISA] = {
-    crnn_gemm16kn_scalar, crnn_gemm16kn_sse, crnn_gemm16kn_avx2, crnn_gemm16kn_avx512,
-};
+static const crnn_gemm16_fn kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16);
+static const crnn_gemm16kn_fn kn_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16kn);
 typedef crnn_gemm16knp_fn knp_fn;
-static const knp_fn knp_kernels[CRNN_NISA] = {
-    crnn_gemm16knp_scalar, crnn_gemm16knp_sse, crnn_gemm16knp_avx2, crnn_gemm16knp_avx512,
-};
+static const knp_fn knp_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16knp);
 
 #if defined(CRNN_MUTANT)
 /* A mutant build only (docs/mutants.md): a mutant that changes the dots has an nt kernel;
@@ -190,9 +184,7 @@ void crnn_gemm16_kn_packed(int64_t M, int64_t N, int64_t K,
 /* The row-split kernels below: whole rows per thread, or all on this thread when the work
  * (multiply-adds) is small (crnn_parallel_for_work). */
 
-static const crnn_gemm16ls_fn ls_kernels[CRNN_NISA] = {
-    crnn_gemm16ls_scalar, crnn_gemm16ls_sse, crnn_gemm16ls_avx2, crnn_gemm16ls_avx512,
-};
+static const crnn_gemm16ls_fn ls_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16ls);
 
 typedef struct {
     crnn_gemm16ls_fn fn;
@@ -222,9 +214,7 @@ void crnn_gemm16_listed(int64_t M, int64_t nb, const crnn_term *terms, const int
 
 
 static void (*const sp_kernels[CRNN_NISA])(int64_t, int64_t, int64_t, const float *, int64_t,
-                                            const float *, int64_t, float *, int64_t, int32_t *) = {
-    crnn_gemm16sp_scalar, crnn_gemm16sp_sse, crnn_gemm16sp_avx2, crnn_gemm16sp_avx512,
-};
+                                            const float *, int64_t, float *, int64_t, int32_t *) = CRNN_ISA_TABLE(crnn_gemm16sp);
 
 typedef struct {
     int isa;

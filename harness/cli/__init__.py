@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from . import bench, bundle, fuzz, gate, info, mutants, regen, reports
+from . import bench, bundle, crossbuild, fuzz, gate, info, mutants, regen, reports
 from .common import guarded
 
 
@@ -16,6 +16,8 @@ def main():
 
 for _cmd in (gate.gate, reports.report, reports.diff, mutants.mutants, bench.bench, info.info,
              fuzz.fuzz, regen.regen_fixtures, bundle.export, bundle.grade):
+    main.add_command(guarded(_cmd))
+for _cmd in (crossbuild.build_runner, crossbuild.build_port):
     main.add_command(guarded(_cmd))
 
 

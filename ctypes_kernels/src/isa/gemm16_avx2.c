@@ -1,3 +1,5 @@
 /* gemm16 on the avx2 path: the shared algorithm with this ISA's vectors. */
+#if defined(__x86_64__) || defined(__i386__)   /* an x86 path: empty elsewhere (core.h) */
 #include "vec_avx2.h"
 #include "gemm16_impl.h"
+#endif

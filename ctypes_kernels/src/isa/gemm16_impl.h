@@ -21,6 +21,9 @@
 #include "../core.h"
 
 #define NV (16 / VW)
+#ifndef VREG_CONSTRAINT
+#define VREG_CONSTRAINT "+x"     /* an SSE/AVX register */
+#endif
 #define CAT_(a, b) a##_##b
 #define CAT(a, b) CAT_(a, b)
 #define AI static inline __attribute__((always_inline))
@@ -219,7 +222,7 @@ AI void kn_term(const int MR, const int NR, const float *a, int64_t ars, const f
 #if VW < 16 && defined(__GNUC__)
         /* keep B in a register for all MR rows instead of one memory operand per fma
          * (a load is the scarce resource when every splat is an instruction) */
-        if (MR > 1) __asm__("" : "+x"(bv[v]));
+        if (MR > 1) __asm__("" : VREG_CONSTRAINT(bv[v]));
 #endif
     }
     UNROLL

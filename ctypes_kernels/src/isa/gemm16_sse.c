@@ -1,3 +1,5 @@
 /* gemm16 on the sse path: the shared algorithm with this ISA's vectors. */
+#if defined(__x86_64__) || defined(__i386__)   /* an x86 path: empty elsewhere (core.h) */
 #include "vec_sse.h"
 #include "gemm16_impl.h"
+#endif

@@ -12,7 +12,7 @@ uint32_t crnn_isa_available(void) { return 1u << CRNN_ISA_SCALAR; }
 
 int32_t crnn_set_isa(int32_t which)
 {
-    if (which < CRNN_ISA_SCALAR || which > CRNN_ISA_AVX512)
+    if (which < CRNN_ISA_SCALAR || which > CRNN_ISA_NEON)
         return CRNN_E_ARG;
     if (which != CRNN_ISA_SCALAR)
         return CRNN_E_ISA;

@@ -1,0 +1,1494 @@
+/* crnn_run.c — crnn-run: a case bundle run on a port where the gate cannot load it.
+ *
+ *   crnn-run PORT BUNDLE RESULTS [--isa LIST] [--threads LIST] [--timeout S] [--case GLOB]
+ *            [--resume]
+ *
+ * Plain C99 + POSIX + dlopen, no other library: it builds for any machine with a C compiler
+ * (crnn-conformance build-runner, also with a cross compiler). It loads PORT, checks its ABI
+ * version, reads BUNDLE/cases.bin (docs/runner.md has the bundle and results formats) and
+ * runs every case on every ISA path the port advertises x every thread count, each run in a
+ * forked child, so a crash or a hang loses that run only. Around every call it keeps the
+ * gate's guarantees where the platform allows: canary zones around every buffer, const
+ * arguments compared with their content before the call, outputs poisoned before each run,
+ * the floating-point environment checked before and after (rounding and trap enables through
+ * fenv.h; FTZ/DAZ through MXCSR on x86-64, FZ through FPCR on aarch64). What it could not
+ * keep on this platform goes into the results file's platform record ("not_kept").
+ * Each run record is written as the run goes (every call's record as the call returns) and
+ * synced when the run ends; the parent finishes the record of a run the child could not
+ * (crash, time limit), keeping the calls it completed. With --resume the runs already
+ * recorded in RESULTS are kept and the others are run, so the runner can go on after being
+ * killed itself.
+ *
+ * Exit: 0 every run ok (or not implemented), 1 some run failed (rc, crash, hang, check),
+ * 2 cannot run (bad option, unreadable or malformed bundle, port not loadable, ABI version).
+ */
+#define _POSIX_C_SOURCE 200809L
+#if defined(__linux__)
+#define _GNU_SOURCE 1          /* fegetexcept (glibc) */
+#endif
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <fenv.h>
+#include <fnmatch.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "crnn_port.h"
+
+#define RUNNER_VERSION "1"
+#define ZONE 256                 /* canary bytes before and after every buffer */
+#define GUARD_MIN 16384          /* a buffer this large also lies between two guard regions */
+#define GUARD 65536              /* inaccessible bytes each side (address space only) */
+#define MAX_SPANS 4096
+
+/* The results file's version: 2 (a written record is the span of bytes the call changed) or
+ * 1 (whole buffers); --results-version, or the existing file's under --resume. */
+static int g_version = 2;
+#define MAX_ARGS 24
+
+typedef struct {
+    const char *name, *kinds, *written, *names;
+} cr_entry;
+typedef union {
+    int32_t i;
+    int64_t l;
+    double d;
+    void *p;
+} cr_arg;
+#include "crnn_entries.h"
+
+#define N_ISAS 5
+static const char *const ISA_NAMES[N_ISAS] = {"scalar", "sse", "avx2", "avx512", "neon"};
+enum { ST_OK, ST_RC, ST_CRASH, ST_TIMEOUT, ST_MISSING, ST_CHECK };
+enum { F_CANARY = 1, F_CONST = 2, F_FPENV = 4, F_POISON = 8 };
+
+/* ---- small utilities ---------------------------------------------------------------- */
+
+static void cannot_run(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("crnn-run: cannot run: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(2);
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) cannot_run("out of memory (%zu bytes)", n);
+    return p;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A growable byte string, little-endian writers. */
+typedef struct {
+    unsigned char *p;
+    size_t n, cap;
+} bytes_t;
+
+static void put(bytes_t *b, const void *src, size_t n)
+{
+    if (b->n + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->n + n) cap *= 2;
+        unsigned char *q = realloc(b->p, cap);
+        if (!q) cannot_run("out of memory (%zu bytes)", cap);
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, src, n);
+    b->n += n;
+}
+
+static void put_le(bytes_t *b, uint64_t v, int size)
+{
+    unsigned char t[8];
+    for (int i = 0; i < size; i++) t[i] = (unsigned char)(v >> (8 * i));
+    put(b, t, (size_t)size);
+}
+
+static void put_str(bytes_t *b, const char *s)
+{
+    put_le(b, strlen(s), 4);
+    put(b, s, strlen(s));
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    const unsigned char *c = p;
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* ---- SHA-256 (FIPS 180-4), for the bundle's digest and the port's ------------------- */
+
+static const uint32_t K256[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+    0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+    0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+    0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+    0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+    0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+    0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+    0xc67178f2};
+
+#define ROR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
+
+static void sha256_block(uint32_t h[8], const unsigned char *p)
+{
+    uint32_t w[64], v[8];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
+               (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (int i = 16; i < 64; i++) {
+        uint32_t s0 = ROR(w[i - 15], 7) ^ ROR(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = ROR(w[i - 2], 17) ^ ROR(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    memcpy(v, h, sizeof v);
+    for (int i = 0; i < 64; i++) {
+        uint32_t t1 = v[7] + (ROR(v[4], 6) ^ ROR(v[4], 11) ^ ROR(v[4], 25)) +
+                      ((v[4] & v[5]) ^ (~v[4] & v[6])) + K256[i] + w[i];
+        uint32_t t2 = (ROR(v[0], 2) ^ ROR(v[0], 13) ^ ROR(v[0], 22)) +
+                      ((v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]));
+        memmove(v + 1, v, 7 * sizeof(uint32_t));
+        v[4] += t1;
+        v[0] = t1 + t2;
+    }
+    for (int i = 0; i < 8; i++) h[i] += v[i];
+}
+
+static void sha256_hex(const unsigned char *data, size_t n, char out[65])
+{
+    uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                     0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    size_t full = n / 64 * 64;
+    for (size_t i = 0; i < full; i += 64) sha256_block(h, data + i);
+    unsigned char tail[128] = {0};
+    size_t r = n - full, len = r + 9 <= 64 ? 64 : 128;
+    memcpy(tail, data + full, r);
+    tail[r] = 0x80;
+    for (int i = 0; i < 8; i++) tail[len - 1 - i] = (unsigned char)((uint64_t)n * 8 >> (8 * i));
+    for (size_t i = 0; i < len; i += 64) sha256_block(h, tail + i);
+    for (int i = 0; i < 8; i++) snprintf(out + 8 * i, 9, "%08x", h[i]);
+}
+
+static unsigned char *read_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    bytes_t b = {0};
+    unsigned char chunk[65536];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) put(&b, chunk, got);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(b.p);
+        return NULL;
+    }
+    *n = b.n;
+    return b.p ? b.p : xmalloc(1);
+}
+
+/* ---- the bundle (cases.bin) --------------------------------------------------------- */
+
+typedef struct {
+    int dtype, role;               /* dtype 1 f32, 2 f64, 3 i32, 4 i64; role 0 in, 1 out, 2 inout */
+    uint64_t n;                    /* elements */
+    const unsigned char *content;  /* role 0 and 2 */
+} buffer_t;
+
+typedef struct {
+    int type;                      /* 0 i32, 1 i64, 2 f64, 3 pointer, 4 NULL */
+    uint64_t v;                    /* i32/i64/f64 bits; pointer: buffer | offset << 32 */
+} arg_t;
+
+typedef struct {
+    int kind;                      /* 0 call, 1 copy */
+    int entry;                     /* the call's index in CR_ENTRIES */
+    int n_args;
+    arg_t args[MAX_ARGS];
+    uint32_t dst, src;             /* a copy */
+    uint64_t dst_off, src_off, nbytes;
+} op_t;
+
+typedef struct {
+    uint32_t index;
+    char *name, *layer;
+    uint32_t n_buffers, n_ops;
+    buffer_t *buffers;
+    op_t *ops;
+} case_t;
+
+typedef struct {
+    const unsigned char *p, *end;
+    const char *path;
+} reader_t;
+
+static void bad_bundle(const reader_t *r, const char *what)
+{
+    cannot_run("bundle %s is malformed: %s (at byte %ld)", r->path, what,
+               (long)(r->end - r->p));
+}
+
+static uint64_t get(reader_t *r, int size)
+{
+    if (r->end - r->p < size) bad_bundle(r, "it ends early");
+    uint64_t v = 0;
+    for (int i = 0; i < size; i++) v |= (uint64_t)r->p[i] << (8 * i);
+    r->p += size;
+    return v;
+}
+
+static const unsigned char *take(reader_t *r, uint64_t n)
+{
+    if ((uint64_t)(r->end - r->p) < n) bad_bundle(r, "it ends early");
+    const unsigned char *p = r->p;
+    r->p += n;
+    return p;
+}
+
+static char *get_str(reader_t *r, int len_size)
+{
+    uint64_t n = get(r, len_size);
+    const unsigned char *s = take(r, n);
+    char *out = xmalloc(n + 1);
+    memcpy(out, s, n);
+    out[n] = 0;
+    return out;
+}
+
+static size_t dtype_size(int dtype) { return dtype == 1 || dtype == 3 ? 4 : 8; }
+
+static int entry_index(const char *name)
+{
+    for (int e = 0; e < CR_N_ENTRIES; e++)
+        if (strcmp(CR_ENTRIES[e].name, name) == 0) return e;
+    return -1;
+}
+
+static void read_buffer(reader_t *r, buffer_t *b)
+{
+    b->dtype = (int)get(r, 1);
+    b->role = (int)get(r, 1);
+    get(r, 2);
+    b->n = get(r, 8);
+    if (b->dtype < 1 || b->dtype > 4 || b->role > 2) bad_bundle(r, "a buffer's dtype or role");
+    if (b->n > ((uint64_t)1 << 40)) bad_bundle(r, "a buffer's size");
+    b->content = b->role != 1 ? take(r, b->n * dtype_size(b->dtype)) : NULL;
+}
+
+/* One call's arguments against the entry's kinds: the bundle's types must be the ABI's. */
+static void read_call(reader_t *r, const case_t *c, op_t *op)
+{
+    char *name = get_str(r, 2);
+    op->entry = entry_index(name);
+    if (op->entry < 0) bad_bundle(r, "a call of an entry point the ABI does not have");
+    free(name);
+    const char *kinds = CR_ENTRIES[op->entry].kinds;
+    op->n_args = (int)get(r, 2);
+    if (op->n_args != (int)strlen(kinds)) bad_bundle(r, "a call with the wrong number of arguments");
+    for (int k = 0; k < op->n_args; k++) {
+        arg_t *a = &op->args[k];
+        a->type = (int)get(r, 1);
+        a->v = get(r, 8);
+        char want = kinds[k];
+        int ok = (want == 'i' && a->type == 0) || (want == 'l' && a->type == 1) ||
+                 (want == 'd' && a->type == 2) || (want == 'p' && (a->type == 3 || a->type == 4));
+        if (!ok) bad_bundle(r, "an argument whose type is not the ABI's");
+        if (a->type == 3) {
+            uint32_t bi = (uint32_t)a->v, off = (uint32_t)(a->v >> 32);
+            if (bi >= c->n_buffers || off > c->buffers[bi].n)
+                bad_bundle(r, "a pointer outside the case's buffers");
+        }
+    }
+}
+
+static void read_copy(reader_t *r, const case_t *c, op_t *op)
+{
+    op->dst = (uint32_t)get(r, 4);
+    op->dst_off = get(r, 8);
+    op->src = (uint32_t)get(r, 4);
+    op->src_off = get(r, 8);
+    op->nbytes = get(r, 8);
+    if (op->dst >= c->n_buffers || op->src >= c->n_buffers) bad_bundle(r, "a copy's buffers");
+    uint64_t dn = c->buffers[op->dst].n * dtype_size(c->buffers[op->dst].dtype);
+    uint64_t sn = c->buffers[op->src].n * dtype_size(c->buffers[op->src].dtype);
+    if (op->dst_off > dn || op->nbytes > dn - op->dst_off || op->src_off > sn ||
+        op->nbytes > sn - op->src_off)
+        bad_bundle(r, "a copy outside its buffers");
+}
+
+static void read_case(reader_t *r, case_t *c)
+{
+    if (memcmp(take(r, 4), "CASE", 4) != 0) bad_bundle(r, "a case without its CASE magic");
+    c->index = (uint32_t)get(r, 4);
+    c->name = get_str(r, 4);
+    c->layer = get_str(r, 4);
+    c->n_buffers = (uint32_t)get(r, 4);
+    if (c->n_buffers > 4096) bad_bundle(r, "too many buffers");
+    c->buffers = xmalloc(sizeof(buffer_t) * c->n_buffers);
+    for (uint32_t i = 0; i < c->n_buffers; i++) read_buffer(r, &c->buffers[i]);
+    c->n_ops = (uint32_t)get(r, 4);
+    if (c->n_ops > 1000000) bad_bundle(r, "too many ops");
+    c->ops = xmalloc(sizeof(op_t) * (c->n_ops ? c->n_ops : 1));
+    for (uint32_t k = 0; k < c->n_ops; k++) {
+        op_t *op = &c->ops[k];
+        op->kind = (int)get(r, 1);
+        if (op->kind == 0) read_call(r, c, op);
+        else if (op->kind == 1) read_copy(r, c, op);
+        else bad_bundle(r, "an op of unknown kind");
+    }
+}
+
+typedef struct {
+    unsigned char *data;
+    size_t size;
+    char digest[65];
+    uint32_t n_cases;
+    case_t *cases;
+} bundle_t;
+
+static void read_bundle(const char *dir, bundle_t *b)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/cases.bin", dir);
+    b->data = read_file(path, &b->size);
+    if (!b->data) cannot_run("bundle %s cannot be read: %s", path, strerror(errno));
+    sha256_hex(b->data, b->size, b->digest);
+    reader_t r = {b->data, b->data + b->size, path};
+    if (b->size < 16 || memcmp(take(&r, 8), "CRNNCB01", 8) != 0)
+        cannot_run("%s is not a case bundle (no CRNNCB01 magic)", path);
+    uint32_t version = (uint32_t)get(&r, 4);
+    if (version != 1) cannot_run("%s has bundle version %u; crnn-run reads version 1", path, version);
+    b->n_cases = (uint32_t)get(&r, 4);
+    if (b->n_cases > b->size) bad_bundle(&r, "its case count");
+    b->cases = xmalloc(sizeof(case_t) * (b->n_cases ? b->n_cases : 1));
+    for (uint32_t i = 0; i < b->n_cases; i++) read_case(&r, &b->cases[i]);
+    if (r.p != r.end) bad_bundle(&r, "bytes after the last case");
+}
+
+/* ---- the floating-point environment ------------------------------------------------- */
+
+#if defined(__x86_64__) || defined(__i386__)
+#define FP_REG "MXCSR"
+static uint32_t fp_reg(void)
+{
+    uint32_t v;
+    __asm__ volatile("stmxcsr %0" : "=m"(v));
+    return v;
+}
+static const char *fp_reg_problem(uint32_t v)
+{
+    if (v & (1u << 15)) return "FTZ";
+    if (v & (1u << 6)) return "DAZ";
+    if (((v >> 13) & 3) != 0) return "rounding (MXCSR)";
+    if ((v & 0x1F80) != 0x1F80) return "exception traps (MXCSR)";
+    return NULL;
+}
+#elif defined(__aarch64__)
+#define FP_REG "FPCR"
+static uint32_t fp_reg(void)
+{
+    uint64_t v;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(v));
+    return (uint32_t)v;
+}
+static const char *fp_reg_problem(uint32_t v)
+{
+    if (v & (1u << 24)) return "FTZ (FPCR.FZ)";
+    if (v & (1u << 19)) return "FTZ (FPCR.FZ16)";
+    if (v & (1u << 25)) return "default NaN (FPCR.DN)";
+    if (((v >> 22) & 3) != 0) return "rounding (FPCR)";
+    if (v & 0x9F00) return "exception traps (FPCR)";
+    return NULL;
+}
+#else
+#define FP_REG NULL
+static uint32_t fp_reg(void) { return 0; }
+static const char *fp_reg_problem(uint32_t v) { (void)v; return NULL; }
+#endif
+
+typedef struct {
+    int round, traps;
+    uint32_t reg;
+} fpstate_t;
+
+static fpstate_t fp_state(void)
+{
+    fpstate_t s;
+    s.round = fegetround();
+#if defined(__GLIBC__)
+    s.traps = fegetexcept();
+#else
+    s.traps = 0;
+#endif
+    s.reg = fp_reg();
+    return s;
+}
+
+/* NULL when the environment is the one every call must find and leave: round to nearest, no
+ * trap enabled, no flush to zero, no denormals-are-zero. */
+static const char *fp_problem(fpstate_t s)
+{
+    if (s.round != FE_TONEAREST) return "rounding";
+    if (s.traps) return "exception traps";
+    return fp_reg_problem(s.reg);
+}
+
+/* ---- one run: buffers, calls, checks ------------------------------------------------ */
+
+static const unsigned char CANARY[8] = {0xC5, 0x3A, 0x96, 0x69, 0xA5, 0x5A, 0x0F, 0xF0};
+
+typedef struct {
+    unsigned char *block;          /* ZONE | data | ZONE */
+    unsigned char *data;
+    size_t bytes;
+} live_t;
+
+/* Shared with the parent: the call in progress and its start (the per-call time limit). */
+typedef struct {
+    volatile double start;
+    volatile int32_t in_call, call_index, entry;
+    volatile int32_t status;       /* the child's run's status and message, once recorded */
+    char msg[512];
+    volatile int64_t good_end;     /* the results file's end after the last whole call record */
+    volatile int32_t header_done, calls_done;
+    volatile uint64_t fault;       /* the address of the fault that killed the child */
+    volatile int32_t faulted, n_spans;
+    uint64_t span[MAX_SPANS][2];   /* each buffer's [first byte, end) in the child */
+} progress_t;
+
+static void fill_poison(unsigned char *p, int dtype, uint64_t n)
+{
+    static const uint32_t f32 = 0x7FE5A5A5u, i32 = 0x5A5A5A5Au;
+    static const uint64_t f64 = 0x7FFDA5A5A5A5A5A5ull;
+    for (uint64_t i = 0; i < n; i++) {
+        if (dtype == 1) memcpy(p + 4 * i, &f32, 4);
+        else if (dtype == 3) memcpy(p + 4 * i, &i32, 4);
+        else memcpy(p + 8 * i, &f64, 8);
+    }
+}
+
+static int has_poison(const unsigned char *p, int dtype, uint64_t n)
+{
+    unsigned char pat[8];
+    fill_poison(pat, dtype, 1);
+    size_t s = dtype_size(dtype);
+    for (uint64_t i = 0; i < n; i++)
+        if (memcmp(p + s * i, pat, s) == 0) return 1;
+    return 0;
+}
+
+static void fill_zone(unsigned char *z)
+{
+    for (int i = 0; i < ZONE; i++) z[i] = CANARY[i % 8];
+}
+
+static int zone_intact(const unsigned char *z)
+{
+    for (int i = 0; i < ZONE; i++)
+        if (z[i] != CANARY[i % 8]) return 0;
+    return 1;
+}
+
+/* 2*ZONE + padded bytes; from GUARD_MIN on between two inaccessible GUARD regions, so a
+ * wild write beyond the zones faults at once (and is named by buffer: fault_report). */
+static unsigned char *allocate(size_t padded)
+{
+    void *block = NULL;
+    if (padded < GUARD_MIN) {
+        if (posix_memalign(&block, 64, 2 * ZONE + padded) != 0)
+            cannot_run("out of memory (%zu bytes)", padded);
+        return block;
+    }
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t span = (2 * ZONE + padded + page - 1) / page * page;
+    unsigned char *m = mmap(NULL, span + 2 * GUARD, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED || mprotect(m + GUARD, span, PROT_READ | PROT_WRITE) != 0)
+        cannot_run("out of memory (%zu bytes)", span);
+    /* the data ends at the end of the accessible span, less its zone: the guard follows */
+    return m + GUARD + span - (2 * ZONE + padded);
+}
+
+static live_t *make_buffers(const case_t *c, progress_t *progress)
+{
+    live_t *L = xmalloc(sizeof(live_t) * (c->n_buffers ? c->n_buffers : 1));
+    progress->n_spans = 0;
+    for (uint32_t i = 0; i < c->n_buffers; i++) {
+        const buffer_t *b = &c->buffers[i];
+        L[i].bytes = (size_t)(b->n * dtype_size(b->dtype));
+        size_t padded = (L[i].bytes + 63) / 64 * 64;
+        L[i].block = allocate(padded);
+        L[i].data = L[i].block + ZONE;
+        /* the canary starts right after the last byte, whatever the rounding to 64 */
+        fill_zone(L[i].block);
+        memset(L[i].data + L[i].bytes, 0, padded - L[i].bytes);
+        fill_zone(L[i].data + L[i].bytes);
+        if (b->role == 1) fill_poison(L[i].data, b->dtype, b->n);
+        else memcpy(L[i].data, b->content, L[i].bytes);
+        if (i < MAX_SPANS) {
+            progress->span[i][0] = (uint64_t)(uintptr_t)L[i].data;
+            progress->span[i][1] = (uint64_t)(uintptr_t)(L[i].data + L[i].bytes);
+            progress->n_spans = (int32_t)i + 1;
+        }
+    }
+    return L;
+}
+
+/* The first buffer whose zone before (*side "before") or after its data is broken, or -1. */
+static int broken_zone(const case_t *c, const live_t *L, const char **side)
+{
+    for (uint32_t i = 0; i < c->n_buffers; i++) {
+        *side = !zone_intact(L[i].block) ? "before"
+                : !zone_intact(L[i].data + L[i].bytes) ? "after" : NULL;
+        if (*side) return (int)i;
+    }
+    return -1;
+}
+
+/* The name of buffer i in call op: the argument that points to it, else "buffer i". */
+static void buffer_label(const op_t *op, uint32_t i, char *out, size_t n)
+{
+    snprintf(out, n, "buffer %u", i);
+    if (op->kind != 0) return;
+    const char *names = CR_ENTRIES[op->entry].names;
+    for (int k = 0; k < op->n_args; k++) {
+        const char *w = names;
+        for (int j = 0; j < k && w; j++) {
+            w = strchr(w, ' ');
+            if (w) w++;
+        }
+        if (op->args[k].type == 3 && (uint32_t)op->args[k].v == i && w) {
+            size_t len = strcspn(w, " ");
+            snprintf(out, n, "%.*s", (int)len, w);
+            return;
+        }
+    }
+}
+
+typedef struct {
+    const case_t *c;
+    live_t *L;
+    unsigned char **snap;          /* per buffer: its content before the call (const args) */
+    unsigned char **pre;           /* per buffer: its content before the call (written args) */
+    progress_t *progress;
+    bytes_t rec;                   /* the call record being written */
+    int fd;                        /* the results file (append) */
+    uint32_t n_calls;
+    int status;
+    char msg[512];
+} run_t;
+
+static void fail(run_t *r, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    r->status = status;
+    vsnprintf(r->msg, sizeof r->msg, fmt, ap);
+    va_end(ap);
+}
+
+static int is_written(const op_t *op, uint32_t i)
+{
+    const char *w = CR_ENTRIES[op->entry].written;
+    for (int k = 0; k < op->n_args; k++)
+        if (op->args[k].type == 3 && (uint32_t)op->args[k].v == i && w[k] == '1') return 1;
+    return 0;
+}
+
+/* The const pointer arguments' buffers copied before the call (none written by this call). */
+static void snapshot_consts(run_t *r, const op_t *op)
+{
+    for (int k = 0; k < op->n_args; k++) {
+        uint32_t i = (uint32_t)op->args[k].v;
+        if (op->args[k].type != 3 || is_written(op, i)) continue;
+        if (!r->snap[i]) r->snap[i] = xmalloc(r->L[i].bytes);
+        memcpy(r->snap[i], r->L[i].data, r->L[i].bytes);
+    }
+}
+
+static int const_modified(run_t *r, const op_t *op)
+{
+    for (int k = 0; k < op->n_args; k++) {
+        uint32_t i = (uint32_t)op->args[k].v;
+        if (op->args[k].type != 3 || is_written(op, i)) continue;
+        if (memcmp(r->snap[i], r->L[i].data, r->L[i].bytes) != 0) return (int)i;
+    }
+    return -1;
+}
+
+static void decode_args(const run_t *r, const op_t *op, cr_arg *a)
+{
+    for (int k = 0; k < op->n_args; k++) {
+        const arg_t *x = &op->args[k];
+        if (x->type == 0) a[k].i = (int32_t)(int64_t)x->v;
+        else if (x->type == 1) a[k].l = (int64_t)x->v;
+        else if (x->type == 2) memcpy(&a[k].d, &x->v, 8);
+        else if (x->type == 4) a[k].p = NULL;
+        else {
+            uint32_t i = (uint32_t)x->v, off = (uint32_t)(x->v >> 32);
+            a[k].p = r->L[i].data + (size_t)off * dtype_size(r->c->buffers[i].dtype);
+        }
+    }
+}
+
+/* The buffers a call may write (its written pointer arguments), each once. -> how many. */
+static uint32_t written_buffers(const op_t *op, uint32_t *seen)
+{
+    uint32_t n = 0;
+    for (int k = 0; k < op->n_args; k++) {
+        uint32_t i = (uint32_t)op->args[k].v;
+        int dup = 0;
+        for (uint32_t j = 0; j < n; j++) dup |= seen[j] == i;
+        if (op->args[k].type == 3 && CR_ENTRIES[op->entry].written[k] == '1' && !dup) seen[n++] = i;
+    }
+    return n;
+}
+
+/* Version 2: the written buffers' content before the call, to find the span it changed. */
+static void keep_written(run_t *r, const op_t *op)
+{
+    uint32_t seen[MAX_ARGS], n = written_buffers(op, seen);
+    for (uint32_t j = 0; g_version == 2 && j < n; j++) {
+        uint32_t i = seen[j];
+        if (!r->pre[i]) r->pre[i] = xmalloc(r->L[i].bytes);
+        memcpy(r->pre[i], r->L[i].data, r->L[i].bytes);
+    }
+}
+
+/* [*first, *end) of the bytes of buffer i the call changed; 0 when none changed. */
+static int changed_span(const run_t *r, uint32_t i, size_t *first, size_t *end)
+{
+    const unsigned char *a = r->pre[i], *b = r->L[i].data;
+    size_t n = r->L[i].bytes, f = 0, e = n;
+    while (f < n && a[f] == b[f]) f++;
+    if (f == n) return 0;
+    while (e > f && a[e - 1] == b[e - 1]) e--;
+    *first = f;
+    *end = e;
+    return 1;
+}
+
+/* The call record: rc, flags, then every buffer the call may write (its written pointer
+ * arguments, each buffer once) as it is right after the call: version 1 the whole buffer,
+ * version 2 the span of bytes the call changed (none: no record for that buffer). */
+static void record_call(run_t *r, const op_t *op, int32_t rc, uint32_t flags)
+{
+    uint32_t seen[MAX_ARGS], n = written_buffers(op, seen), kept = 0, idx[MAX_ARGS];
+    size_t first[MAX_ARGS], end[MAX_ARGS];
+    for (uint32_t j = 0; j < n; j++) {
+        uint32_t i = seen[j];
+        size_t f = 0, e = r->L[i].bytes;
+        if (has_poison(r->L[i].data, r->c->buffers[i].dtype, r->c->buffers[i].n)) flags |= F_POISON;
+        if (g_version == 1 || changed_span(r, i, &f, &e)) {
+            idx[kept] = i;
+            first[kept] = f;
+            end[kept++] = e;
+        }
+    }
+    r->rec.n = 0;
+    put_le(&r->rec, (uint32_t)rc, 4);
+    put_le(&r->rec, flags, 4);
+    put_le(&r->rec, kept, 4);
+    for (uint32_t j = 0; j < kept; j++) {
+        put_le(&r->rec, idx[j], 4);
+        if (g_version == 2) put_le(&r->rec, first[j], 8);
+        put_le(&r->rec, end[j] - first[j], 8);
+        put(&r->rec, r->L[idx[j]].data + first[j], end[j] - first[j]);
+    }
+    if (write_all(r->fd, r->rec.p, r->rec.n) != 0) _exit(3);
+    r->n_calls++;
+    r->progress->good_end += (int64_t)r->rec.n;   /* a crash from here on keeps this call */
+    r->progress->calls_done = (int32_t)r->n_calls;
+}
+
+/* The call in progress, for the parent's time limit and crash message (call -1: a control
+ * call before the case's first op). */
+static void begin_call(progress_t *p, int entry, int32_t k)
+{
+    p->call_index = k;
+    p->entry = entry;
+    p->start = now();
+    p->in_call = 1;
+}
+
+/* -> 0 to go on, 1 the run ended at this call (its status set) */
+static int one_call(run_t *r, void *fn, uint32_t k)
+{
+    const op_t *op = &r->c->ops[k];
+    const char *name = CR_ENTRIES[op->entry].name;
+    cr_arg a[MAX_ARGS];
+    decode_args(r, op, a);
+    snapshot_consts(r, op);
+    keep_written(r, op);
+    fpstate_t before = fp_state();
+    const char *fp = fp_problem(before);
+    if (fp) {
+        fail(r, ST_CHECK, "fpenv changed: %s (found before %s, call %u)", fp, name, k);
+        return 1;
+    }
+    begin_call(r->progress, op->entry, (int32_t)k);
+    int32_t rc = cr_call(op->entry, fn, a);
+    r->progress->in_call = 0;
+    fpstate_t after = fp_state();
+    uint32_t flags = 0;
+    char label[64];
+    const char *side = NULL;
+    int zone = broken_zone(r->c, r->L, &side), modified = const_modified(r, op);
+    if ((fp = fp_problem(after)) != NULL) {
+        flags |= F_FPENV;
+        fail(r, ST_CHECK, "fpenv changed: %s by %s (call %u)", fp, name, k);
+    }
+    if (modified >= 0) {
+        flags |= F_CONST;
+        buffer_label(op, (uint32_t)modified, label, sizeof label);
+        fail(r, ST_CHECK, "const input %s modified by %s (call %u)", label, name, k);
+    }
+    if (zone >= 0) {
+        flags |= F_CANARY;
+        buffer_label(op, (uint32_t)zone, label, sizeof label);
+        fail(r, ST_CHECK, "canary %s %s broken by %s (call %u)", side, label, name, k);
+    }
+    record_call(r, op, rc, flags);
+    if (flags) return 1;
+    if (rc != 0) {
+        fail(r, ST_RC, "%s returned %d (call %u)", name, rc, k);
+        return 1;
+    }
+    return 0;
+}
+
+/* The inputs (role 0) as the bundle gives them: nothing may change them. */
+static int input_changed(const case_t *c, const live_t *L)
+{
+    for (uint32_t i = 0; i < c->n_buffers; i++)
+        if (c->buffers[i].role == 0 && memcmp(L[i].data, c->buffers[i].content, L[i].bytes) != 0)
+            return (int)i;
+    return -1;
+}
+
+typedef struct {
+    void *lib;
+    void *fn[CR_N_ENTRIES];
+    int32_t (*set_isa)(int32_t), (*set_threads)(int32_t);
+} port_t;
+
+static void run_ops(run_t *r, const port_t *port, int isa, int threads)
+{
+    const case_t *c = r->c;
+    begin_call(r->progress, entry_index("crnn_set_isa"), -1);
+    int32_t rc = port->set_isa(isa);
+    r->progress->in_call = 0;
+    if (rc == 0) {
+        begin_call(r->progress, entry_index("crnn_set_threads"), -1);
+        rc = port->set_threads(threads);
+        r->progress->in_call = 0;
+    }
+    if (rc != 0) {
+        fail(r, ST_RC, "crnn_set_isa(%d) / crnn_set_threads(%d) returned %d", isa, threads, rc);
+        return;
+    }
+    for (uint32_t k = 0; k < c->n_ops; k++) {
+        const op_t *op = &c->ops[k];
+        if (op->kind == 1) {
+            memmove(r->L[op->dst].data + op->dst_off, r->L[op->src].data + op->src_off,
+                    (size_t)op->nbytes);
+            continue;
+        }
+        if (one_call(r, port->fn[op->entry], k)) return;
+    }
+    int changed = input_changed(c, r->L);
+    if (changed >= 0) fail(r, ST_CHECK, "input buffer %d modified during the run", changed);
+}
+
+static void run_header(bytes_t *b, uint32_t index, int isa, int threads, uint32_t n_calls)
+{
+    put(b, "RUN_", 4);
+    put_le(b, index, 4);
+    put_le(b, (uint32_t)isa, 4);
+    put_le(b, (uint32_t)threads, 4);
+    put_le(b, n_calls, 4);
+}
+
+static void run_trailer(bytes_t *b, int status, const char *msg)
+{
+    put_le(b, (uint32_t)status, 4);
+    put_str(b, msg);
+    put(b, "END_", 4);
+}
+
+static int append_record(int fd, const bytes_t *b)
+{
+    if (write_all(fd, b->p, b->n) != 0) return -1;
+    return fsync(fd) == 0 || errno == EINVAL || errno == EROFS ? 0 : -1;
+}
+
+static progress_t *g_progress;
+
+/* A fault's address into shared memory, then the default action (the child dies of it). */
+static void on_fault(int sig, siginfo_t *info, void *ctx)
+{
+    (void)ctx;
+    g_progress->fault = (uint64_t)(uintptr_t)info->si_addr;
+    g_progress->faulted = 1;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void catch_faults(progress_t *progress)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    g_progress = progress;
+    sigaction(SIGSEGV, &sa, NULL);
+    sigaction(SIGBUS, &sa, NULL);
+}
+
+/* Where a fault address lies: in a buffer's guard region (which buffer, how far), or not. */
+static void fault_report(const progress_t *p, const op_t *op, char *out, size_t n)
+{
+    uint64_t a = p->fault;
+    char label[64];
+    for (int i = 0; i < p->n_spans; i++) {
+        uint64_t lo = p->span[i][0], hi = p->span[i][1];
+        buffer_label(op, (uint32_t)i, label, sizeof label);
+        if (hi - lo >= GUARD_MIN && a >= hi && a < hi + ZONE + GUARD + 4096) {
+            snprintf(out, n, ": a write at byte +%llu past the end of %s (in its guard region)",
+                     (unsigned long long)(a - hi), label);
+            return;
+        }
+        if (hi - lo >= GUARD_MIN && a < lo && a + ZONE + GUARD + 4096 >= lo) {
+            snprintf(out, n, ": a write at byte -%llu before the start of %s (in its guard "
+                     "region)", (unsigned long long)(lo - a), label);
+            return;
+        }
+    }
+    snprintf(out, n, " at address 0x%llx", (unsigned long long)a);
+}
+
+static int g_patch_fd = -1;        /* the results file without O_APPEND: n_calls patched */
+
+/* The run record's n_calls (at byte 16 of the record at `at`) set to n. */
+static int patch_n_calls(off_t at, uint32_t n)
+{
+    unsigned char t[4];
+    for (int i = 0; i < 4; i++) t[i] = (unsigned char)(n >> (8 * i));
+    return pwrite(g_patch_fd, t, 4, at + 16) == 4 ? 0 : -1;
+}
+
+/* In the child: the run's record written as it goes (the header, each call's record as the
+ * call returns, then n_calls patched and the trailer), so the parent can finish the record
+ * of a run that dies with the calls it completed. Exit 0 written, 3 not. */
+static void child_run(const case_t *c, const port_t *port, int isa, int threads, int fd,
+                      off_t at, progress_t *progress)
+{
+    run_t r = {0};
+    catch_faults(progress);
+    r.c = c;
+    r.fd = fd;
+    r.L = make_buffers(c, progress);
+    r.snap = calloc(c->n_buffers ? c->n_buffers : 1, sizeof(unsigned char *));
+    r.pre = calloc(c->n_buffers ? c->n_buffers : 1, sizeof(unsigned char *));
+    r.progress = progress;
+    bytes_t b = {0};
+    run_header(&b, c->index, isa, threads, 0);
+    if (write_all(fd, b.p, b.n) != 0) _exit(3);
+    progress->good_end = (int64_t)at + (int64_t)b.n;
+    progress->header_done = 1;
+    run_ops(&r, port, isa, threads);
+    b.n = 0;
+    run_trailer(&b, r.status, r.msg);
+    progress->status = r.status;
+    memcpy(progress->msg, r.msg, sizeof r.msg);
+    fflush(NULL);
+    if (patch_n_calls(at, r.n_calls) != 0) _exit(3);
+    _exit(append_record(fd, &b) == 0 ? 0 : 3);
+}
+
+/* ---- the parent: one child per run, its time limit, crashes recorded ---------------- */
+
+typedef struct {
+    const char *port_path, *bundle_dir, *results, *case_glob;
+    int isas[N_ISAS], n_isas;
+    int threads[64], n_threads;
+    double timeout;
+    int resume;
+} options_t;
+
+static int status_counts[6];
+
+/* The record of a run the child did not finish: its header and the calls it completed, if it
+ * wrote them (progress), then this status and message. */
+static int record_parent(int fd, off_t at, const progress_t *progress, const case_t *c,
+                         int isa, int threads, int status, const char *msg)
+{
+    int kept = progress && progress->header_done;
+    off_t end = kept ? (off_t)progress->good_end : at;
+    if (ftruncate(fd, end) != 0) return -1;      /* a torn call record of the child goes */
+    if (lseek(fd, 0, SEEK_END) < 0) return -1;
+    if (kept && patch_n_calls(at, (uint32_t)progress->calls_done) != 0) return -1;
+    bytes_t b = {0};
+    if (!kept) run_header(&b, c->index, isa, threads, 0);
+    run_trailer(&b, status, msg);
+    int rc = append_record(fd, &b);
+    free(b.p);
+    return rc;
+}
+
+static const char *signal_name(int sig)
+{
+    switch (sig) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGBUS: return "SIGBUS";
+    case SIGABRT: return "SIGABRT";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGKILL: return "SIGKILL";
+    case SIGTERM: return "SIGTERM";
+    default: return "signal";
+    }
+}
+
+/* Waits for the child; kills it when a call runs past the limit. -> wait status, or -1 for a
+ * time-out (*call: the call that ran too long). */
+static int wait_child(pid_t pid, int alive_fd, progress_t *progress, double timeout, int *call)
+{
+    for (;;) {
+        int ms = 200;
+        if (progress->in_call && timeout > 0) {
+            double left = progress->start + timeout - now();
+            if (left <= 0) {
+                *call = progress->call_index;
+                kill(pid, SIGKILL);
+                int st;
+                while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+                return -1;
+            }
+            ms = left < 0.2 ? (int)(left * 1000) + 1 : 200;
+        }
+        struct pollfd p = {alive_fd, POLLIN, 0};
+        int n = poll(&p, 1, ms);
+        if (n > 0) {                   /* the child's end of the pipe closed: it has exited */
+            int st;
+            while (waitpid(pid, &st, 0) < 0)
+                if (errno != EINTR) return 0;
+            return st;
+        }
+    }
+}
+
+static int run_one(const options_t *o, const case_t *c, const port_t *port, int isa,
+                   int threads, int fd, progress_t *progress)
+{
+    off_t at = lseek(fd, 0, SEEK_END);
+    int alive[2];
+    if (at < 0 || pipe(alive) != 0) cannot_run("results %s: %s", o->results, strerror(errno));
+    memset((void *)progress, 0, sizeof *progress);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) cannot_run("fork failed: %s", strerror(errno));
+    if (pid == 0) {
+        close(alive[0]);
+        child_run(c, port, isa, threads, fd, at, progress);
+    }
+    close(alive[1]);
+    int call = -1;
+    int st = wait_child(pid, alive[0], progress, o->timeout, &call);
+    close(alive[0]);
+    char msg[256];
+    int status;
+    if (st == -1) {
+        status = ST_TIMEOUT;
+        snprintf(msg, sizeof msg, "%s did not return within %g s (call %d)",
+                 CR_ENTRIES[progress->entry].name, o->timeout, call);
+    } else if (WIFSIGNALED(st)) {
+        status = ST_CRASH;
+        int sig = WTERMSIG(st);
+        char where[160] = "";
+        if (progress->faulted && progress->in_call && progress->call_index >= 0)
+            fault_report(progress, &c->ops[progress->call_index], where, sizeof where);
+        if (progress->in_call)
+            snprintf(msg, sizeof msg, "%s (signal %d) in %s (call %d)%s", signal_name(sig), sig,
+                     CR_ENTRIES[progress->entry].name, progress->call_index, where);
+        else
+            snprintf(msg, sizeof msg, "%s (signal %d) outside the port's calls", signal_name(sig), sig);
+    } else if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+        return progress->status;       /* the child recorded its run */
+    } else {
+        status = ST_CRASH;
+        if (progress->in_call)
+            snprintf(msg, sizeof msg, "the process exited with %d in %s (call %d)",
+                     WIFEXITED(st) ? WEXITSTATUS(st) : -1, CR_ENTRIES[progress->entry].name,
+                     progress->call_index);
+        else
+            snprintf(msg, sizeof msg, "the run's record could not be written (exit %d)",
+                     WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    }
+    snprintf(progress->msg, sizeof progress->msg, "%s", msg);
+    if (record_parent(fd, at, progress, c, isa, threads, status, msg) != 0)
+        cannot_run("results %s cannot be written: %s", o->results, strerror(errno));
+    return status;
+}
+
+/* ---- the results file: header, platform record, resume ------------------------------ */
+
+static void json_str(bytes_t *b, const char *s)
+{
+    put(b, "\"", 1);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        char esc[8];
+        if (ch == '"' || ch == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)ch;
+            put(b, esc, 2);
+        } else if (ch < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", ch);
+            put(b, esc, 6);
+        } else {
+            put(b, s, 1);
+        }
+    }
+    put(b, "\"", 1);
+}
+
+static const char *arch_name(void)
+{
+#if defined(__x86_64__)
+    return "x86_64";
+#elif defined(__aarch64__)
+    return "aarch64";
+#elif defined(__i386__)
+    return "i386";
+#else
+    return "unknown";
+#endif
+}
+
+static void cpu_name(char *out, size_t n)
+{
+    struct utsname u;
+    snprintf(out, n, "%s", uname(&u) == 0 ? u.machine : "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (colon && (strncmp(line, "model name", 10) == 0 || strncmp(line, "CPU part", 8) == 0)) {
+            colon++;
+            while (*colon == ' ' || *colon == '\t') colon++;
+            colon[strcspn(colon, "\n")] = 0;
+            snprintf(out, n, "%s", colon);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+/* The guarantees of the gate this build of crnn-run cannot keep on this platform. */
+static int not_kept(const char **out)
+{
+    int n = 0;
+    if (FP_REG == NULL)
+        out[n++] = "flush-to-zero / denormals-are-zero not checked: no control register known "
+                   "for this architecture (only fenv.h rounding and traps)";
+#if !defined(__GLIBC__)
+    out[n++] = "exception trap enables not checked: no fegetexcept in this C library";
+#endif
+    out[n++] = "what the port prints is not kept apart: it goes to crnn-run's own stdout "
+               "and stderr, and is not in the results";
+    return n;
+}
+
+static void platform_json(bytes_t *b, const char *port_path, const char *port_sha)
+{
+    struct utsname u;
+    char os[256], cpu[256];
+    if (uname(&u) == 0) snprintf(os, sizeof os, "%s %s", u.sysname, u.release);
+    else snprintf(os, sizeof os, "unknown");
+    cpu_name(cpu, sizeof cpu);
+#if defined(__clang__)
+    const char *cc = "clang " __clang_version__;
+#elif defined(__GNUC__)
+    const char *cc = "gcc " __VERSION__;
+#else
+    const char *cc = "unknown";
+#endif
+    const char *nk[8];
+    int n = not_kept(nk);
+    put(b, "{\"arch\": ", 9);
+    json_str(b, arch_name());
+    put(b, ", \"os\": ", 8);
+    json_str(b, os);
+    put(b, ", \"cpu\": ", 9);
+    json_str(b, cpu);
+    put(b, ", \"runner_version\": ", 20);
+    json_str(b, RUNNER_VERSION);
+    put(b, ", \"compiler\": ", 14);
+    json_str(b, cc);
+    put(b, ", \"not_kept\": [", 15);
+    for (int i = 0; i < n; i++) {
+        if (i) put(b, ", ", 2);
+        json_str(b, nk[i]);
+    }
+    put(b, "], \"port\": ", 11);
+    json_str(b, port_path);
+    put(b, ", \"port_sha256\": ", 17);
+    json_str(b, port_sha);
+    put(b, "}", 1);
+}
+
+/* Done runs of an existing results file (--resume): (case, isa, threads) of each complete
+ * record; the file is cut after the last complete one. */
+typedef struct {
+    uint32_t *key;                 /* case, isa, threads triples */
+    size_t n;
+} done_t;
+
+static int is_done(const done_t *d, uint32_t c, int isa, int threads)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (d->key[3 * i] == c && d->key[3 * i + 1] == (uint32_t)isa &&
+            d->key[3 * i + 2] == (uint32_t)threads)
+            return 1;
+    return 0;
+}
+
+/* -> the offset after the last complete record, or -1 when the header is not this bundle's. */
+static long scan_results(const unsigned char *data, size_t size, const char *digest, done_t *d)
+{
+    reader_t r = {data, data + size, "results"};
+    /* magic[8] u32 version digest[64] u32 platform_len platform */
+    if (size < 80 || memcmp(data, "CRNNRS01", 8) != 0 || memcmp(data + 12, digest, 64) != 0)
+        return -1;
+    if (data[8] != 1 && data[8] != 2) return -1;
+    g_version = data[8];                 /* the file goes on in its own version */
+    r.p += 76;
+    if (r.end - r.p < 4) return -1;
+    uint32_t plen = (uint32_t)(r.p[0] | r.p[1] << 8 | r.p[2] << 16 | (uint32_t)r.p[3] << 24);
+    if ((size_t)(r.end - r.p) < 4 + (size_t)plen) return -1;
+    r.p += 4 + plen;
+    long good = (long)(r.p - data);
+    size_t cap = 0;
+    for (;;) {
+        const unsigned char *s = r.p;
+        uint64_t v[4];
+        if (r.end - s < 20 || memcmp(s, "RUN_", 4) != 0) break;
+        for (int i = 0; i < 4; i++)
+            v[i] = (uint64_t)s[4 + 4 * i] | (uint64_t)s[5 + 4 * i] << 8 |
+                   (uint64_t)s[6 + 4 * i] << 16 | (uint64_t)s[7 + 4 * i] << 24;
+        const unsigned char *p = s + 20;
+        int ok = 1;
+        for (uint64_t k = 0; k < v[3] && ok; k++) {
+            if (r.end - p < 12) { ok = 0; break; }
+            uint32_t nw = (uint32_t)(p[8] | p[9] << 8 | p[10] << 16 | (uint32_t)p[11] << 24);
+            const int head = g_version == 2 ? 20 : 12;   /* index, [offset,] nbytes */
+            p += 12;
+            for (uint32_t w = 0; w < nw && ok; w++) {
+                if (r.end - p < head) { ok = 0; break; }
+                uint64_t nb = 0;
+                for (int i = 0; i < 8; i++) nb |= (uint64_t)p[head - 8 + i] << (8 * i);
+                if ((uint64_t)(r.end - p - head) < nb) { ok = 0; break; }
+                p += head + nb;
+            }
+        }
+        if (!ok || r.end - p < 8) break;
+        uint32_t ml = (uint32_t)(p[4] | p[5] << 8 | p[6] << 16 | (uint32_t)p[7] << 24);
+        if ((size_t)(r.end - p - 8) < (size_t)ml + 4 || memcmp(p + 8 + ml, "END_", 4) != 0) break;
+        r.p = p + 8 + ml + 4;
+        good = (long)(r.p - data);
+        if (d->n == cap) {
+            cap = cap ? 2 * cap : 256;
+            d->key = realloc(d->key, cap * 3 * sizeof(uint32_t));
+            if (!d->key) cannot_run("out of memory");
+        }
+        d->key[3 * d->n] = (uint32_t)v[0];
+        d->key[3 * d->n + 1] = (uint32_t)v[1];
+        d->key[3 * d->n + 2] = (uint32_t)v[2];
+        d->n++;
+    }
+    return good;
+}
+
+static int open_results(const options_t *o, const bundle_t *bundle, const char *port_sha,
+                        done_t *done)
+{
+    if (o->resume) {
+        size_t size;
+        unsigned char *old = read_file(o->results, &size);
+        if (old) {
+            long good = scan_results(old, size, bundle->digest, done);
+            free(old);
+            if (good < 0)
+                cannot_run("--resume: %s is not a results file of this bundle (digest %.12s...)",
+                           o->results, bundle->digest);
+            int fd = open(o->results, O_WRONLY | O_APPEND);
+            if (fd < 0 || ftruncate(fd, good) != 0)
+                cannot_run("results %s cannot be written: %s", o->results, strerror(errno));
+            return fd;
+        }
+    }
+    int fd = open(o->results, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+    if (fd < 0) cannot_run("results %s cannot be written: %s", o->results, strerror(errno));
+    bytes_t b = {0}, plat = {0};
+    put(&b, "CRNNRS01", 8);
+    put_le(&b, (uint64_t)g_version, 4);
+    put(&b, bundle->digest, 64);
+    platform_json(&plat, o->port_path, port_sha);
+    put_le(&b, plat.n, 4);
+    put(&b, plat.p, plat.n);
+    if (append_record(fd, &b) != 0)
+        cannot_run("results %s cannot be written: %s", o->results, strerror(errno));
+    free(b.p);
+    free(plat.p);
+    return fd;
+}
+
+/* ---- the port ----------------------------------------------------------------------- */
+
+static void load_port(const char *path, port_t *port)
+{
+    const char *fp = fp_problem(fp_state());
+    if (fp) cannot_run("the floating-point environment is not the default before loading the "
+                       "port: %s", fp);
+    char local[4096];          /* a bare file name is a file here, not a library to search */
+    if (!strchr(path, '/') && snprintf(local, sizeof local, "./%s", path) < (int)sizeof local)
+        path = local;
+    port->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!port->lib) cannot_run("port %s cannot be loaded: %s", path, dlerror());
+    if ((fp = fp_problem(fp_state())) != NULL)
+        cannot_run("port %s changed the floating-point environment when it was loaded: %s "
+                   "(a library built with -ffast-math or -Ofast sets FTZ/DAZ at start-up)",
+                   path, fp);
+    for (int e = 0; e < CR_N_ENTRIES; e++) port->fn[e] = dlsym(port->lib, CR_ENTRIES[e].name);
+    static const char *core[] = {"crnn_abi_version", "crnn_isa_available", "crnn_set_isa",
+                                 "crnn_set_threads"};
+    for (int i = 0; i < 4; i++)
+        if (!port->fn[entry_index(core[i])])
+            cannot_run("port %s is missing %s (the ABI's core)", path, core[i]);
+    int32_t version = ((int32_t (*)(void))port->fn[entry_index("crnn_abi_version")])();
+    if (version != CRNN_ABI_VERSION)
+        cannot_run("port %s has ABI version %d; crnn-run speaks version %d (crnn_port.h)", path,
+                   version, CRNN_ABI_VERSION);
+    port->set_isa = (int32_t (*)(int32_t))port->fn[entry_index("crnn_set_isa")];
+    port->set_threads = (int32_t (*)(int32_t))port->fn[entry_index("crnn_set_threads")];
+}
+
+static uint32_t isa_mask(const port_t *port)
+{
+    return ((uint32_t (*)(void))port->fn[entry_index("crnn_isa_available")])();
+}
+
+/* The first ABI symbol case c calls that the port does not export, or NULL. */
+static const char *missing_symbol(const case_t *c, const port_t *port)
+{
+    for (uint32_t k = 0; k < c->n_ops; k++)
+        if (c->ops[k].kind == 0 && !port->fn[c->ops[k].entry]) return CR_ENTRIES[c->ops[k].entry].name;
+    return NULL;
+}
+
+/* ---- options ------------------------------------------------------------------------ */
+
+static void usage_error(const char *fmt, const char *what)
+{
+    fprintf(stderr, "crnn-run: cannot run: ");
+    fprintf(stderr, fmt, what);
+    fprintf(stderr, "\nusage: crnn-run PORT BUNDLE RESULTS [--isa LIST] [--threads LIST] "
+                    "[--timeout S] [--case GLOB] [--resume] [--results-version 1|2]\n");
+    exit(2);
+}
+
+static void parse_isas(options_t *o, const char *list)
+{
+    char *copy = strdup(list), *save = NULL;
+    o->n_isas = 0;
+    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int found = -1;
+        for (int i = 0; i < N_ISAS; i++)
+            if (strcmp(t, ISA_NAMES[i]) == 0) found = i;
+        if (found < 0)
+            usage_error("--isa: unknown ISA path '%s' (scalar, sse, avx2, avx512, neon)", t);
+        if (o->n_isas < N_ISAS) o->isas[o->n_isas++] = found;
+    }
+    free(copy);
+    if (!o->n_isas) usage_error("--isa: no ISA path in '%s'", list);
+}
+
+static void parse_threads(options_t *o, const char *list)
+{
+    char *copy = strdup(list), *save = NULL;
+    o->n_threads = 0;
+    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *end;
+        long v = strtol(t, &end, 10);
+        if (*end || v < 1 || v > 256) usage_error("--threads: '%s' is not a count in 1..256", t);
+        if (o->n_threads < 64) o->threads[o->n_threads++] = (int)v;
+    }
+    free(copy);
+    if (!o->n_threads) usage_error("--threads: no thread count in '%s'", list);
+}
+
+static void parse_options(int argc, char **argv, options_t *o)
+{
+    const char *pos[3];
+    int n_pos = 0;
+    static const int default_threads[4] = {1, 2, 3, 7};
+    memcpy(o->threads, default_threads, sizeof default_threads);
+    o->n_threads = 4;
+    o->n_isas = 0;
+    o->timeout = 120.0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has_value = i + 1 < argc;
+        if (strcmp(a, "--resume") == 0) o->resume = 1;
+        else if (strcmp(a, "--results-version") == 0 && has_value) {
+            const char *v = argv[++i];
+            if (strcmp(v, "1") != 0 && strcmp(v, "2") != 0)
+                usage_error("--results-version: '%s' is not 1 or 2", v);
+            g_version = v[0] - '0';
+        }
+        else if (strcmp(a, "--isa") == 0 && has_value) parse_isas(o, argv[++i]);
+        else if (strcmp(a, "--threads") == 0 && has_value) parse_threads(o, argv[++i]);
+        else if (strcmp(a, "--case") == 0 && has_value) o->case_glob = argv[++i];
+        else if (strcmp(a, "--timeout") == 0 && has_value) {
+            char *end;
+            const char *v = argv[++i];
+            o->timeout = strcmp(v, "inf") == 0 ? 0.0 : strtod(v, &end);
+            if (strcmp(v, "inf") != 0 && (*end || !(o->timeout > 0)))
+                usage_error("--timeout: '%s' is not a positive number of seconds (or inf)", v);
+        } else if (a[0] == '-' && a[1] == '-') usage_error("unknown or incomplete option '%s'", a);
+        else if (n_pos < 3) pos[n_pos++] = a;
+        else usage_error("unexpected argument '%s'", a);
+    }
+    if (n_pos != 3) usage_error("%s", "PORT, BUNDLE and RESULTS are required");
+    o->port_path = pos[0];
+    o->bundle_dir = pos[1];
+    o->results = pos[2];
+}
+
+static int case_selected(const options_t *o, const case_t *c)
+{
+    if (!o->case_glob) return 1;
+    const char *last = strrchr(c->name, '/');
+    return fnmatch(o->case_glob, c->name, 0) == 0 ||
+           (last && fnmatch(o->case_glob, last + 1, 0) == 0);
+}
+
+/* ---- main --------------------------------------------------------------------------- */
+
+static const char *const STATUS_NAMES[6] = {"ok", "error code", "crashed", "timed out",
+                                            "not implemented", "check failed"};
+
+static void run_case(const options_t *o, const case_t *c, const port_t *port, const int *isas,
+                     int n_isas, int fd, progress_t *progress, const done_t *done)
+{
+    const char *missing = missing_symbol(c, port);
+    for (int i = 0; i < n_isas; i++)
+        for (int t = 0; t < o->n_threads; t++) {
+            int isa = isas[i], threads = o->threads[t];
+            if (is_done(done, c->index, isa, threads)) continue;
+            off_t at = lseek(fd, 0, SEEK_END);
+            int status;
+            if (missing) {
+                status = ST_MISSING;
+                if (record_parent(fd, at, NULL, c, isa, threads, status, missing) != 0)
+                    cannot_run("results %s cannot be written: %s", o->results, strerror(errno));
+            } else {
+                status = run_one(o, c, port, isa, threads, fd, progress);
+            }
+            status_counts[status]++;
+            if (status != ST_OK && status != ST_MISSING)
+                fprintf(stderr, "crnn-run: %s isa %s threads %d: %s: %s\n", c->name,
+                        ISA_NAMES[isa], threads, STATUS_NAMES[status], progress->msg);
+        }
+}
+
+int main(int argc, char **argv)
+{
+    options_t o = {0};
+    parse_options(argc, argv, &o);
+    bundle_t bundle;
+    read_bundle(o.bundle_dir, &bundle);
+    port_t port;
+    load_port(o.port_path, &port);
+    uint32_t mask = isa_mask(&port);
+    if (!(mask & 1))
+        cannot_run("port %s: crnn_isa_available() returned 0x%x, without bit 0 (scalar)",
+                   o.port_path, mask);
+    int isas[N_ISAS], n_isas = 0;
+    if (o.n_isas) {
+        for (int i = 0; i < o.n_isas; i++) {
+            if (!(mask & (1u << o.isas[i])))
+                cannot_run("--isa: the port does not offer %s here (crnn_isa_available 0x%x)",
+                           ISA_NAMES[o.isas[i]], mask);
+            isas[n_isas++] = o.isas[i];
+        }
+    } else {
+        for (int i = 0; i < N_ISAS; i++)
+            if (mask & (1u << i)) isas[n_isas++] = i;
+    }
+    size_t port_size;
+    unsigned char *port_bytes = read_file(o.port_path, &port_size);
+    char port_sha[65] = "";
+    if (port_bytes) sha256_hex(port_bytes, port_size, port_sha);
+    free(port_bytes);
+    done_t done = {0};
+    int fd = open_results(&o, &bundle, port_sha, &done);
+    g_patch_fd = open(o.results, O_WRONLY);
+    if (g_patch_fd < 0) cannot_run("results %s cannot be written: %s", o.results, strerror(errno));
+    progress_t *progress = mmap(NULL, sizeof(progress_t), PROT_READ | PROT_WRITE,
+                                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (progress == MAP_FAILED) cannot_run("no shared memory: %s", strerror(errno));
+    signal(SIGPIPE, SIG_IGN);
+    int selected = 0;
+    double t0 = now();
+    for (uint32_t i = 0; i < bundle.n_cases; i++) {
+        if (!case_selected(&o, &bundle.cases[i])) continue;
+        selected++;
+        run_case(&o, &bundle.cases[i], &port, isas, n_isas, fd, progress, &done);
+    }
+    close(fd);
+    if (!selected) cannot_run("no case selected (--case %s)", o.case_glob ? o.case_glob : "");
+    int runs = 0;
+    for (int s = 0; s < 6; s++) runs += status_counts[s];
+    fprintf(stderr, "crnn-run: %d case(s), %d run(s) in %.2f s: %d ok, %d error code, %d crashed, "
+            "%d timed out, %d not implemented, %d check failed; results in %s\n", selected, runs,
+            now() - t0, status_counts[0], status_counts[1], status_counts[2], status_counts[3],
+            status_counts[4], status_counts[5], o.results);
+    return status_counts[1] + status_counts[2] + status_counts[3] + status_counts[5] ? 1 : 0;
+}

@@ -1,0 +1,65 @@
+/* vec_neon.h — the vector vocabulary for the 128-bit path on aarch64 (Advanced SIMD, whose
+ * fmla is one rounding like FMA3): the same operations as vec_sse.h, lane for lane. */
+#include <arm_neon.h>
+#include <stdint.h>
+#define ISA_SUFFIX neon
+#define VW 4
+#define VREG_CONSTRAINT "+w"     /* a SIMD register (gemm16_impl.h keeps B in one) */
+typedef float32x4_t vec_t;
+#define VLOADU(p)      vld1q_f32(p)
+#define VSTOREU(p, v)  vst1q_f32((p), (v))
+#define VZERO()        vdupq_n_f32(0.0f)
+#define VSET1(x)       vdupq_n_f32(x)
+#define VADD(a, b)     vaddq_f32((a), (b))
+#define VSUB(a, b)     vsubq_f32((a), (b))
+#define VMUL(a, b)     vmulq_f32((a), (b))
+#define VDIV(a, b)     vdivq_f32((a), (b))
+#define VFMA(a, b, c)  vfmaq_f32((c), (a), (b))                  /* a*b + c, one rounding */
+/* comparisons (ordered: false when either is NaN), selects, sign flip and exponent bits */
+typedef uint32x4_t vmask_t;
+#define VCMPLT(a, b)   vcltq_f32((a), (b))
+#define VCMPGE(a, b)   vcgeq_f32((a), (b))
+#define VISNAN(a)      vmvnq_u32(vceqq_f32((a), (a)))
+#define VSELECT(m, t, f) vbslq_f32((m), (t), (f))                /* m ? t : f, per lane */
+#define VNEG(a)        vnegq_f32(a)                              /* flips the sign bit only */
+#define VPOW2I(k)      vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtnq_s32_f32(k), \
+                           vdupq_n_s32(127)), 23))               /* 2^k, integral k in [-126, 127] */
+/* ---- gemm16 vocabulary (src/isa/gemm16_impl.h) ---- */
+/* nonzero when some lane of v is ±0 */
+#define VANY_ZERO(v)     (vmaxvq_u32(vceqq_f32((v), vdupq_n_f32(0.0f))) != 0)
+/* nonzero when some lane of v is -0 (the sign bit alone) */
+#define VHAS_NEGZERO(v)  (vmaxvq_u32(vceqq_u32(vreinterpretq_u32_f32(v), \
+                                                vdupq_n_u32(0x80000000u))) != 0)
+static inline uint32x4_t vlanes_lt(int n)    /* all-ones in lanes i < n */
+{
+    static const int32_t lane[4] = {0, 1, 2, 3};
+    return vcltq_s32(vld1q_s32(lane), vdupq_n_s32(n));
+}
+static inline float32x4_t neon_loadn(const float *p, int n)
+{
+    float b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int i = 0; i < n; i++) b[i] = p[i];
+    return vld1q_f32(b);
+}
+static inline void neon_storen(float *p, float32x4_t v, int n)
+{
+    float b[4];
+    vst1q_f32(b, v);
+    for (int i = 0; i < n; i++) p[i] = b[i];
+}
+#define VLOADN(p, n)     neon_loadn((p), (n))
+#define VSTOREN(p, v, n) neon_storen((p), (v), (n))
+#define VFMA_N(a, b, c, n) vbslq_f32(vlanes_lt(n), vfmaq_f32((c), (a), (b)), (c))
+/* x[r] holds lanes (p[i] + p[i+8]) + (p[i+4] + p[i+12]) (i < 4) of output r, levels s >= 4
+ * done. Returns lane r = the tree of output r; each level adds lane i and lane i + s of the
+ * same output, lane i first (vec_sse.h's unpack/shuffle as zip/uzp). */
+static inline float32x4_t vtree_tile(const float32x4_t *x)
+{
+    float32x4_t y[2];
+    for (int n = 0; n < 2; n++) {            /* s = 2 */
+        float64x2_t e = vreinterpretq_f64_f32(x[2 * n]), f = vreinterpretq_f64_f32(x[2 * n + 1]);
+        y[n] = vaddq_f32(vreinterpretq_f32_f64(vzip1q_f64(e, f)),
+                         vreinterpretq_f32_f64(vzip2q_f64(e, f)));
+    }
+    return vaddq_f32(vuzp1q_f32(y[0], y[1]), vuzp2q_f32(y[0], y[1]));
+}
