@@ -88,7 +88,8 @@ def gate_and_grade(work, bundle, port, name, *args, threads="1,2,3,7"):
     res = run_runner(bundle, port, work / f"{name}.res", "--threads", threads)
     layers = ",".join(json.loads((bundle / "bundle.json").read_text())["layers"])
     sel = ["--layers", "available"] if "--available" in args else ["--layers", layers]
-    g = gate("--port", str(port), *sel, "--threads", threads, "-q", "--json",
+    g = gate("--port", str(port), *sel, "--threads", threads, "-q", "--tiers",
+             "exact,float64,pytorch,identity", "--json",
              str(work / f"{name}.gate.json"))
     assert g.returncode in (0, 1), g.stderr
     r = cli("grade", str(bundle), str(res), *sel, "-q", "--json", str(work / f"{name}.grade.json"))
@@ -119,6 +120,7 @@ def test_train3_copies_between_buffers(work, bundled_port):
     res = run_runner(work / "train3", bundled_port, work / "train3.res", "--isa", "scalar,avx2",
                      "--threads", "1,3", "--results-version", "1")   # (whole buffers)
     g = gate("--port", str(bundled_port), "--layers", "train3", "--isa", "scalar,avx2",
+             "--tiers", "exact,float64,pytorch,identity",
              "--threads", "1,3", "-q", "--json", str(work / "t3.gate.json"))
     r = cli("grade", str(work / "train3"), str(res), "-q", "--json", str(work / "t3.grade.json"))
     assert (g.returncode, r.returncode) == (0, 0), (g.stderr, r.stdout[-2000:], r.stderr)
@@ -197,6 +199,12 @@ def valid(doc) -> None:
     """results.json's schema (reports/results.schema.json) holds for grade's documents."""
     jsonschema = pytest.importorskip("jsonschema")
     jsonschema.validate(doc, json.loads((ROOT / "reports" / "results.schema.json").read_text()))
+
+
+def test_grade_has_no_contract_tier(work, subset):
+    """The contract tier's invalid calls are not in a bundle: grade says so (exit 2)."""
+    r = cli("grade", str(subset), str(work / "none.res"), "--tiers", "contract")
+    assert r.returncode == 2 and "contract" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_layer_without_results(work, lin, bundled_port):

@@ -18,6 +18,10 @@ from .common import (EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, _split, cannot_run,
                      stdout_bytes_as_given, writable_dir, writable_file, write_reports)
 
 
+# The tiers a results file can be judged in: the contract tier calls the port with invalid
+# arguments, which a bundle does not carry (gate --port checks it in process).
+GRADE_TIERS = tuple(t for t in TIERS if t != "contract")
+
 @click.command("export")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
               help="the bundle's directory (bundle.json, cases.bin)")
@@ -78,7 +82,9 @@ def export(out_dir, layers, case, fixtures, quiet):
               help="comma list of layers (default: the bundle's), or `available`: the layers "
                    "the results hold runs of (the others are reported as not implemented)")
 @click.option("--case", default=None, help="only cases whose name matches this glob")
-@click.option("--tiers", default=",".join(TIERS), show_default=True, help="comma list of tiers")
+@click.option("--tiers", default=",".join(GRADE_TIERS), show_default=True,
+              help="comma list of tiers (not contract: its invalid calls need the port in "
+                   "process, gate --port)")
 @click.option("--isa", "isa", default=None,
               help="comma list of runs to grade: machine:isa labels (x86_64:avx2) or ISA names")
 @click.option("--threads", default=None, help="comma list of thread counts to grade")
@@ -99,9 +105,12 @@ def grade(bundle_dir, results, fixtures, layers, case, tiers, isa, threads, repo
     from crnn_conformance.harness.bundle import BundleError
     stdout_bytes_as_given()
     available = layers is not None and layers.strip() == "available"
+    if "contract" in (_split(tiers) or []):
+        cannot_run("grade has no contract tier: its invalid calls are not in a bundle and need "
+                   "the port in process (crnn-conformance gate --port PORT --tiers contract)")
     try:
         opts = G.GradeOptions(
-            fixtures=Path(fixtures), tiers=tuple(_split(tiers, TIERS, "tier")),
+            fixtures=Path(fixtures), tiers=tuple(_split(tiers, GRADE_TIERS, "tier")),
             layers=None if available else _split(layers, L.LAYERS, "layer"), case=case,
             available=available, bundle=bundle_dir, results=tuple(results),
             isa_filter=_split(isa), thread_filter=_split(threads, None, "thread count", int))
