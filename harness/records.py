@@ -68,6 +68,7 @@ class GateOptions:
     timeout: float | None = 120.0    # None: no limit
     available: bool = False          # `--layers available`: gate only the layers the port implements
     workers: int = 1                 # worker processes running cases side by side (gate --jobs)
+    keep_going: bool = False         # run every case, also after two hangs in one entry point
 
 
 @dataclass

@@ -35,6 +35,8 @@ __all__ = ["FIXTURES_DIR", "THREADS", "TIERS", "GateOptions", "GateResult", "Gat
 
 DEPTH = 2      # batches a worker has waiting at most: the one it runs and the next
 WINDOW = 8     # cases per worker that may be sent before their turn (their answers kept)
+SETTLE = 0.05  # seconds after a case's last run that its buffers are checked again (a write
+               # after return: docs/port-abi.md, "What the gate guarantees")
 
 
 def tier_tolerance(layer: str, case, tier: str, tensor: str, shape=None, arrays=None):
@@ -139,13 +141,16 @@ class GateSession:
         # Pool flips used (the whole-model pytorch tier): None until a layer reports one;
         # then meta["flips"] lists them and the HTML report shows its flip section.
         self.flips: list[dict] | None = None
+        # layer -> {"reason", "cases"}: the cases not run after two hangs in one entry point
+        # (unless --keep-going); meta["not_run"] holds it
+        self.not_run: dict[str, dict] = {}
 
     def open(self) -> "GateSession":
         # --layers available: the worker checks only the core symbols; the layers whose
         # symbols are missing are then "not implemented" and their cases are not run
         cases = {fx.path: {c.name: c for c in fx.cases} for fs in self.fixtures.values() for fx in fs}
         layers = [] if self.opts.available else self.layer_names
-        self.executor = Executor(self.port_path, layers, self.opts.timeout, cases)
+        self.executor = Executor(self.port_path, layers, self.opts.timeout, cases, SETTLE)
         self.executors = [self.executor]
         try:
             self.isas = _select_isas(self.opts, self.executor.isas)
@@ -155,8 +160,8 @@ class GateSession:
                 raise ValueError("no checks selected: the identity tier compares ISA x thread "
                                  f"runs, and only {self.isas[0]} x {self.opts.threads[0]} is selected")
             n = max(1, min(self.opts.workers, len(self.jobs)))
-            self.executors += [Executor(self.port_path, layers, self.opts.timeout, cases)
-                               for _ in range(n - 1)]
+            self.executors += [Executor(self.port_path, layers, self.opts.timeout, cases,
+                                        SETTLE) for _ in range(n - 1)]
         except BaseException:
             self.close(force=True)
             raise
@@ -206,7 +211,7 @@ class GateSession:
         key = _key(job)
         if key not in self._worker_of:
             self._worker_of[key] = min(range(len(self.executors)),
-                                       key=lambda k: self.executors[k].queued())
+                                       key=lambda k: self.executors[k].running())
             self.executors[self._worker_of[key]].submit(*key, self.runs())
         return self.executors[self._worker_of[key]]
 
@@ -215,9 +220,10 @@ class GateSession:
         waiting: a worker that finished a long case takes the next ones (their answers wait
         in the gate until their turn)."""
         for job in ahead:
-            if min(e.queued() for e in self.executors) >= DEPTH:
+            if min(e.running() for e in self.executors) >= DEPTH:
                 return
-            if job.layer not in self.not_implemented:
+            # (a layer that hung once waits for its turn: a second hang stops it, _stopped)
+            if job.layer not in self.not_implemented and not self._hung(job.layer):
                 self._submit(job)
 
     def _await(self, ex, key, ahead) -> None:
@@ -237,6 +243,10 @@ class GateSession:
         """The records of one case, its runs sent to a worker as one batch. The cases in
         `ahead` (the next ones, in order) are sent as workers become free, before this
         one's records are made, so the workers run them meanwhile."""
+        why = self._stopped(job.layer)
+        ran = self._worker_of.get(_key(job))
+        if why and (ran is None or not self.executors[ran].submitted(*_key(job))):
+            return self._not_run(job, why)
         ex = self._submit(job)
         self._await(ex, _key(job), ahead)
         try:
@@ -254,6 +264,40 @@ class GateSession:
             if getattr(r, "flips", None) is not None:
                 self.flips = (self.flips or []) + list(r.flips)
         return records
+
+    def _stopped(self, layer: str) -> str | None:
+        """Why the rest of a layer's cases are not run: two of its cases hung in the same
+        entry point (each cost --timeout; the next would too), or None (--keep-going: always
+        None)."""
+        for entry, names in self._hung(layer).items():
+            if len(names) >= 2:
+                return (f"not run: {entry} hung in {len(names)} cases ({', '.join(names)}); "
+                        "--keep-going runs every case")
+        return None
+
+    def _hung(self, layer: str) -> dict[str, list]:
+        """{entry point: the layer's cases that hung in it, in the cases' order} ({} under
+        --keep-going)."""
+        if self.opts.keep_going:
+            return {}
+        hung: dict[str, set] = {}
+        for ex in self.executors:
+            for key, entry in ex.hangs:
+                if key[0] == layer:
+                    hung.setdefault(entry, set()).add(key)
+        order = {_key(j): n for n, j in enumerate(self.jobs)}
+        return {entry: [k[2] for k in sorted(keys, key=lambda k: order.get(k, len(order)))]
+                for entry, keys in hung.items()}
+
+    def _not_run(self, job: Job, why: str) -> list[Record]:
+        """The failing record of a case not run (_stopped), under its first selected tier."""
+        tier = next((t for t in job.case.expected if t in self.opts.tiers), "identity")
+        rec = failure(self.opts, job.layer, job.case.name, tier, self.isas[0], 1, why)
+        rec.fixture = Path(job.fixture).stem
+        entry = self.not_run.setdefault(job.layer, {"reason": why, "cases": []})
+        entry["reason"] = why
+        entry["cases"].append(job.case.name)
+        return [rec]
 
     def meta(self) -> dict:
         ex = self.executor
@@ -274,6 +318,7 @@ class GateSession:
             "fixtures": {f.path.name: fixture_info(f) for fs in self.fixtures.values() for f in fs},
             **({"flips": list(self.flips)} if self.flips is not None else {}),
             "available": self.opts.available, "not_implemented": dict(self.not_implemented),
+            **({"not_run": dict(self.not_run)} if self.not_run else {}),
         }
 
 

@@ -20,6 +20,7 @@ import signal
 import tempfile
 import time
 import traceback
+from collections import deque
 
 import numpy as np
 
@@ -187,21 +188,57 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
                       "fpenv": fpenv(helper), "symbols": abi.exported(lib)}))
     traced = _Traced(lib, shared, helper)
     fflush = _LIBC.fflush
+    settling = deque()
     while True:
         try:
-            msg = conn.recv()
+            msg = _receive(conn, settling)
         except EOFError:          # the gate is gone
             return
         if msg is None:
             return
         if msg[0] == "batch":     # one case on several (isa, threads): an answer per run
-            _serve_batch(conn, traced, shared, cases, *msg[1:])
+            _serve_batch(conn, traced, shared, cases, settling, *msg[1:])
             continue
         arena = _fresh_arena(traced, shared)
         answer = _run_one(traced, arena, cases, *msg)
         fflush(None)
         conn.send(answer)
         arena.release()
+
+
+class _Settling:
+    """A batch's last run, its arena sealed (guard.Arena.seal) and kept unreused until `due`,
+    when settled() tells whether anything wrote into it after its calls returned."""
+
+    def __init__(self, arena, run: int, window: float):
+        self.arena, self.run, self.due = arena, run, time.monotonic() + window
+        if arena is not None:
+            arena.seal()
+
+    def verdict(self) -> str | None:
+        if self.arena is None:
+            return None
+        try:
+            return self.arena.settled()
+        finally:
+            self.arena.release()
+
+
+def _send_settled(conn, settling) -> None:
+    """("late", run index, what changed or None) for each settling batch now due, in order."""
+    now = time.monotonic()
+    while settling and settling[0].due <= now:
+        item = settling.popleft()
+        conn.send(("late", item.run, item.verdict()))
+
+
+def _receive(conn, settling):
+    """The gate's next message; meanwhile the settling batches' verdicts as they fall due."""
+    while settling:
+        if conn.poll(max(0.0, settling[0].due - time.monotonic())):
+            break
+        _send_settled(conn, settling)
+    return conn.recv()
 
 
 def _fresh_arena(traced, shared) -> guard.Arena:
@@ -211,8 +248,8 @@ def _fresh_arena(traced, shared) -> guard.Arena:
     return guard.Arena()
 
 
-def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, runs, case,
-                 symbolic=None) -> None:
+def _serve_batch(conn, traced, shared, cases, settling, layer, fixture_path, case_name, runs,
+                 case, symbolic=None, settle=None) -> None:
     """Runs one case on every (isa, threads) of `runs`, sending ("run", answer, port output,
     seconds) as each run ends, then ("done", [seconds, ...]). A run whose outputs equal the
     first's byte for byte and that printed nothing is held back, its seconds in
@@ -225,11 +262,15 @@ def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, ru
 
     The first run is recorded, and the runs after it are replayed in C (harness/replay.py)
     until one of them differs from the first, prints or fails a check; that one and the rest
-    run here, each as the first did."""
+    run here, each as the first did.
+
+    `settle` (seconds, or None): the last run's buffers are sealed and kept unreused that
+    long after its end, then checked (_Settling: a write after return), the verdict going
+    as ("late", run index, message or None) after "done", while the next batches run."""
     if case is not None:                         # the case itself came with the request
         cases[fixture_path] = {case_name: case}
     fflush, progress = _LIBC.fflush, shared.progress
-    first = first_arena = tape = None
+    first = first_arena = tape = last_arena = None
     held = []
     i = 0
     if symbolic is not None and traced.replays:
@@ -237,11 +278,14 @@ def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, ru
                                                    cases[fixture_path][case_name], runs,
                                                    symbolic)
         i = 0 if first is None else 1
+        last_arena = first_arena
     while i < len(runs):
+        _send_settled(conn, settling)
         if tape is not None:
             done, _, _ = tape.run(i, runs[:MAX_HELD])
             held += [progress[2 + j] for j in range(i, i + done)]
             i, tape = i + done, None
+            last_arena = first_arena if done else last_arena
             if i == len(runs):
                 break
         isa, threads = runs[i]
@@ -272,14 +316,21 @@ def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, ru
             tape = _compiled(recording, arena, traced, shared)
             if tape is not None:
                 tape.keep_first()
-        if arena is not first_arena:
-            arena.release()
+        if last_arena is not None and last_arena is not first_arena:
+            last_arena.release()
+        last_arena = arena
         if answer[0] == "fpenv":
             break
         i += 1
+    # sealed at once (an fpenv answer ended the batch: nothing to watch)
+    watched = last_arena if settle is not None and i == len(runs) else None
+    if settle is not None:
+        settling.append(_Settling(watched, len(runs) - 1, settle))
     conn.send(("done", held))       # the last held runs go with the end
     progress[0] = -1
-    if first_arena is not None:
+    if last_arena is not None and last_arena is not first_arena and last_arena is not watched:
+        last_arena.release()
+    if first_arena is not None and first_arena is not watched:
         first_arena.release()
 
 

@@ -169,6 +169,9 @@ FAILURES = {
     "nan": ("-DTP_NAN", ["NaN/Inf element(s) where the reference is finite", "worst [1,2]",
                          "ours=nan"], "dW"),
     "errcode": ("-DTP_ERRCODE", ["crnn_linear_backward returned -3 (CRNN_E_NOMEM)"], "*"),
+    # a thread of crnn_linear_forward writes y[0] 20 ms after the call returned
+    "late write": ("-DTP_LATE_WRITE_MS=20", ["y changed after crnn_linear_forward returned at [0, 0]",
+                                             "-> 12345.0", "a write after return"], "*"),
 }
 
 

@@ -39,6 +39,11 @@
  *   -DTP_LATE=n           the case above triggers only when run with n threads (a later run
  *                         of the batch: the worker's replay meets the mistake, harness/replay.py)
  *   -DTP_FTZ_ON_TRIGGER   crnn_linear_backward sets FTZ and DAZ on the case above only
+ *   -DTP_EVERY_CASE       every case of linear is "the case above" (e.g. with -DTP_HANG: a
+ *                         port that hangs in every case of a layer)
+ *   -DTP_LATE_WRITE_MS=ms crnn_linear_forward starts a detached thread that writes y[0] ms
+ *                         milliseconds after the call returned, on the case above (a missing
+ *                         join)
  */
 #include <math.h>
 #include <signal.h>
@@ -75,6 +80,21 @@ __attribute__((constructor)) static void say_hello(void)
 #endif
 
 static int g_threads = 1;
+
+#ifdef TP_LATE_WRITE_MS
+#include <pthread.h>
+static void *write_late(void *y)
+{
+    usleep((TP_LATE_WRITE_MS) * 1000);
+    *(volatile float *)y = 12345.0f;
+    return NULL;
+}
+static void start_late_write(float *y)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, write_late, y) == 0) pthread_detach(t);
+}
+#endif
 
 int32_t crnn_abi_version(void) { return TP_ABI; }
 #ifdef TP_ISA_NONE
@@ -121,6 +141,9 @@ int32_t crnn_linear_forward(const float *x, const float *W, const float *b,
 {
     if (T < 0 || I < 0 || O < 0 || !x || !W || !b || !y) return CRNN_E_ARG;
     int trigger = T == 16 && I == 37 && O == 37;
+#ifdef TP_EVERY_CASE
+    trigger = 1;
+#endif
 #ifdef TP_LATE
     trigger = trigger && g_threads == (TP_LATE);
 #endif
@@ -141,6 +164,9 @@ int32_t crnn_linear_forward(const float *x, const float *W, const float *b,
 #ifdef TP_MODIFY_B
     if (trigger) ((float *)b)[2] = -b[2];
 #endif
+#ifdef TP_LATE_WRITE_MS
+    if (trigger) start_late_write(y);
+#endif
 #ifdef TP_PRINT_BYTES
     if (trigger)
         for (int i = 0; i < (TP_PRINT_BYTES); i++) putchar(i % 64 == 63 ? '\n' : 'x');
@@ -156,6 +182,9 @@ int32_t crnn_linear_backward(const float *x, const float *W, const float *dY,
     static const float one = 1.0f;
     if (T < 0 || I < 0 || O < 0 || !x || !W || !dY || !dW || !db) return CRNN_E_ARG;
     int trigger = T == 16 && I == 37 && O == 37;
+#ifdef TP_EVERY_CASE
+    trigger = 1;
+#endif
 #ifdef TP_LATE
     trigger = trigger && g_threads == (TP_LATE);
 #endif
