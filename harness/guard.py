@@ -352,6 +352,7 @@ class Arena:
         for b in self.buffers:
             b.release()
         self.buffers, self._los, self._at, self._addr, self._tables = [], [], {}, {}, {}
+        self._sealed = []
 
     def partial(self, wanted) -> dict:
         """After a failed call: the outputs that a single completed call wrote, by argument

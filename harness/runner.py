@@ -35,7 +35,7 @@ __all__ = ["FIXTURES_DIR", "THREADS", "TIERS", "GateOptions", "GateResult", "Gat
 
 DEPTH = 2      # batches a worker has waiting at most: the one it runs and the next
 WINDOW = 8     # cases per worker that may be sent before their turn (their answers kept)
-SETTLE = 0.05  # seconds after a case's last run that its buffers are checked again (a write
+SETTLE = 0.1   # seconds after a case's last run that its buffers are checked again (a write
                # after return: docs/port-abi.md, "What the gate guarantees")
 
 

@@ -207,13 +207,11 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
 
 
 class _Settling:
-    """A batch's last run, its arena sealed (guard.Arena.seal) and kept unreused until `due`,
-    when settled() tells whether anything wrote into it after its calls returned."""
+    """A batch's last run, its arena sealed at the run's end (guard.Arena.seal) and kept
+    unreused until `due`, when settled() tells whether anything wrote into it since."""
 
     def __init__(self, arena, run: int, window: float):
         self.arena, self.run, self.due = arena, run, time.monotonic() + window
-        if arena is not None:
-            arena.seal()
 
     def verdict(self) -> str | None:
         if self.arena is None:
@@ -287,6 +285,8 @@ def _serve_batch(conn, traced, shared, cases, settling, layer, fixture_path, cas
             i, tape = i + done, None
             last_arena = first_arena if done else last_arena
             if i == len(runs):
+                if settle is not None:
+                    last_arena.seal()
                 break
         isa, threads = runs[i]
         arena = _fresh_arena(traced, shared)
@@ -296,6 +296,8 @@ def _serve_batch(conn, traced, shared, cases, settling, layer, fixture_path, cas
         answer = _run_one(traced, arena, cases, layer, fixture_path, case_name, isa, threads,
                           recording)
         seconds = time.perf_counter() - t0
+        if settle is not None and i == len(runs) - 1:
+            arena.seal()          # before its answer is sent (which reads its outputs)
         fflush(None)
         text = shared.output()
         if first is None:
@@ -322,7 +324,7 @@ def _serve_batch(conn, traced, shared, cases, settling, layer, fixture_path, cas
         if answer[0] == "fpenv":
             break
         i += 1
-    # sealed at once (an fpenv answer ended the batch: nothing to watch)
+    # (an fpenv answer ended the batch: nothing to watch)
     watched = last_arena if settle is not None and i == len(runs) else None
     if settle is not None:
         settling.append(_Settling(watched, len(runs) - 1, settle))

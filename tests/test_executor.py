@@ -76,3 +76,30 @@ def test_each_run_of_a_batch_has_its_own_timeout(ports):
     finally:
         ex.close()
 
+
+
+def test_a_write_after_the_last_run_returned_fails_that_run(ports):
+    """The port's crnn_linear_forward leaves a thread that writes y[0] 50 ms after the call
+    returned, on T16_I37_O37. The batch's last run is sealed when it ends and checked
+    runner.SETTLE seconds later, while the worker runs the next batch: that run fails naming
+    y and the call, with its outputs kept; the first run, and the batch sent behind it (whose
+    own check follows), pass."""
+    import pytest
+    from crnn_conformance.ctypes_kernels import abi
+    from crnn_conformance.harness.runner import SETTLE
+    other = _other_case()
+    ex = Executor(ports("-DTP_LATE_WRITE_MS=50"), ["linear"], 30, settle=SETTLE)
+    try:
+        ex.submit("linear", LINEAR, "T16_I37_O37", RUNS)
+        ex.submit("linear", LINEAR, other, RUNS)
+        ex.collect()
+        assert set(ex.run("linear", LINEAR, "T16_I37_O37", *RUNS[0])) >= {"y", "dW", "db"}
+        with pytest.raises(abi.PortCallError) as e:
+            ex.run("linear", LINEAR, "T16_I37_O37", *RUNS[1])
+        assert "y changed after crnn_linear_forward returned at [0, 0]" in str(e.value)
+        assert "-> 12345.0) (a write after return" in str(e.value)
+        assert set(e.value.partial) >= {"y", "dW", "db"}
+        for run in RUNS:
+            assert set(ex.run("linear", LINEAR, other, *run)) >= {"y", "dW", "db"}
+    finally:
+        ex.close()
