@@ -278,13 +278,13 @@ class GateSession:
     def _hung(self, layer: str) -> dict[str, list]:
         """{entry point: the layer's cases that hung in it, in the cases' order} ({} under
         --keep-going)."""
-        if self.opts.keep_going:
-            return {}
         hung: dict[str, set] = {}
-        for ex in self.executors:
+        for ex in self.executors if not self.opts.keep_going else ():
             for key, entry in ex.hangs:
                 if key[0] == layer:
                     hung.setdefault(entry, set()).add(key)
+        if not hung:
+            return hung
         order = {_key(j): n for n, j in enumerate(self.jobs)}
         return {entry: [k[2] for k in sorted(keys, key=lambda k: order.get(k, len(order)))]
                 for entry, keys in hung.items()}
