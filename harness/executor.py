@@ -13,7 +13,10 @@ held back by the worker and answered together, and shared memory names the run i
 and its start, which time each run and place a crash or hang). Up to MAX_QUEUED batches may
 wait in a worker's queue, so it never waits for the gate between cases; receive() files each
 answer under its batch, and a gate with several workers reads whichever answers first
-(harness/runner.py).
+(harness/runner.py). With `settle` (the gate's), a batch is complete only when the worker's
+check of its last run, `settle` seconds after that run ended, came back ("late"): a write
+into its buffers since fails that run (worker._Settling). Every hang is listed in `hangs`
+with its batch and entry point (the gate stops a layer after two, runner._stopped).
 
 The floating-point environment is checked in the worker before the port is loaded, right after
 (a library built with -ffast-math may set flush-to-zero in its initialisation) and before and
