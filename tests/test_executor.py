@@ -103,3 +103,28 @@ def test_a_write_after_the_last_run_returned_fails_that_run(ports):
             assert set(ex.run("linear", LINEAR, other, *run)) >= {"y", "dW", "db"}
     finally:
         ex.close()
+
+
+def test_a_write_after_return_outside_the_buffer_or_a_late_fault_fails_the_last_run(ports):
+    """The same late thread writing the canary zone before y, or through a null pointer (the
+    worker dies while the batch is watched, with nothing else running): the batch's last run
+    fails, naming the zone or the crash."""
+    import pytest
+    from crnn_conformance.ctypes_kernels import abi
+    from crnn_conformance.harness.runner import SETTLE
+    expect = {"-DTP_LATE_AT=-1": "output y (float32[16, 37]) was written out of bounds after "
+                                 "crnn_linear_forward returned: bytes -4..-1 before its start "
+                                 "(element -1)",
+              "-DTP_LATE_NULL": "after the case's last call returned, the port crashed: killed "
+                                "by signal SIGSEGV"}
+    for define, message in expect.items():
+        ex = Executor(ports("-DTP_LATE_WRITE_MS=20", define), ["linear"], 30, settle=SETTLE)
+        try:
+            ex.submit("linear", LINEAR, "T16_I37_O37", RUNS)
+            ex.collect()
+            with pytest.raises(abi.PortCallError) as e:
+                ex.run("linear", LINEAR, "T16_I37_O37", *RUNS[-1])
+            assert message in str(e.value), (define, str(e.value))
+            assert set(ex.run("linear", LINEAR, "T16_I37_O37", *RUNS[0])) >= {"y", "dW", "db"}
+        finally:
+            ex.close()

@@ -43,7 +43,8 @@
  *                         port that hangs in every case of a layer)
  *   -DTP_LATE_WRITE_MS=ms crnn_linear_forward starts a detached thread that writes y[0] ms
  *                         milliseconds after the call returned, on the case above (a missing
- *                         join)
+ *                         join); with -DTP_LATE_AT=k it writes y[k] instead (k = -1: the
+ *                         canary zone before y), with -DTP_LATE_NULL through a null pointer
  */
 #include <math.h>
 #include <signal.h>
@@ -83,10 +84,16 @@ static int g_threads = 1;
 
 #ifdef TP_LATE_WRITE_MS
 #include <pthread.h>
+#ifndef TP_LATE_AT
+#define TP_LATE_AT 0
+#endif
 static void *write_late(void *y)
 {
     usleep((TP_LATE_WRITE_MS) * 1000);
-    *(volatile float *)y = 12345.0f;
+#ifdef TP_LATE_NULL
+    y = NULL;
+#endif
+    ((volatile float *)y)[TP_LATE_AT] = 12345.0f;
     return NULL;
 }
 static void start_late_write(float *y)
