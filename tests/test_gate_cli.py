@@ -250,6 +250,8 @@ def test_after_two_hangs_in_one_entry_point_the_layers_other_cases_are_not_run(d
     layer = data["layers"]["linear"]
     assert (layer["status"], layer["not_run"], layer["reason"]) == ("failed", len(skipped), why)
     assert data["meta"]["not_run"]["linear"]["cases"] == [n for n in names if n not in hung]
+    table = gate(str(tmp_path / "results.json"), command="report").stdout
+    assert f"tensors; {len(skipped)} case(s) {why}" in table
 
 
 def test_keep_going_runs_every_case_of_a_hanging_layer(ports, tmp_path):
