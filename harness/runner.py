@@ -290,14 +290,19 @@ class GateSession:
                 for entry, keys in hung.items()}
 
     def _not_run(self, job: Job, why: str) -> list[Record]:
-        """The failing record of a case not run (_stopped), under its first selected tier."""
-        tier = next((t for t in job.case.expected if t in self.opts.tiers), "identity")
-        rec = failure(self.opts, job.layer, job.case.name, tier, self.isas[0], 1, why)
-        rec.fixture = Path(job.fixture).stem
+        """The failing records of a case not run (_stopped): one per tier it would have had,
+        as for a base run that crashed (so each of the plugin's tests of the case fails)."""
+        tiers = [t for t in job.case.expected if t in self.opts.tiers]
+        if "identity" in self.opts.tiers and len(self.runs()) > 1:
+            tiers.append("identity")
+        records = [failure(self.opts, job.layer, job.case.name, t, self.isas[0], 1, why)
+                   for t in tiers]
+        for r in records:
+            r.fixture = Path(job.fixture).stem
         entry = self.not_run.setdefault(job.layer, {"reason": why, "cases": []})
         entry["reason"] = why
         entry["cases"].append(job.case.name)
-        return [rec]
+        return records
 
     def meta(self) -> dict:
         ex = self.executor
