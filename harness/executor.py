@@ -147,9 +147,10 @@ class Executor:
         return (sum(1 for q in self._queue if key is None or q[0] == key)
                 + sum(1 for q in self._settling if key is None or q[0] == key))
 
-    def running(self) -> int:
-        """How many batches the worker has yet to run to their end."""
-        return len(self._queue)
+    def running(self, key=None) -> int:
+        """How many batches the worker has yet to run to their end (with `key`: 1 if that
+        one, else 0)."""
+        return len(self._queue) if key is None else sum(1 for q in self._queue if q[0] == key)
 
     def deadline(self) -> float | None:
         """When the run being waited for counts as hung (time.monotonic; None: never): the

@@ -35,6 +35,7 @@ __all__ = ["FIXTURES_DIR", "THREADS", "TIERS", "GateOptions", "GateResult", "Gat
 
 DEPTH = 2      # batches a worker has waiting at most: the one it runs and the next
 WINDOW = 8     # cases per worker that may be sent before their turn (their answers kept)
+FAR = 64       # ... while the case whose turn it is waits only for its SETTLE check
 SETTLE = 0.1   # seconds after a case's last run that its buffers are checked again (a write
                # after return: docs/port-abi.md, "What the gate guarantees")
 
@@ -220,6 +221,8 @@ class GateSession:
         waiting: a worker that finished a long case takes the next ones (their answers wait
         in the gate until their turn)."""
         for job in ahead:
+            if _key(job) in self._worker_of:
+                continue
             if min(e.running() for e in self.executors) >= DEPTH:
                 return
             # (a layer that hung once waits for its turn: a second hang stops it, _stopped)
@@ -229,15 +232,18 @@ class GateSession:
     def _await(self, ex, key, ahead) -> None:
         """Reads every worker's answers as they come until batch `key` of `ex` is complete
         (no worker waits on a full pipe while the gate waits for another), sending cases of
-        `ahead` to the workers that become free."""
-        self._dispatch(ahead)
+        `ahead` to the workers that become free: the first WINDOW a worker, and all of
+        `ahead` while the batch waits only for the check after its last run (SETTLE seconds,
+        which a window of short cases would leave the workers idle for)."""
+        near = ahead[:WINDOW * len(self.executors)]
+        self._dispatch(near)
         while ex.queued(key):
             busy = [e for e in self.executors if e.queued()]
             ends = [d for d in (e.deadline() for e in busy) if d is not None]
             wait([e.conn for e in busy], max(0.0, min(ends) - time.monotonic()) if ends else None)
             for e in busy:
                 e.receive(0)       # one answer if it came; a hang if its run is overdue
-            self._dispatch(ahead)
+            self._dispatch(near if ex.running(key) else ahead)
 
     def run_case(self, job: Job, ahead=()) -> list[Record]:
         """The records of one case, its runs sent to a worker as one batch. The cases in
@@ -336,7 +342,7 @@ def run_gate(opts: GateOptions, progress=None) -> GateResult:
         for n, job in enumerate(jobs):
             if progress:
                 progress(n, len(jobs), f"{job.layer} {job.case.name}")
-            records += session.run_case(job, jobs[n + 1:n + 1 + WINDOW * len(session.executors)])
+            records += session.run_case(job, jobs[n + 1:n + 1 + FAR * len(session.executors)])
         if progress:
             progress(len(jobs), len(jobs), "done")
     if not records and not session.not_implemented:   # (none implemented: the CLI says so)
