@@ -18,6 +18,7 @@ import os
 import resource
 import signal
 import tempfile
+import threading
 import time
 import traceback
 from collections import deque
@@ -188,10 +189,12 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
                       "fpenv": fpenv(helper), "symbols": abi.exported(lib)}))
     traced = _Traced(lib, shared, helper)
     fflush = _LIBC.fflush
-    settling = deque()
+    conn = _Locked(conn)
+    settling = _Watcher(conn)
     while True:
+        settling.release()
         try:
-            msg = _receive(conn, settling)
+            msg = conn.recv()
         except EOFError:          # the gate is gone
             return
         if msg is None:
@@ -213,30 +216,60 @@ class _Settling:
     def __init__(self, arena, run: int, window: float):
         self.arena, self.run, self.due = arena, run, time.monotonic() + window
 
-    def verdict(self) -> str | None:
-        if self.arena is None:
-            return None
-        try:
-            return self.arena.settled()
-        finally:
-            self.arena.release()
+
+class _Locked:
+    """The worker's end of the pipe, its sends under a lock (_Watcher's thread sends too)."""
+
+    def __init__(self, conn):
+        self._conn, self._lock = conn, threading.Lock()
+
+    def send(self, msg) -> None:
+        with self._lock:
+            self._conn.send(msg)
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
 
 
-def _send_settled(conn, settling) -> None:
-    """("late", run index, what changed or None) for each settling batch now due, in order."""
-    now = time.monotonic()
-    while settling and settling[0].due <= now:
-        item = settling.popleft()
-        conn.send(("late", item.run, item.verdict()))
+class _Watcher:
+    """The settling batches, each checked when due by a thread of its own, so its verdict,
+    ("late", run index, what changed or None), comes on time also while the next case is in
+    a long call or replay. The checked arenas go back to the pool from the main thread
+    (release()), which alone uses the pool."""
 
+    def __init__(self, conn):
+        self.conn, self.cond = conn, threading.Condition()
+        self.items, self.checked = deque(), []
+        threading.Thread(target=self._run, daemon=True).start()
 
-def _receive(conn, settling):
-    """The gate's next message; meanwhile the settling batches' verdicts as they fall due."""
-    while settling:
-        if conn.poll(max(0.0, settling[0].due - time.monotonic())):
-            break
-        _send_settled(conn, settling)
-    return conn.recv()
+    def append(self, item: _Settling) -> None:
+        with self.cond:
+            self.items.append(item)
+            self.cond.notify()
+
+    def release(self) -> None:
+        with self.cond:
+            checked, self.checked = self.checked, []
+        for arena in checked:
+            arena.release()
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.items or self.items[0].due > time.monotonic():
+                    self.cond.wait(self.items[0].due - time.monotonic() if self.items else None)
+                item = self.items.popleft()
+            try:
+                problem = item.arena.settled() if item.arena is not None else None
+            except Exception:   # noqa: BLE001  (the harness's error: not the port's failure)
+                problem = None
+            try:
+                self.conn.send(("late", item.run, problem))
+            except OSError:     # the gate is gone
+                return
+            if item.arena is not None:
+                with self.cond:
+                    self.checked.append(item.arena)
 
 
 def _fresh_arena(traced, shared) -> guard.Arena:
@@ -278,7 +311,7 @@ def _serve_batch(conn, traced, shared, cases, settling, layer, fixture_path, cas
         i = 0 if first is None else 1
         last_arena = first_arena
     while i < len(runs):
-        _send_settled(conn, settling)
+        settling.release()
         if tape is not None:
             done, _, _ = tape.run(i, runs[:MAX_HELD])
             held += [progress[2 + j] for j in range(i, i + done)]
@@ -326,10 +359,10 @@ def _serve_batch(conn, traced, shared, cases, settling, layer, fixture_path, cas
         i += 1
     # (an fpenv answer ended the batch: nothing to watch)
     watched = last_arena if settle is not None and i == len(runs) else None
-    if settle is not None:
-        settling.append(_Settling(watched, len(runs) - 1, settle))
     conn.send(("done", held))       # the last held runs go with the end
     progress[0] = -1
+    if settle is not None:          # (its verdict after "done")
+        settling.append(_Settling(watched, len(runs) - 1, settle))
     if last_arena is not None and last_arena is not first_arena and last_arena is not watched:
         last_arena.release()
     if first_arena is not None and first_arena is not watched:
