@@ -13,7 +13,10 @@ held back by the worker and answered together, and shared memory names the run i
 and its start, which time each run and place a crash or hang). Up to MAX_QUEUED batches may
 wait in a worker's queue, so it never waits for the gate between cases; receive() files each
 answer under its batch, and a gate with several workers reads whichever answers first
-(harness/runner.py).
+(harness/runner.py). With `settle` (the gate's), a batch is complete only when the worker's
+check of its last run, `settle` seconds after that run ended, came back ("late"): a write
+into its buffers since fails that run (worker._Settling). Every hang is listed in `hangs`
+with its batch and entry point (the gate stops a layer after two, runner._stopped).
 
 The floating-point environment is checked in the worker before the port is loaded, right after
 (a library built with -ffast-math may set flush-to-zero in its initialisation) and before and
@@ -51,7 +54,7 @@ class Executor:
     `last_output` holds what the port printed during it."""
 
     def __init__(self, port_path: Path, layers: list[str], timeout: float | None = 120.0,
-                 cases: dict | None = None):
+                 cases: dict | None = None, settle: float | None = None):
         self.port_path = str(port_path)
         self.layers = list(layers)
         self.timeout = timeout
@@ -64,6 +67,13 @@ class Executor:
         self._queue: deque = deque()            # [key, runs not answered, first answer] per batch
         self._since = 0.0                       # when the run being waited for started
         self._latest = None                     # the batch collected last
+        # settle (seconds): each batch's last run is checked that long after its end for a
+        # write after return (worker._Settling); [key, runs] of the batches awaiting it
+        self.settle = settle
+        self._settling: deque = deque()
+        self.hangs: list[tuple] = []            # (batch key, entry point) of every hang
+        self._single = None                     # the key of the single run in progress
+        self._lost_why = ""                     # why the worker is gone (_hang, _crash)
         helper = fpenv_helper()            # built here, before the fork, loaded in the worker
         self.helper_path = helper._name if helper is not None else None
         self.ctx = mp.get_context("fork")
@@ -119,27 +129,34 @@ class Executor:
             self._start()
         try:
             self.conn.send(("batch", layer, str(fixture_path), case_name, list(runs), case,
-                            symbolic))
+                            symbolic, self.settle))
         except (BrokenPipeError, ConnectionResetError):
             return      # it died just now: collect() reads its crash, run() redoes these runs
         if not self._queue:
             self._since = time.monotonic()     # the worker was idle: the batch starts now
         self._batches[key] = {}
-        # [key, runs not answered, first answer, number of runs]
-        self._queue.append([key, list(runs), None, len(runs)])
+        # [key, runs not answered, first answer, number of runs, the runs]
+        self._queue.append([key, list(runs), None, len(runs), list(runs)])
 
     def submitted(self, layer: str, fixture_path, case_name: str) -> bool:
         return (layer, str(fixture_path), case_name) in self._batches
 
     def queued(self, key=None) -> int:
-        """How many batches wait for answers (with `key`: 1 if that one does, else 0)."""
-        return sum(1 for q in self._queue if key is None or q[0] == key)
+        """How many batches wait for answers or for their check after the last run (with
+        `key`: 1 if that one does, else 0)."""
+        return (sum(1 for q in self._queue if key is None or q[0] == key)
+                + sum(1 for q in self._settling if key is None or q[0] == key))
+
+    def running(self, key=None) -> int:
+        """How many batches the worker has yet to run to their end (with `key`: 1 if that
+        one, else 0)."""
+        return len(self._queue) if key is None else sum(1 for q in self._queue if q[0] == key)
 
     def deadline(self) -> float | None:
         """When the run being waited for counts as hung (time.monotonic; None: never): the
         timeout after its start, which the worker records, or after the last answer or the
         batch's start, whichever is later."""
-        if self.timeout is None or not self._queue:
+        if self.timeout is None or not (self._queue or self._settling):
             return None
         since = self._since
         if self.shared.progress[0] >= 0:
@@ -159,14 +176,14 @@ class Executor:
         is a crash, the held-back runs before it kept as passed (_recover); the worker is
         then gone, and the batches still queued are dropped (run() redoes each of their runs
         alone on a new worker)."""
-        entry = self._queue[0]
-        key, runs = entry[0], entry[1]
+        entry = self._queue[0] if self._queue else None
+        key, runs = entry[:2] if entry else (None, [])
         deadline = self.deadline()
         waits = [x for x in (wait, deadline and deadline - time.monotonic()) if x is not None]
         if not self.conn.poll(max(0.0, min(waits)) if waits else None):
             if self.deadline() is None or time.monotonic() < self.deadline():
                 return                          # the caller's wait is over, not the run's
-            message = self._hang()
+            message = self._hang(key)
             self._recover(entry)
             self._lost(key, runs[0] if runs else None, message)
             return
@@ -177,6 +194,9 @@ class Executor:
             self._recover(entry)
             self._lost(key, runs[0] if runs else None, message)
             return
+        if msg[0] == "late":                    # a batch's check after its last run
+            self._settled(*msg[1:])
+            return
         self._since = time.monotonic()
         if msg[0] in ("same", "done"):          # runs held back: the first's outputs, no output
             for seconds in msg[1] or ():
@@ -184,6 +204,8 @@ class Executor:
             if msg[0] == "done":
                 self._queue.popleft()
                 self._latest = key
+                if self.settle is not None:
+                    self._settling.append([key, entry[4]])
             return
         _, answer, text, seconds = msg
         if answer[0] == "same":                 # the first run's outputs, byte for byte
@@ -192,12 +214,26 @@ class Executor:
             entry[2] = answer
         self._batches[key][runs.pop(0)] = (answer, text, seconds)
 
+    def _settled(self, run: int, problem: str | None) -> None:
+        """The verdict on the oldest settling batch: what changed in its run `run` (an index
+        of its runs) after the run's calls returned, or None. A change fails that run: its
+        answer becomes a "late" error carrying its outputs."""
+        key, runs = self._settling.popleft()
+        got = self._batches.get(key, {}).get(runs[run])
+        if problem and got is not None and got[0][0] == "ok":
+            self._batches[key][runs[run]] = (("late", (problem, got[0][1])), *got[1:])
+
     def _recover(self, entry) -> None:
         """After a crash or a hang: the runs before the one in progress that the worker held
         back (they passed, with the first run's outputs and no port output; their seconds are
         in shared.progress). Only once the batch's first answer came: the worker is then in
-        this batch, so the run it names is this batch's."""
-        key, runs, first, total = entry
+        this batch, so the run it names is this batch's. With no batch in progress, the crash
+        or hang came after the last run of the oldest settling batch: it fails that run."""
+        if entry is None:
+            if self._settling:
+                self._settled(-1, f"after the case's last call returned, {self._lost_why}")
+            return
+        key, runs, first, total = entry[:4]
         at = int(self.shared.progress[0])
         if first is None or at < 0:
             return
@@ -211,19 +247,25 @@ class Executor:
         for q in list(self._queue)[1:]:
             self._batches.pop(q[0], None)
         self._queue.clear()
-        self._latest = key
+        self._settling.clear()      # (their checks died with the worker: not made)
+        self._latest = key if key is not None else self._latest
 
-    def _hang(self) -> str:
+    def _hang(self, key=None) -> str:
         where = self._where()
+        if key is not None and where:
+            self.hangs.append((key, where[len(" in "):]))
         self.proc.kill()
         self._reap()
         self.proc = None
+        self._lost_why = f"the worker did not answer within {self.timeout:g} s (--timeout)"
         return f"hang: no answer{where} within {self.timeout:g} s (--timeout); worker killed"
 
     def _crash(self) -> str:
         code = self._reap()
         where = self._where()
         self.proc = None
+        self._lost_why = (f"the port crashed: {_describe(code)}{self._fault(code)} (a thread "
+                          "of the port still running?)")
         return f"the port crashed{where}: {_describe(code)}{self._fault(code)}"
 
     def drop(self, layer: str, fixture_path, case_name: str) -> None:
@@ -266,6 +308,7 @@ class Executor:
         if self.proc is None or not self.proc.is_alive():
             self._start()
         t0 = time.perf_counter()
+        self._single = key
         self.conn.send((layer, str(fixture_path), case_name, isa, threads))
         try:
             return self._answer()
@@ -298,7 +341,7 @@ class Executor:
 
     def _answer(self) -> dict:
         if not self.conn.poll(self.timeout):
-            raise PortCrash(self._hang())
+            raise PortCrash(self._hang(self._single))
         try:
             kind, payload = self.conn.recv()
         except (EOFError, ConnectionResetError):
@@ -311,6 +354,10 @@ class Executor:
         if kind == "callerror":
             e = abi.PortCallError(payload[0], payload[1])
             e.partial = payload[2]
+            raise e
+        if kind == "late":             # the run passed, then something wrote into it
+            e = abi.PortCallError(payload[0])
+            e.partial = payload[1]
             raise e
         if kind == "fpenv":
             raise abi.PortError(payload)

@@ -14,7 +14,8 @@ every port call, Arena.before / Arena.after check the buffers the call was given
   - a const argument changed (a fixture input, or an output of an earlier call passed back in,
     such as the forward's winners): "modified input W at [i, j]".
 Either is a Violation (a failure of that case, like an error code). Arena.finish checks every
-buffer once more after the run. The checks of a call are one call into the harness's C
+buffer once more after the run; Arena.seal and Arena.settled check, a while later, that none
+changed since (a write after return). The checks of a call are one call into the harness's C
 helper (use_helper; without a compiler, a memcmp per zone and per const argument), and only
 a failed check takes the slower way that names the damage; the buffers of a run are reused
 whole by the next run with the same shapes (_Pool), which spares allocations, system calls
@@ -218,6 +219,7 @@ class Arena:
         self.last = ""                             # the last entry point called
         self.tape = None                           # a replay.Tape recording the run, or None
         self.found, self.outside = [], False       # the last call's buffers (before())
+        self._sealed: list = []                    # seal(): the buffers' bytes at the run's end
 
     def _add(self, b: Buffer) -> Buffer:
         b.index = len(self.buffers)                # its place in this arena (replay.Tape)
@@ -318,11 +320,39 @@ class Arena:
             raise Violation(f"after the run (last call {self.last or 'none'}; did a call keep a "
                             "pointer after returning?): " + "; ".join(problems))
 
+    def seal(self) -> None:
+        """The run's end: a copy of every output and in/out buffer, which settled() compares
+        with once the run is old enough (its buffers are kept, unreused, until then)."""
+        self._sealed = [None if b.kind == "input" else b.bytes.copy() for b in self.buffers]
+
+    def settled(self) -> str | None:
+        """None when every buffer, its zones and every input still hold what they held at
+        seal(), else what changed since: a write after the call returned (a thread of the
+        port still running, a missing join or device synchronize)."""
+        sealed = list(zip(self.buffers, self._sealed))
+        if _all_intact([(b, b._original_addr if s is None else s.ctypes.data)
+                        for b, s in sealed]):
+            return None
+        problems = []
+        for b, s in sealed:
+            b.intact = False                   # (its zones are rewritten when it is reused)
+            arg, call = (b.writers[-1][2], b.writers[-1][1]) if b.writers else ("", self.last)
+            after = f"after {call or 'its last call'} returned"
+            if not b.zones_intact():
+                problems.append(f"{b.describe(arg)} was written out of bounds {after}: "
+                                + "; ".join(b.zone_damage()))
+            where = b.first_change(b.original if s is None else s.view(b.dtype).reshape(b.shape))
+            if where:
+                problems.append(f"{b.name or arg or b.describe()} changed {after} {where}")
+        return ("; ".join(problems) + " (a write after return: a missing join or device "
+                "synchronize?)")
+
     def release(self) -> None:
         """After the run's outputs were sent: the buffers' memory goes back to the pool."""
         for b in self.buffers:
             b.release()
         self.buffers, self._los, self._at, self._addr, self._tables = [], [], {}, {}, {}
+        self._sealed = []
 
     def partial(self, wanted) -> dict:
         """After a failed call: the outputs that a single completed call wrote, by argument

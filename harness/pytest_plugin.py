@@ -30,7 +30,7 @@ implement (missing symbols, or CRNN_E_UNSUPPORTED from its base run) are skipped
 reason "not implemented".
 
 Options (each also has a --crnn- form): --crnn-layers, --crnn-tiers, --crnn-isa,
---crnn-threads, --crnn-case, --crnn-fixtures, --crnn-timeout.
+--crnn-threads, --crnn-case, --crnn-fixtures, --crnn-timeout, --crnn-keep-going.
 """
 from __future__ import annotations
 
@@ -62,6 +62,8 @@ def pytest_addoption(parser):
     g.addoption("--crnn-fixtures", default=None, metavar="DIR", help="fixture directory")
     g.addoption("--crnn-timeout", type=float, default=120.0, metavar="S",
                 help="seconds one layer call on one case may take (hang)")
+    g.addoption("--crnn-keep-going", action="store_true", default=False,
+                help="run every case, also after two cases of a layer hung in one entry point")
 
 
 def _taken(parser, name: str) -> bool:
@@ -98,7 +100,8 @@ def _options(config):
             tiers=tuple(_split(config.getoption("crnn_tiers"), TIERS, "tier") or TIERS),
             layers=None if available else _split(layers, L.LAYERS, "layer"),
             case=config.getoption("crnn_case"),
-            timeout=parse_timeout(config.getoption("crnn_timeout")), available=available)
+            timeout=parse_timeout(config.getoption("crnn_timeout")), available=available,
+            keep_going=config.getoption("crnn_keep_going"))
     except click.BadParameter as e:
         raise pytest.UsageError(f"crnn-conformance: {e.message}") from None
 

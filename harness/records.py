@@ -69,6 +69,7 @@ class GateOptions:
     available: bool = False          # `--layers available`: gate only the layers the port implements
     workers: int = 1                 # worker processes running cases side by side (gate --jobs)
     runs: list | None = None         # gate --runs: exactly these (isa, threads) runs, the base first
+    keep_going: bool = False         # run every case, also after two hangs in one entry point
 
 
 @dataclass

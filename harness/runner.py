@@ -38,6 +38,9 @@ __all__ = ["FIXTURES_DIR", "THREADS", "TIERS", "GateOptions", "GateResult", "Gat
 
 DEPTH = 2      # batches a worker has waiting at most: the one it runs and the next
 WINDOW = 8     # cases per worker that may be sent before their turn (their answers kept)
+FAR = 64       # ... while the case whose turn it is waits only for its SETTLE check
+SETTLE = 0.1   # seconds after a case's last run that its buffers are checked again (a write
+               # after return: docs/port-abi.md, "What the gate guarantees")
 
 
 def tier_tolerance(layer: str, case, tier: str, tensor: str, shape=None, arrays=None):
@@ -148,13 +151,16 @@ class GateSession:
         # Pool flips used (the whole-model pytorch tier): None until a layer reports one;
         # then meta["flips"] lists them and the HTML report shows its flip section.
         self.flips: list[dict] | None = None
+        # layer -> {"reason", "cases"}: the cases not run after two hangs in one entry point
+        # (unless --keep-going); meta["not_run"] holds it
+        self.not_run: dict[str, dict] = {}
 
     def open(self) -> "GateSession":
         # --layers available: the worker checks only the core symbols; the layers whose
         # symbols are missing are then "not implemented" and their cases are not run
         cases = {fx.path: {c.name: c for c in fx.cases} for fs in self.fixtures.values() for fx in fs}
         layers = [] if self.opts.available else self.layer_names
-        self.executor = Executor(self.port_path, layers, self.opts.timeout, cases)
+        self.executor = Executor(self.port_path, layers, self.opts.timeout, cases, SETTLE)
         self.executors = [self.executor]
         try:
             self.isas = _select_isas(self.opts, self.executor.isas)
@@ -166,8 +172,8 @@ class GateSession:
                 raise ValueError("no checks selected: the identity tier compares ISA x thread "
                                  f"runs, and only {isa} x {threads} is selected")
             n = max(1, min(self.opts.workers, len(self.jobs)))
-            self.executors += [Executor(self.port_path, layers, self.opts.timeout, cases)
-                               for _ in range(n - 1)]
+            self.executors += [Executor(self.port_path, layers, self.opts.timeout, cases,
+                                        SETTLE) for _ in range(n - 1)]
         except BaseException:
             self.close(force=True)
             raise
@@ -224,7 +230,7 @@ class GateSession:
         key = _key(job)
         if key not in self._worker_of:
             self._worker_of[key] = min(range(len(self.executors)),
-                                       key=lambda k: self.executors[k].queued())
+                                       key=lambda k: self.executors[k].running())
             self.executors[self._worker_of[key]].submit(*key, self.runs())
         return self.executors[self._worker_of[key]]
 
@@ -233,28 +239,38 @@ class GateSession:
         waiting: a worker that finished a long case takes the next ones (their answers wait
         in the gate until their turn)."""
         for job in ahead:
-            if min(e.queued() for e in self.executors) >= DEPTH:
+            if _key(job) in self._worker_of:
+                continue
+            if min(e.running() for e in self.executors) >= DEPTH:
                 return
-            if job.layer not in self.not_implemented:
+            # (a layer that hung once waits for its turn: a second hang stops it, _stopped)
+            if job.layer not in self.not_implemented and not self._hung(job.layer):
                 self._submit(job)
 
     def _await(self, ex, key, ahead) -> None:
         """Reads every worker's answers as they come until batch `key` of `ex` is complete
         (no worker waits on a full pipe while the gate waits for another), sending cases of
-        `ahead` to the workers that become free."""
-        self._dispatch(ahead)
+        `ahead` to the workers that become free: the first WINDOW a worker, and all of
+        `ahead` while the batch waits only for the check after its last run (SETTLE seconds,
+        which a window of short cases would leave the workers idle for)."""
+        near = ahead[:WINDOW * len(self.executors)]
+        self._dispatch(near)
         while ex.queued(key):
             busy = [e for e in self.executors if e.queued()]
             ends = [d for d in (e.deadline() for e in busy) if d is not None]
             wait([e.conn for e in busy], max(0.0, min(ends) - time.monotonic()) if ends else None)
             for e in busy:
                 e.receive(0)       # one answer if it came; a hang if its run is overdue
-            self._dispatch(ahead)
+            self._dispatch(near if ex.running(key) else ahead)
 
     def run_case(self, job: Job, ahead=()) -> list[Record]:
         """The records of one case, its runs sent to a worker as one batch. The cases in
         `ahead` (the next ones, in order) are sent as workers become free, before this
         one's records are made, so the workers run them meanwhile."""
+        why = self._stopped(job.layer)
+        ran = self._worker_of.get(_key(job))
+        if why and (ran is None or not self.executors[ran].submitted(*_key(job))):
+            return self._not_run(job, why)
         ex = self._submit(job)
         self._await(ex, _key(job), ahead)
         try:
@@ -270,6 +286,45 @@ class GateSession:
         for r in records:   # a record that judged pool flips reports them (possibly none)
             if getattr(r, "flips", None) is not None:
                 self.flips = (self.flips or []) + list(r.flips)
+        return records
+
+    def _stopped(self, layer: str) -> str | None:
+        """Why the rest of a layer's cases are not run: two of its cases hung in the same
+        entry point (each cost --timeout; the next would too), or None (--keep-going: always
+        None)."""
+        for entry, names in self._hung(layer).items():
+            if len(names) >= 2:
+                return (f"not run: {entry} hung in {len(names)} cases ({', '.join(names)}); "
+                        "--keep-going runs every case")
+        return None
+
+    def _hung(self, layer: str) -> dict[str, list]:
+        """{entry point: the layer's cases that hung in it, in the cases' order} ({} under
+        --keep-going)."""
+        hung: dict[str, set] = {}
+        for ex in self.executors if not self.opts.keep_going else ():
+            for key, entry in ex.hangs:
+                if key[0] == layer:
+                    hung.setdefault(entry, set()).add(key)
+        if not hung:
+            return hung
+        order = {_key(j): n for n, j in enumerate(self.jobs)}
+        return {entry: [k[2] for k in sorted(keys, key=lambda k: order.get(k, len(order)))]
+                for entry, keys in hung.items()}
+
+    def _not_run(self, job: Job, why: str) -> list[Record]:
+        """The failing records of a case not run (_stopped): one per tier it would have had,
+        as for a base run that crashed (so each of the plugin's tests of the case fails)."""
+        tiers = [t for t in job.case.expected if t in self.opts.tiers]
+        if "identity" in self.opts.tiers and len(self.runs()) > 1:
+            tiers.append("identity")
+        records = [failure(self.opts, job.layer, job.case.name, t, self.isas[0], 1, why)
+                   for t in tiers]
+        for r in records:
+            r.fixture = Path(job.fixture).stem
+        entry = self.not_run.setdefault(job.layer, {"reason": why, "cases": []})
+        entry["reason"] = why
+        entry["cases"].append(job.case.name)
         return records
 
     def meta(self) -> dict:
@@ -294,6 +349,7 @@ class GateSession:
             **({"flips": list(self.flips)} if self.flips is not None else {}),
             "available": self.opts.available, "not_implemented": dict(self.not_implemented),
             **({"no_fixture": list(self.no_fixture)} if self.no_fixture else {}),
+            **({"not_run": dict(self.not_run)} if self.not_run else {}),
         }
 
 
@@ -306,7 +362,7 @@ def run_gate(opts: GateOptions, progress=None) -> GateResult:
         for n, job in enumerate(jobs):
             if progress:
                 progress(n, len(jobs), f"{job.layer} {job.case.name}")
-            records += session.run_case(job, jobs[n + 1:n + 1 + WINDOW * len(session.executors)])
+            records += session.run_case(job, jobs[n + 1:n + 1 + FAR * len(session.executors)])
         records = contract.merged(session, records)   # the contract tier: each layer's calls
         if progress:
             progress(len(jobs), len(jobs), "done")

@@ -19,8 +19,10 @@ import resource
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
+from collections import deque
 
 import numpy as np
 
@@ -200,7 +202,10 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
                       "threads": lib.thread_counts if python else None}))
     traced = _Traced(lib, shared, helper)
     fflush = _LIBC.fflush
+    conn = _Locked(conn)
+    settling = _Watcher(conn)
     while True:
+        settling.release()
         try:
             msg = conn.recv()
         except EOFError:          # the gate is gone
@@ -208,7 +213,7 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
         if msg is None:
             return
         if msg[0] == "batch":     # one case on several (isa, threads): an answer per run
-            _serve_batch(conn, traced, shared, cases, *msg[1:])
+            _serve_batch(conn, traced, shared, cases, settling, *msg[1:])
             continue
         if msg[0] == "contract":  # the contract tier's calls (harness/contract.py): an answer each
             _serve_contract(conn, traced, shared, *msg[1:])
@@ -233,6 +238,69 @@ def _serve_contract(conn, traced, shared, calls, isa: str) -> None:
         conn.send(answer)
 
 
+class _Settling:
+    """A batch's last run, its arena sealed at the run's end (guard.Arena.seal) and kept
+    unreused until `due`, when settled() tells whether anything wrote into it since."""
+
+    def __init__(self, arena, run: int, window: float):
+        self.arena, self.run, self.due = arena, run, time.monotonic() + window
+
+
+class _Locked:
+    """The worker's end of the pipe, its sends under a lock (_Watcher's thread sends too)."""
+
+    def __init__(self, conn):
+        self._conn, self._lock = conn, threading.Lock()
+
+    def send(self, msg) -> None:
+        with self._lock:
+            self._conn.send(msg)
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+class _Watcher:
+    """The settling batches, each checked when due by a thread of its own, so its verdict,
+    ("late", run index, what changed or None), comes on time also while the next case is in
+    a long call or replay. The checked arenas go back to the pool from the main thread
+    (release()), which alone uses the pool."""
+
+    def __init__(self, conn):
+        self.conn, self.cond = conn, threading.Condition()
+        self.items, self.checked = deque(), []
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def append(self, item: _Settling) -> None:
+        with self.cond:
+            self.items.append(item)
+            self.cond.notify()
+
+    def release(self) -> None:
+        with self.cond:
+            checked, self.checked = self.checked, []
+        for arena in checked:
+            arena.release()
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.items or self.items[0].due > time.monotonic():
+                    self.cond.wait(self.items[0].due - time.monotonic() if self.items else None)
+                item = self.items.popleft()
+            try:
+                problem = item.arena.settled() if item.arena is not None else None
+            except Exception:   # noqa: BLE001  (the harness's error: not the port's failure)
+                problem = None
+            try:
+                self.conn.send(("late", item.run, problem))
+            except OSError:     # the gate is gone
+                return
+            if item.arena is not None:
+                with self.cond:
+                    self.checked.append(item.arena)
+
+
 def _fresh_arena(traced, shared) -> guard.Arena:
     """A run's start: its own output (the file truncated), no guard-page table, a new arena."""
     os.ftruncate(shared.out_fd, 0)
@@ -240,8 +308,8 @@ def _fresh_arena(traced, shared) -> guard.Arena:
     return guard.Arena()
 
 
-def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, runs, case,
-                 symbolic=None) -> None:
+def _serve_batch(conn, traced, shared, cases, settling, layer, fixture_path, case_name, runs,
+                 case, symbolic=None, settle=None) -> None:
     """Runs one case on every (isa, threads) of `runs`, sending ("run", answer, port output,
     seconds) as each run ends, then ("done", [seconds, ...]). A run whose outputs equal the
     first's byte for byte and that printed nothing is held back, its seconds in
@@ -254,11 +322,15 @@ def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, ru
 
     The first run is recorded, and the runs after it are replayed in C (harness/replay.py)
     until one of them differs from the first, prints or fails a check; that one and the rest
-    run here, each as the first did."""
+    run here, each as the first did.
+
+    `settle` (seconds, or None): the last run's buffers are sealed and kept unreused that
+    long after its end, then checked (_Settling: a write after return), the verdict going
+    as ("late", run index, message or None) after "done", while the next batches run."""
     if case is not None:                         # the case itself came with the request
         cases[fixture_path] = {case_name: case}
     fflush, progress = _LIBC.fflush, shared.progress
-    first = first_arena = tape = None
+    first = first_arena = tape = last_arena = None
     held = []
     i = 0
     if symbolic is not None and traced.replays:
@@ -266,12 +338,17 @@ def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, ru
                                                    cases[fixture_path][case_name], runs,
                                                    symbolic)
         i = 0 if first is None else 1
+        last_arena = first_arena
     while i < len(runs):
+        settling.release()
         if tape is not None:
             done, _, _ = tape.run(i, runs[:MAX_HELD])
             held += [progress[2 + j] for j in range(i, i + done)]
             i, tape = i + done, None
+            last_arena = first_arena if done else last_arena
             if i == len(runs):
+                if settle is not None:
+                    last_arena.seal()
                 break
         isa, threads = runs[i]
         arena = _fresh_arena(traced, shared)
@@ -281,6 +358,8 @@ def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, ru
         answer = _run_one(traced, arena, cases, layer, fixture_path, case_name, isa, threads,
                           recording)
         seconds = time.perf_counter() - t0
+        if settle is not None and i == len(runs) - 1:
+            arena.seal()          # before its answer is sent (which reads its outputs)
         fflush(None)
         text = shared.output()
         if first is None:
@@ -301,14 +380,21 @@ def _serve_batch(conn, traced, shared, cases, layer, fixture_path, case_name, ru
             tape = _compiled(recording, arena, traced, shared)
             if tape is not None:
                 tape.keep_first()
-        if arena is not first_arena:
-            arena.release()
+        if last_arena is not None and last_arena is not first_arena:
+            last_arena.release()
+        last_arena = arena
         if answer[0] == "fpenv":
             break
         i += 1
+    # (an fpenv answer ended the batch: nothing to watch)
+    watched = last_arena if settle is not None and i == len(runs) else None
     conn.send(("done", held))       # the last held runs go with the end
     progress[0] = -1
-    if first_arena is not None:
+    if settle is not None:          # (its verdict after "done")
+        settling.append(_Settling(watched, len(runs) - 1, settle))
+    if last_arena is not None and last_arena is not first_arena and last_arena is not watched:
+        last_arena.release()
+    if first_arena is not None and first_arena is not watched:
         first_arena.release()
 
 

@@ -145,7 +145,9 @@ def _layer_line(layer: str, st: dict) -> str:
         ran = f"; {st['checks']} check(s) of other cases ran" if st["checks"] else ""
         return f"[{layer}] not implemented: {st.get('reason', '')}{ran}"
     failed = f", {st['failed']} failed" if st["failed"] else ""
-    return f"[{layer}] {st['status']}: {st['checks']} checks{failed}, {st['tensors']} tensors"
+    skipped = f"; {st['not_run']} case(s) {st['reason']}" if st.get("not_run") else ""
+    return (f"[{layer}] {st['status']}: {st['checks']} checks{failed}, {st['tensors']} tensors"
+            f"{skipped}")
 
 
 def table(doc: dict, verbose: bool = False) -> list[str]:

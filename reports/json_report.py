@@ -53,8 +53,11 @@ def layer_status(records: list[dict], meta: dict) -> dict:
     """{layer: {status, checks, failed, tensors[, reason]}} in the run's layer order. A layer
     is `failed` when any of its checks failed, else `not implemented` when the port lacks its
     symbols or returned CRNN_E_UNSUPPORTED under `--layers available` (meta["not_implemented"]
-    says which), else `passed`; a layer with no check and no such reason is left out."""
+    says which), else `passed`; a layer with no check and no such reason is left out. A
+    layer some of whose cases were not run (two hangs in one entry point, meta["not_run"])
+    also has `not_run`, their number, and the reason."""
     missing = meta.get("not_implemented") or {}
+    skipped = meta.get("not_run") or {}
     order = list(meta.get("layers") or [])
     per: dict[str, list] = {}
     for r in records:
@@ -72,6 +75,9 @@ def layer_status(records: list[dict], meta: dict) -> dict:
                       "tensors": len({tensor_key(r) for r in recs})}
         if layer in missing:
             out[layer]["reason"] = missing[layer]
+        if layer in skipped:
+            out[layer]["not_run"] = len(skipped[layer]["cases"])
+            out[layer]["reason"] = skipped[layer]["reason"]
     return out
 
 

@@ -76,3 +76,55 @@ def test_each_run_of_a_batch_has_its_own_timeout(ports):
     finally:
         ex.close()
 
+
+
+def test_a_write_after_the_last_run_returned_fails_that_run(ports):
+    """The port's crnn_linear_forward leaves a thread that writes y[0] 50 ms after the call
+    returned, on T16_I37_O37. The batch's last run is sealed when it ends and checked
+    runner.SETTLE seconds later, while the worker runs the next batch: that run fails naming
+    y and the call, with its outputs kept; the first run, and the batch sent behind it (whose
+    own check follows), pass."""
+    import pytest
+    from crnn_conformance.ctypes_kernels import abi
+    from crnn_conformance.harness.runner import SETTLE
+    other = _other_case()
+    ex = Executor(ports("-DTP_LATE_WRITE_MS=50"), ["linear"], 30, settle=SETTLE)
+    try:
+        ex.submit("linear", LINEAR, "T16_I37_O37", RUNS)
+        ex.submit("linear", LINEAR, other, RUNS)
+        ex.collect()
+        assert set(ex.run("linear", LINEAR, "T16_I37_O37", *RUNS[0])) >= {"y", "dW", "db"}
+        with pytest.raises(abi.PortCallError) as e:
+            ex.run("linear", LINEAR, "T16_I37_O37", *RUNS[1])
+        assert "y changed after crnn_linear_forward returned at [0, 0]" in str(e.value)
+        assert "-> 12345.0) (a write after return" in str(e.value)
+        assert set(e.value.partial) >= {"y", "dW", "db"}
+        for run in RUNS:
+            assert set(ex.run("linear", LINEAR, other, *run)) >= {"y", "dW", "db"}
+    finally:
+        ex.close()
+
+
+def test_a_write_after_return_outside_the_buffer_or_a_late_fault_fails_the_last_run(ports):
+    """The same late thread writing the canary zone before y, or through a null pointer (the
+    worker dies while the batch is watched, with nothing else running): the batch's last run
+    fails, naming the zone or the crash."""
+    import pytest
+    from crnn_conformance.ctypes_kernels import abi
+    from crnn_conformance.harness.runner import SETTLE
+    expect = {"-DTP_LATE_AT=-1": "output y (float32[16, 37]) was written out of bounds after "
+                                 "crnn_linear_forward returned: bytes -4..-1 before its start "
+                                 "(element -1)",
+              "-DTP_LATE_NULL": "after the case's last call returned, the port crashed: killed "
+                                "by signal SIGSEGV"}
+    for define, message in expect.items():
+        ex = Executor(ports("-DTP_LATE_WRITE_MS=20", define), ["linear"], 30, settle=SETTLE)
+        try:
+            ex.submit("linear", LINEAR, "T16_I37_O37", RUNS)
+            ex.collect()
+            with pytest.raises(abi.PortCallError) as e:
+                ex.run("linear", LINEAR, "T16_I37_O37", *RUNS[-1])
+            assert message in str(e.value), (define, str(e.value))
+            assert set(ex.run("linear", LINEAR, "T16_I37_O37", *RUNS[0])) >= {"y", "dW", "db"}
+        finally:
+            ex.close()

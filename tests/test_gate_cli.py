@@ -170,6 +170,9 @@ FAILURES = {
     "nan": ("-DTP_NAN", ["(1 element(s): NaN where the reference is finite)",
                          "worst [1,2] ours=nan", ": NaN where the reference is finite ("], "dW"),
     "errcode": ("-DTP_ERRCODE", ["crnn_linear_backward returned -3 (CRNN_E_NOMEM)"], "*"),
+    # a thread of crnn_linear_forward writes y[0] 20 ms after the call returned
+    "late write": ("-DTP_LATE_WRITE_MS=20", ["y changed after crnn_linear_forward returned at [0, 0]",
+                                             "-> 12345.0", "a write after return"], "*"),
 }
 
 
@@ -312,3 +315,58 @@ def test_runs_option_errors_are_exit_2():
     cannot_run(gate("--layers", "dot16", "--runs", "avx9:1"), "ISA:THREADS")
     cannot_run(gate("--layers", "dot16", "--runs", "scalar:2", "--tiers", "identity"),
                "only scalar x 2 is selected")
+
+
+# ---- a port that hangs in every case of a layer ----------------------------------------------
+
+T16_CASES = ["--case", "T16_*"]      # five linear cases: T16_I128_O37 ... T16_I16_O16
+
+
+def _linear_t16_cases() -> list[str]:
+    from crnn_conformance.generators.h5io import read_fixture
+    from crnn_conformance.harness.layers import linear
+    from crnn_conformance.harness.runner import FIXTURES_DIR
+    return [c.name for n in linear.FIXTURES for c in read_fixture(FIXTURES_DIR / f"{n}.h5").cases
+            if c.name.startswith("T16_")]
+
+
+@pytest.mark.parametrize("define", ["-DTP_HANG", "-DTP_HANG_THREADS=2"])
+def test_after_two_hangs_in_one_entry_point_the_layers_other_cases_are_not_run(define, ports,
+                                                                                 tmp_path):
+    """The port hangs in crnn_linear_backward on every case (in the base run, or in the
+    2-thread run): two hangs, then every other case of the layer is one failing record
+    naming the two, not another timeout each; exit 1."""
+    names = _linear_t16_cases()
+    assert len(names) >= 4
+    r = gate("--port", str(ports(define, "-DTP_EVERY_CASE")), "--layers", "linear", *T16_CASES,
+             "-q", "--timeout", "1", "--report-dir", str(tmp_path))
+    assert r.returncode == 1, r.stdout + r.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    hung = sorted({t["case"] for t in data["tensors"] if t["note"].startswith("hang: no answer "
+                                                                           "in crnn_linear_backward")})
+    assert len(hung) == 2, hung
+    skipped = [t for t in data["tensors"] if t["note"].startswith("not run:")]
+    not_run = [n for n in names if n not in hung]
+    assert {t["case"] for t in skipped} == set(not_run)
+    why = (f"not run: crnn_linear_backward hung in 2 cases ({', '.join(n for n in names if n in hung)}); "
+           "--keep-going runs every case")
+    assert all(t["note"] == why and not t["passed"] and t["tensor"] == "*" for t in skipped)
+    for case in not_run:    # a failing record for each tier the case has, and identity
+        assert {t["tier"] for t in skipped if t["case"] == case} >= {"exact", "identity"}
+    assert any(l.startswith("FAIL linear/") and why in l for l in r.stdout.splitlines())
+    layer = data["layers"]["linear"]
+    assert (layer["status"], layer["not_run"], layer["reason"]) == ("failed", len(not_run), why)
+    assert data["meta"]["not_run"]["linear"]["cases"] == not_run
+    table = gate(str(tmp_path / "results.json"), command="report").stdout
+    assert f"tensors; {len(not_run)} case(s) {why}" in table
+
+
+def test_keep_going_runs_every_case_of_a_hanging_layer(ports, tmp_path):
+    names = _linear_t16_cases()
+    r = gate("--port", str(ports("-DTP_HANG", "-DTP_EVERY_CASE")), "--layers", "linear",
+             *T16_CASES, "-q", "--timeout", "1", "--keep-going", "--report-dir", str(tmp_path))
+    assert r.returncode == 1, r.stdout + r.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert not any(t["note"].startswith("not run:") for t in data["tensors"])
+    assert {t["case"] for t in data["tensors"] if t["note"].startswith("hang:")} == set(names)
+    assert "not_run" not in data["layers"]["linear"] and "not_run" not in data["meta"]

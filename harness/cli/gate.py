@@ -46,12 +46,15 @@ from .common import (EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, _split, cannot_run, 
 @click.option("--jobs", type=int, default=None,
               help="worker processes running cases side by side, each with its own copy of "
                    "the port (default: 2 on a machine with 2 or more CPUs, else 1)")
+@click.option("--keep-going", is_flag=True,
+              help="run every case of a layer, also after two of its cases hung in the same "
+                   "entry point (by default the rest are reported as not run)")
 @click.option("-q", "--quiet", is_flag=True, help="print only failures and the verdict")
 @click.option("-v", "--verbose", is_flag=True,
               help="a row per tensor (default: per layer and tier), with each float64 / "
                    "pytorch check's resolution")
 def gate(port, fixtures, isa, threads, runs, tiers, layers, case, report_dir, junit_path,
-         json_path, timeout, jobs, quiet, verbose):
+         json_path, timeout, jobs, keep_going, quiet, verbose):
     """Run a port against the fixtures; exit 0 pass, 1 fail, 2 cannot run."""
     stdout_bytes_as_given()
     available = layers is not None and layers.strip() == "available"
@@ -63,7 +66,7 @@ def gate(port, fixtures, isa, threads, runs, tiers, layers, case, report_dir, ju
             tiers=tuple(_split(tiers, TIERS, "tier")),
             layers=None if available else _split(layers, L.LAYERS, "layer"),
             case=case, timeout=parse_timeout(timeout), available=available,
-            workers=default_workers() if jobs is None else jobs)
+            workers=default_workers() if jobs is None else jobs, keep_going=keep_going)
         if runs is not None:
             _select_runs(opts, runs, isa)
     except click.BadParameter as e:

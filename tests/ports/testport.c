@@ -47,6 +47,12 @@
  *   -DTP_MODIFY_ON_REJECT     crnn_linear_backward changes its const input x[0] when it
  *                             returns CRNN_E_ARG for a negative size
  *   -DTP_HANG_ON_REJECT       crnn_dot16 never returns when n < 0
+ *   -DTP_EVERY_CASE       every case of linear is "the case above" (e.g. with -DTP_HANG: a
+ *                         port that hangs in every case of a layer)
+ *   -DTP_LATE_WRITE_MS=ms crnn_linear_forward starts a detached thread that writes y[0] ms
+ *                         milliseconds after the call returned, on the case above (a missing
+ *                         join); with -DTP_LATE_AT=k it writes y[k] instead (k = -1: the
+ *                         canary zone before y), with -DTP_LATE_NULL through a null pointer
  */
 #include <math.h>
 #include <signal.h>
@@ -83,6 +89,27 @@ __attribute__((constructor)) static void say_hello(void)
 #endif
 
 static int g_threads = 1;
+
+#ifdef TP_LATE_WRITE_MS
+#include <pthread.h>
+#ifndef TP_LATE_AT
+#define TP_LATE_AT 0
+#endif
+static void *write_late(void *y)
+{
+    usleep((TP_LATE_WRITE_MS) * 1000);
+#ifdef TP_LATE_NULL
+    y = NULL;
+#endif
+    ((volatile float *)y)[TP_LATE_AT] = 12345.0f;
+    return NULL;
+}
+static void start_late_write(float *y)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, write_late, y) == 0) pthread_detach(t);
+}
+#endif
 
 int32_t crnn_abi_version(void) { return TP_ABI; }
 #ifdef TP_ISA_NONE
@@ -151,6 +178,9 @@ int32_t crnn_linear_forward(const float *x, const float *W, const float *b,
 #endif
     REJECT_IF(T < 0 || I < 0 || O < 0 || !x || !W || !b || !y);
     int trigger = T == 16 && I == 37 && O == 37;
+#ifdef TP_EVERY_CASE
+    trigger = 1;
+#endif
 #ifdef TP_LATE
     trigger = trigger && g_threads == (TP_LATE);
 #endif
@@ -171,6 +201,9 @@ int32_t crnn_linear_forward(const float *x, const float *W, const float *b,
 #ifdef TP_MODIFY_B
     if (trigger) ((float *)b)[2] = -b[2];
 #endif
+#ifdef TP_LATE_WRITE_MS
+    if (trigger) start_late_write(y);
+#endif
 #ifdef TP_PRINT_BYTES
     if (trigger)
         for (int i = 0; i < (TP_PRINT_BYTES); i++) putchar(i % 64 == 63 ? '\n' : 'x');
@@ -189,6 +222,9 @@ int32_t crnn_linear_backward(const float *x, const float *W, const float *dY,
 #endif
     REJECT_IF(T < 0 || I < 0 || O < 0 || !x || !W || !dY || !dW || !db);
     int trigger = T == 16 && I == 37 && O == 37;
+#ifdef TP_EVERY_CASE
+    trigger = 1;
+#endif
 #ifdef TP_LATE
     trigger = trigger && g_threads == (TP_LATE);
 #endif
