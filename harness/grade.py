@@ -44,9 +44,13 @@ class GradeOptions(GateOptions):
     isa_filter: list | None = None       # --isa: labels ("aarch64:scalar") or ISA names
     thread_filter: list | None = None    # --threads
 
-    def repro(self, layer, case, tier, isa, threads) -> str:
+    def repro(self, layer, case, tier, isa, threads, runs=None) -> str:
         """The __REPRO: command: the same check graded alone (rerunning the port's run is the
-        runner's, on its machine: docs/case-bundle.md)."""
+        runner's, on its machine: docs/case-bundle.md); `runs`, an identity check's base and
+        own run: both graded (--isa and --threads name each once)."""
+        if runs:
+            isa = ",".join(dict.fromkeys(str(i) for i, _ in runs))
+            threads = ",".join(dict.fromkeys(str(t) for _, t in runs))
         cmd = ["crnn-conformance", "grade", str(self.bundle), *map(str, self.results)]
         if Path(self.fixtures).resolve() != Path(runner.FIXTURES_DIR).resolve():
             cmd += ["--fixtures", str(self.fixtures)]

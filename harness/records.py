@@ -91,7 +91,7 @@ def repro_command(opts: GateOptions, layer: str, case: str, tier: str, isa: str,
         runs = [(isa, threads)]
     own = getattr(opts, "repro", None)      # another command's own (grade: harness/grade.py)
     if own is not None:
-        return own(layer, case, tier, isa, threads)
+        return own(layer, case, tier, isa, threads, runs)
     cmd = ["crnn-conformance", "gate"]
     if opts.port:
         cmd += ["--port", str(opts.port)]
