@@ -23,7 +23,7 @@ def checked(method):
     return entry
 
 
-def pooled(n, k, pad, pool):
+def pool_extent(n, k, pad, pool):
     """The pooled extent of one axis of a conv block (docs/numerics.md, "Convolution block"):
     (n + 2 pad - k + 1) // pool; 0 for an axis the ABI refuses (n, k or pool below 1, pad
     below 0, the kernel larger than the padded input, no whole pool window)."""
@@ -47,7 +47,7 @@ def model(cfg):
         return None
     blocks = [cfg[3 + 7 * k:10 + 7 * k] for k in range(nb)]
     for out, kh, kw, padH, padW, poolH, poolW in blocks:
-        H = pooled(H, kh, padH, poolH)
+        H = pool_extent(H, kh, padH, poolH)
         if H < 1 or min(out, kw, poolW) < 1 or padW < 0:
             return None
     nLstm, hidden, classes = cfg[3 + 7 * nb:6 + 7 * nb]
@@ -57,7 +57,7 @@ def model(cfg):
 def columns(blocks, width):
     """The pooled columns a line `width` wide leaves after the conv blocks (0: none)."""
     for _, _, kw, _, padW, _, poolW in blocks:
-        width = pooled(width, kw, padW, poolW)
+        width = pool_extent(width, kw, padW, poolW)
     return width
 
 
@@ -75,17 +75,22 @@ def linear_backward(x, W, dY, T, I, O, dx, dW, db):
     return min(T, I, O) >= 0
 
 
-def conv_forward(x, H, W, C, Wt, b, Out, kh, kw, padH, padW, poolH, poolW, conv, pooled_,
+def conv_geometry(H, W, C, Out, kh, kw, padH, padW, poolH, poolW):
+    """At least one channel in and out and a pooled cell."""
+    return (min(C, Out) >= 1
+            and min(pool_extent(H, kh, padH, poolH), pool_extent(W, kw, padW, poolW)) >= 1)
+
+
+def conv_forward(x, H, W, C, Wt, b, Out, kh, kw, padH, padW, poolH, poolW, conv, pooled,
                  winners):
-    return min(C, Out) >= 1 and min(pooled(H, kh, padH, poolH), pooled(W, kw, padW, poolW)) >= 1
+    return conv_geometry(H, W, C, Out, kh, kw, padH, padW, poolH, poolW)
 
 
 def conv_backward(x, H, W, C, Wt, Out, kh, kw, padH, padW, poolH, poolW, dPooled, winners,
                   dW, db, dx):
-    """The geometry as the forward's, and every winner -1 or a cell of its own window and
-    channel: winner = (cy * Wc + cx) * Out + o with cy // poolH, cx // poolW its window."""
-    if not conv_forward(x, H, W, C, Wt, None, Out, kh, kw, padH, padW, poolH, poolW, None,
-                        None, winners):
+    """The forward's geometry, and every winner -1 or a cell of its own window and channel:
+    winner = (cy * Wc + cx) * Out + o with (cy // poolH, cx // poolW) its window."""
+    if not conv_geometry(H, W, C, Out, kh, kw, padH, padW, poolH, poolW):
         return False
     Wc = W + 2 * padW - kw + 1
     oy, ox, o = np.indices(winners.shape)
