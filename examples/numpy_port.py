@@ -9,6 +9,8 @@ step composes the same layer functions.
 """
 import numpy as np
 
+from _checks import checked     # the ABI's argument checks (docs/port-abi.md), shared
+
 F32, F64 = np.float32, np.float64
 
 
@@ -60,14 +62,9 @@ def conv_forward(x, Wt, b, kh, kw, padH, padW, poolH, poolW):
 def conv_backward(x, Wt, dPooled, winners, kh, kw, padH, padW, poolH, poolW, want_dx):
     H, W, C = x.shape
     Out, KP = Wt.shape
-    Hc, Wc, Hp, Wp = _geometry(H, W, kh, kw, padH, padW, poolH, poolW)
+    Hc, Wc, _, _ = _geometry(H, W, kh, kw, padH, padW, poolH, poolW)
     w = winners.reshape(-1).astype(np.int64)
-    oy, ox, o = np.unravel_index(np.arange(w.size), (Hp, Wp, Out))
     live = w >= 0
-    p, ch = np.divmod(w, Out)
-    own = (ch == o) & (p // Wc // poolH == oy) & (p % Wc // poolW == ox) & (p < Hc * Wc)
-    if not np.all(own | ~live):
-        raise ValueError("a winner outside its own window")   # (CRNN_E_ARG in C)
     dC = np.zeros((Hc * Wc, Out), F32)
     dC.reshape(-1)[w[live]] = dPooled.reshape(-1)[live]
     col = im2col(x, kh, kw, padH, padW, KP)
@@ -239,52 +236,66 @@ def line_gradients(cfg, params, image, target, scale):
 class Port:
     """The ABI's entry points (without the crnn_ prefix) over NumPy arrays."""
 
+    @checked
     def dot16(self, a, b, n, out):
         return np.dot(a, b)
 
+    @checked
     def linear_forward(self, x, W, b, T, I, O, y):
         return linear_forward(x, W, b)
 
+    @checked
     def linear_backward(self, x, W, dY, T, I, O, dx, dW, db):
         return linear_backward(x, W, dY)
 
+    @checked
     def conv_forward(self, x, H, W, C, Wt, b, Out, kh, kw, padH, padW, poolH, poolW,
                      conv, pooled, winners):
         return conv_forward(x, Wt, b, kh, kw, padH, padW, poolH, poolW)
 
+    @checked
     def conv_backward(self, x, H, W, C, Wt, Out, kh, kw, padH, padW, poolH, poolW,
                       dPooled, winners, dW, db, dx):
         return conv_backward(x, Wt, dPooled, winners, kh, kw, padH, padW, poolH, poolW,
                              dx is not None)
 
+    @checked
     def lstm_forward(self, x, T, I, H, W_ih, W_hh, b, out, gates, c, tc, hPrev):
         return lstm_forward(x, W_ih, W_hh, b)
 
+    @checked
     def lstm_backward(self, x, T, I, H, W_ih, W_hh, gates, c, tc, hPrev, dOut,
                       dW_ih, dW_hh, db, dx):
         return lstm_backward(x, W_ih, W_hh, gates, c, tc, hPrev, dOut)
 
+    @checked
     def sigmoid(self, x, n, y):
         return sigmoid(x)
 
+    @checked
     def tanh(self, x, n, y):
         return np.tanh(x)
 
+    @checked
     def detmath_exp(self, x, n, y):
         return np.exp(x)
 
+    @checked
     def detmath_log(self, x, n, y):
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.log(x)
 
+    @checked
     def ctc(self, logits, T, K, target, L, scale, loss, dlogits):
         return ctc(logits, target, scale)
 
+    @checked
     def model_sizes(self, cfg, nTensors, sizes):
         shapes = tensor_shapes(cfg)
         counts = np.array([int(np.prod(s)) for s in shapes], np.int64)
         return np.int32(len(shapes)), counts
 
+    @checked
     def step_gradients(self, cfg, params, B, widths, images, targetLens, targets,
                        grads, losses, batchLoss):
         H, C = int(cfg[0]), int(cfg[1])
@@ -299,6 +310,7 @@ class Port:
         finite = sum((v for v in lines if np.isfinite(v)), 0.0)
         return total, np.array(lines, F64), np.float64(finite / B)
 
+    @checked
     def clip_gradients(self, grads, sizes, nTensors, limit, enabled, norm):
         at, total = 0, 0.0
         for n in sizes.tolist():
@@ -310,6 +322,7 @@ class Port:
             grads *= F32(limit / (value + 1e-6))
         return np.float64(value)
 
+    @checked
     def adamw(self, p, m, v, g, n, lr, beta1, beta2, eps, wd, decay, b1t, b2t):
         if decay:
             p *= F32(1 - lr * wd)

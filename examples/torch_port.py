@@ -11,6 +11,8 @@ DLPack. The whole-model step composes the same functions.
 import torch
 import torch.nn.functional as F
 
+from _checks import checked     # the ABI's argument checks (docs/port-abi.md), shared
+
 F32, F64 = torch.float32, torch.float64
 
 
@@ -101,6 +103,10 @@ def _lstm(x, W_ih, W_hh, b):
 
 
 def lstm_forward(x, W_ih, W_hh, b):
+    T, H = x.shape[0], W_hh.shape[2]
+    if T == 0:                                    # (torch.stack takes no empty list)
+        empty = lambda *shape: torch.zeros(shape, dtype=F32, device=x.device)  # noqa: E731
+        return empty(0, 2 * H), empty(2, 0, 4 * H), empty(2, 0, H), empty(2, 0, H), empty(2, 0, H)
     with torch.no_grad():
         out, states = _lstm(x, W_ih, W_hh, b)
     return (out, *states)
@@ -215,56 +221,70 @@ class Port:
     def set_threads(self, n):
         torch.set_num_threads(n)
 
+    @checked
     def dot16(self, a, b, n, out):
         return host(torch.dot(t(a), t(b)))
 
+    @checked
     def linear_forward(self, x, W, b, T, I, O, y):
         return host(linear_forward(t(x), t(W), t(b)))
 
+    @checked
     def linear_backward(self, x, W, dY, T, I, O, dx, dW, db):
         return tuple(host(g) for g in linear_backward(t(x), t(W), t(dY)))
 
+    @checked
     def conv_forward(self, x, H, W, C, Wt, b, Out, kh, kw, padH, padW, poolH, poolW,
                      conv, pooled, winners):
         with torch.no_grad():
             return tuple(host(r) for r in conv_forward(t(x), t(Wt), t(b), kh, kw, padH, padW,
                                                        poolH, poolW))
 
+    @checked
     def conv_backward(self, x, H, W, C, Wt, Out, kh, kw, padH, padW, poolH, poolW,
                       dPooled, winners, dW, db, dx):
         grads = conv_backward(t(x), t(Wt), t(dPooled), t(winners), kh, kw, padH, padW,
                               poolH, poolW, dx is not None)
         return tuple(None if g is None else host(g) for g in grads)
 
+    @checked
     def lstm_forward(self, x, T, I, H, W_ih, W_hh, b, out, gates, c, tc, hPrev):
         return tuple(host(r) for r in lstm_forward(t(x), t(W_ih), t(W_hh), t(b)))
 
+    @checked
     def lstm_backward(self, x, T, I, H, W_ih, W_hh, gates, c, tc, hPrev, dOut,
                       dW_ih, dW_hh, db, dx):
         return tuple(host(g) for g in lstm_backward(*(t(a) for a in (x, W_ih, W_hh, gates, c,
                                                                       tc, hPrev, dOut))))
 
+    @checked
     def sigmoid(self, x, n, y):
         return host(torch.sigmoid(t(x)))
 
+    @checked
     def tanh(self, x, n, y):
         return host(torch.tanh(t(x)))
 
+    @checked
     def detmath_exp(self, x, n, y):
         return host(torch.exp(t(x)))
 
+    @checked
     def detmath_log(self, x, n, y):
         return host(torch.log(t(x)))
 
+    @checked
     def ctc(self, logits, T, K, target, L, scale, loss, dlogits):
         value, grad = ctc(t(logits), t(target), scale)
         return torch.tensor(value, dtype=F64), host(grad)
 
+    @checked
     def model_sizes(self, cfg, nTensors, sizes):
         shapes = tensor_shapes(cfg)
         counts = [int(torch.tensor(s).prod()) for s in shapes]
         return torch.tensor(len(shapes), dtype=torch.int32), torch.tensor(counts)
 
+    @checked
     def step_gradients(self, cfg, params, B, widths, images, targetLens, targets,
                        grads, losses, batchLoss):
         H, C = int(cfg[0]), int(cfg[1])
@@ -285,6 +305,7 @@ class Port:
         finite = sum((v for v in lines if v != float("inf")), 0.0)
         return host(total), torch.tensor(lines, dtype=F64), torch.tensor(finite / B, dtype=F64)
 
+    @checked
     def clip_gradients(self, grads, sizes, nTensors, limit, enabled, norm):
         g, at, total = t(grads), 0, 0.0
         for n in sizes.tolist():
@@ -295,6 +316,7 @@ class Port:
             g *= torch.tensor(limit / (value + 1e-6), dtype=F32)
         return host(g), torch.tensor(value, dtype=F64)
 
+    @checked
     def adamw(self, p, m, v, g, n, lr, beta1, beta2, eps, wd, decay, b1t, b2t):
         p_, m_, v_, g_ = t(p), t(m), t(v), t(g)
         if decay:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from crnn_conformance.ctypes_kernels import abi
-from crnn_conformance.harness import guard
+from crnn_conformance.harness import guard, pyport
 from crnn_conformance.harness.compare import Comparison, compare, is_poison
 from crnn_conformance.harness.layers import LAYERS
 from crnn_conformance.harness.records import record
@@ -286,14 +286,19 @@ def run(traced, call: Call, base_isa: int) -> tuple:
 
 
 def _control(traced, call: Call, base_isa: int) -> tuple:
+    """crnn_set_isa's indices are the port's ISA names (abi.ISA_NAMES, or a Python port's
+    configs): an index past them is outside the range, one among them not advertised is
+    CRNN_E_ISA."""
     fn = getattr(traced, call.fn)
     arg = call.args.get("isa", call.args.get("n"))
     if call.fn == "crnn_set_isa" and arg is None:      # the first ISA not advertised
         mask = int(traced.crnn_isa_available())
-        absent = [i for i in range(len(abi.ISA_NAMES)) if not mask & (1 << i)]
+        absent = [i for i in range(len(traced.isa_names)) if not mask & (1 << i)]
         if not absent:
             return ("skip", "the port advertises every ISA")
         arg = absent[0]
+    elif call.fn == "crnn_set_isa" and 0 <= arg < len(traced.isa_names):
+        return ("skip", f"{arg} is the index of the port's config {traced.isa_names[arg]}")
     rc = int(fn(arg))
     traced.crnn_set_isa(base_isa)        # whatever it did, the later calls run on the base
     traced.crnn_set_threads(1)
@@ -328,13 +333,17 @@ def _entry(traced, arena, call: Call) -> tuple:
     problems = []
     touched = arena.before(call.fn, args)
     traced._shared.table.value = traced.table = arena.guard_pages(touched)
-    rc = int(getattr(traced, call.fn)(*args))    # (no arena active: checked here)
+    try:
+        rc = int(getattr(traced, call.fn)(*args))    # (no arena active: checked here)
+    except pyport.PortException as e:   # a Python port raised: the call's failure, no code
+        rc = None
+        problems.append(str(e))
     try:
         arena.after(call.fn, touched, rc)
         arena.finish()
     except guard.Violation as e:
         problems.append(str(e))
-    if call.want != OK and rc != OK:
+    if call.want != OK and rc not in (OK, None):
         problems += _written(bufs, before)
     if call.want == OK and rc == OK:
         problems += _unwritten(bufs) + _values(bufs, call.expect)
@@ -389,7 +398,7 @@ def verdict(call: Call, answer: tuple) -> Comparison | None:
         return None
     if kind == "ok":
         rc, problems = answer[1], list(answer[2])
-        if rc != call.want:
+        if rc is not None and rc != call.want:      # (None: a Python port raised)
             problems.insert(0, f"returned {code_name(rc)}, want {code_name(call.want)}")
         note = "; ".join(problems)
     elif kind == "crash":
@@ -444,6 +453,8 @@ def layer_records(session, layer: str, core: bool = False) -> list:
         if not c.passed:
             r.repro = repro(session.opts, layer)
         out.append(r)
+    if out and session.executors[0].last_output:    # what the port printed (a traceback)
+        out[0].output = session.executors[0].last_output
     return out
 
 

@@ -166,10 +166,10 @@ class PyPort:
         method = getattr(self._obj, name[5:], None)
         if not callable(method):
             if name in _CORE_DEFAULTS:
-                return getattr(self, "_default_" + name[5:])
+                return self._ranged(name, getattr(self, "_default_" + name[5:]))
             raise AttributeError(name)
         if name in _CORE_DEFAULTS:
-            fn = self._core(name, method)
+            fn = self._ranged(name, self._core(name, method))
         else:
             fn = lambda *args: self._call(name, method, args)   # noqa: E731
         fn.__name__ = name
@@ -184,8 +184,6 @@ class PyPort:
         return (1 << len(self.isa_names)) - 1
 
     def _default_set_isa(self, isa: int) -> int:
-        if not 0 <= isa < len(self.isa_names):
-            return -2                     # CRNN_E_ISA
         self._isa = isa
         set_config = getattr(self._obj, "set_config", None)
         if callable(set_config):
@@ -196,10 +194,27 @@ class PyPort:
         return self._isa
 
     def _default_set_threads(self, n: int) -> int:
-        if self.thread_counts is not None and n not in self.thread_counts:
-            return -1                     # CRNN_E_ARG
         self._threads = n
         return 0
+
+    def _ranged(self, name: str, fn):
+        """crnn_set_isa and crnn_set_threads (the port's own or the default) behind the codes the
+        adapter answers without calling them: CRNN_E_ARG for an index outside the configs and
+        for a thread count outside 1..256 or not among the declared `threads`, CRNN_E_ISA for a
+        config isa_available() does not advertise."""
+        if name not in ("crnn_set_isa", "crnn_set_threads"):
+            return fn
+
+        def ranged(n):
+            n = int(n)
+            if name == "crnn_set_threads":
+                declared = self.thread_counts is None or n in self.thread_counts
+                return fn(n) if 1 <= n <= 256 and declared else -1      # CRNN_E_ARG
+            if not 0 <= n < len(self.isa_names):
+                return -1                                                # CRNN_E_ARG
+            return fn(n) if int(self.crnn_isa_available()) >> n & 1 else -2   # CRNN_E_ISA
+        ranged.__name__ = name
+        return ranged
 
     def _default_get_threads(self) -> int:
         return self._threads
