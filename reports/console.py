@@ -43,6 +43,7 @@ LEGEND_LAYERS = (
     "             check, 69 elements differ, the farthest by 27898 units in the last place",
     "             float64, pytorch: the largest allowance usage, max |diff| / allowance",
     "             (passes at <= 1); no result: the port crashed, hung or returned an error",
+    "             contract: ok every call returned its documented code and wrote nothing",
     "  worst res  the largest resolution of the tier's checks: the smallest uniform relative",
     "             error of the port's output that the weakest check would detect",
     "  -v         a row per tensor instead, with each check's resolution",
@@ -188,6 +189,8 @@ def _worst(tier, recs) -> str:
         return _usage(max(float("inf") if r["usage"] is None or r["usage"] != r["usage"]
                           else r["usage"] for r in recs))
     bad = [r for r in recs if not r["passed"]]
+    if tier == "contract":          # a call keeps the contract or not: no distance
+        return f"{len(bad)} failed" if bad else "ok"
     if not bad:
         return "="
     r = max(bad, key=lambda r: (r.get("max_ulp") or 0, r.get("mismatches") or 0))

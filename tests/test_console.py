@@ -93,7 +93,7 @@ def _tier_rows(stdout: str) -> dict:
         m = re.match(r"^\[(\w+)\] ", line)
         if m:
             layer = m.group(1)
-        elif layer and re.match(r"^  (exact|float64|pytorch|identity) ", line):
+        elif layer and re.match(r"^  (exact|float64|pytorch|identity|contract) ", line):
             rows[(layer, line.split()[0])] = line.split()
         elif not line.strip():
             layer = None
@@ -118,6 +118,8 @@ def test_the_default_is_a_row_per_layer_and_tier(run):
         if tier in ("float64", "pytorch"):
             assert float(row[3]) == pytest.approx(max(t["usage"] for t in recs), abs=5e-4)
             assert row[4] == f"{max(t['resolution'] for t in recs):.1e}"
+        elif tier == "contract":
+            assert row[3:] == ["ok", "-"], row
         else:
             assert row[3:] == ["=", "-"], row
     assert "legend" in r.stdout and r.stdout.splitlines()[-1].startswith("PASS")

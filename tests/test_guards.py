@@ -138,7 +138,7 @@ def test_isa_available_without_scalar_is_exit_2(ports):
 # ---- 12. a crashed case, the repro line, a failed backward -----------------------------------------
 
 def test_a_crashed_case_shows_no_result_in_the_table(ports):
-    r = gate("--port", str(ports("-DTP_SEGV")), *LAYERS, "--timeout", "30")
+    r = gate("--port", str(ports("-DTP_SEGV")), *LAYERS, "--timeout", "30", "-v")
     assert r.returncode == 1
     assert "None" not in r.stdout
     row = next(line for line in r.stdout.splitlines() if re.match(r".*T16_I37_O37\s+\*\s", line))
