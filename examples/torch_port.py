@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from _checks import checked     # the ABI's argument checks (docs/port-abi.md), shared
+from _model import model_config, tensor_shapes   # the ABI's cfg vector, shared
 
 F32, F64 = torch.float32, torch.float64
 
@@ -150,26 +151,6 @@ def ctc(logits, target, scale):
         return float("inf"), torch.zeros(T, K, dtype=F32)
     loss.backward()
     return float(loss), (scale * z.grad).to(F32)
-
-
-def model_config(cfg):
-    nb = int(cfg[2])
-    blocks = [tuple(int(v) for v in cfg[3 + 7 * k:10 + 7 * k]) for k in range(nb)]
-    nl, hid, classes = (int(v) for v in cfg[3 + 7 * nb:6 + 7 * nb])
-    return int(cfg[0]), int(cfg[1]), blocks, nl, hid, classes
-
-
-def tensor_shapes(cfg):
-    H, C, blocks, nl, hid, classes = model_config(cfg)
-    shapes = []
-    for out, kh, kw, padH, padW, poolH, poolW in blocks:
-        shapes += [(out, (kh * kw * C + 15) // 16 * 16), (out,)]
-        H, C = (H + 2 * padH - kh + 1) // poolH, out
-    inp = H * C
-    for _ in range(nl):
-        shapes += [(4 * hid, inp), (4 * hid, hid), (4 * hid,)] * 2
-        inp = 2 * hid
-    return shapes + [(classes, 2 * hid), (classes,)]
 
 
 def line_gradients(cfg, P, image, target, scale):
