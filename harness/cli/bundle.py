@@ -15,7 +15,8 @@ from crnn_conformance.harness import layers as L
 from crnn_conformance.harness.runner import FIXTURES_DIR, TIERS, GateOptions
 
 from .common import (EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, _split, cannot_run,
-                     stdout_bytes_as_given, writable_dir, writable_file, write_reports)
+                     report_options, stdout_bytes_as_given, writable_dir, writable_file,
+                     write_reports)
 
 
 # The tiers a results file can be judged in: the contract tier calls the port with invalid
@@ -88,12 +89,7 @@ def export(out_dir, layers, case, fixtures, quiet):
 @click.option("--isa", "isa", default=None,
               help="comma list of runs to grade: machine:isa labels (x86_64:avx2) or ISA names")
 @click.option("--threads", default=None, help="comma list of thread counts to grade")
-@click.option("--report-dir", type=click.Path(file_okay=False), default=None,
-              help="write results.json, index.html and junit.xml here")
-@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None,
-              help="also write JUnit XML to this file")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="also write results.json to this file")
+@report_options
 @click.option("-q", "--quiet", is_flag=True, help="print only failures and the verdict")
 @click.option("-v", "--verbose", is_flag=True,
               help="also print each float64 / pytorch check's resolution")

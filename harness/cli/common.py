@@ -95,6 +95,19 @@ def writable_file(path, what: str) -> None:
         cannot_run(f"{what} {os.fsdecode(path)!r} is not writable")
 
 
+def report_options(cmd):
+    """--report-dir, --junit and --json: where gate and grade write their reports."""
+    for opt in reversed((
+            click.option("--report-dir", type=click.Path(file_okay=False), default=None,
+                         help="write results.json, index.html and junit.xml here"),
+            click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None,
+                         help="also write JUnit XML to this file"),
+            click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+                         help="also write results.json to this file"))):
+        cmd = opt(cmd)
+    return cmd
+
+
 def write_reports(doc, html_dir, junit_path, results: bool, json_path=None) -> list[Path]:
     from crnn_conformance.reports import html, json_report, junit
     written = [json_report.write_file(doc, json_path)] if json_path else []

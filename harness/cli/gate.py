@@ -13,8 +13,8 @@ from crnn_conformance.harness import layers as L
 from crnn_conformance.harness.runner import FIXTURES_DIR, THREADS, TIERS, GateOptions, run_gate
 
 from .common import (EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, _split, cannot_run, default_workers,
-                     parse_timeout, stdout_bytes_as_given, writable_dir, writable_file,
-                     write_reports)
+                     parse_timeout, report_options, stdout_bytes_as_given, writable_dir,
+                     writable_file, write_reports)
 
 
 @click.command()
@@ -34,12 +34,7 @@ from .common import (EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, _split, cannot_run, 
               help="comma list of layers (default: all), or `available`: the layers whose "
                    "symbols the port exports (the others are reported as not implemented)")
 @click.option("--case", default=None, help="only cases whose name matches this glob")
-@click.option("--report-dir", type=click.Path(file_okay=False), default=None,
-              help="write results.json, index.html and junit.xml here")
-@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None,
-              help="also write JUnit XML to this file")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="also write results.json to this file")
+@report_options
 @click.option("--timeout", type=float, default=120.0, show_default=True,
               help="seconds one layer call on one case may take before it counts as a hang "
                    "(inf: no limit)")
