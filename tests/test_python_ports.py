@@ -431,7 +431,7 @@ def test_contract_tier_runs_on_a_python_port_with_configs(tmp_path):
     recs = _contract(json.loads((tmp_path / "r.json").read_text()))
     assert {t["isa"] for t in recs.values()} == {"ref"}
     assert {("linear", c) for c in ("linear_forward(T=-1)", "linear_backward(dx=NULL)",
-                                    "set_isa(-1)", "set_isa(4)", "set_threads(0)",
+                                    "set_isa(-1)", "set_isa(5)", "set_threads(0)",
                                     "set_threads(257)")} <= set(recs)
 
 
@@ -467,7 +467,7 @@ def test_example_ports_keep_the_error_contract(tmp_path, port):
     assert {t for _, t in recs} >= {"conv_backward(winner outside its window)", "ctc(logit NaN)",
                                     "step_gradients(width 1: no pooled column)",
                                     "clip_gradients(limit NaN)", "adamw(b1t 1)",
-                                    "set_threads(0)", "set_isa(4)"}
+                                    "set_threads(0)", "set_isa(5)"}
 
 
 # ---- the example ports -----------------------------------------------------------------------
