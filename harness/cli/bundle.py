@@ -14,9 +14,8 @@ from crnn_conformance.generators.h5io import FixtureError, read_fixture
 from crnn_conformance.harness import layers as L
 from crnn_conformance.harness.runner import FIXTURES_DIR, TIERS, GateOptions
 
-from .common import (EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, _split, cannot_run,
-                     report_options, stdout_bytes_as_given, writable_dir, writable_file,
-                     write_reports)
+from .common import (EXIT_PASS, cannot_run, finish, report_options, _split, stdout_bytes_as_given,
+                     writable_dir, writable_file)
 
 
 # The tiers a results file can be judged in: the contract tier calls the port with invalid
@@ -121,7 +120,7 @@ def grade(bundle_dir, results, fixtures, layers, case, tiers, isa, threads, repo
         result = G.grade(opts)
     except (BundleError, FixtureError, ValueError, abi.PortError) as e:
         cannot_run(str(e))
-    from crnn_conformance.reports import console, json_report
+    from crnn_conformance.reports import json_report
     doc = json_report.to_json(result)
     refused = result.meta["bundle"].get("refused") or []
     if refused:                     # cases the gate runs that the bundle could not carry
@@ -132,13 +131,4 @@ def grade(bundle_dir, results, fixtures, layers, case, tiers, isa, threads, repo
         cannot_run("no check ran: the results implement none of the layers of the cases "
                    "selected (" + "; ".join(f"{k}: {v}" for k, v in
                                             doc["meta"]["not_implemented"].items()) + ")")
-    click.echo(console.render(doc, quiet, verbose))
-    code = EXIT_PASS if result.passed else EXIT_FAIL
-    try:
-        for path in write_reports(doc, report_dir, junit_path, results=True, json_path=json_path):
-            if not quiet:
-                click.echo(f"wrote {path}")
-    except OSError as e:
-        click.echo(f"crnn-conformance: cannot write the reports: {e}", err=True)
-        code = code or EXIT_CANNOT_RUN
-    sys.exit(code)
+    finish(doc, result.passed, report_dir, junit_path, json_path, quiet, verbose)

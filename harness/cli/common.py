@@ -108,6 +108,22 @@ def report_options(cmd):
     return cmd
 
 
+def finish(doc, passed: bool, report_dir, junit_path, json_path, quiet, verbose) -> None:
+    """gate's and grade's end: the console table, the reports, the exit code (0 pass, 1 fail;
+    2 when a report cannot be written and everything passed: a FAIL stays exit 1)."""
+    from crnn_conformance.reports import console
+    click.echo(console.render(doc, quiet, verbose))
+    code = EXIT_PASS if passed else EXIT_FAIL
+    try:
+        for path in write_reports(doc, report_dir, junit_path, results=True, json_path=json_path):
+            if not quiet:
+                click.echo(f"wrote {path}")
+    except OSError as e:
+        click.echo(f"crnn-conformance: cannot write the reports: {e}", err=True)
+        code = code or EXIT_CANNOT_RUN
+    sys.exit(code)
+
+
 def write_reports(doc, html_dir, junit_path, results: bool, json_path=None) -> list[Path]:
     from crnn_conformance.reports import html, json_report, junit
     written = [json_report.write_file(doc, json_path)] if json_path else []

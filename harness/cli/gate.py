@@ -12,9 +12,8 @@ from crnn_conformance.harness import pyport
 from crnn_conformance.harness import layers as L
 from crnn_conformance.harness.runner import FIXTURES_DIR, THREADS, TIERS, GateOptions, run_gate
 
-from .common import (EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, _split, cannot_run, default_workers,
-                     parse_timeout, report_options, stdout_bytes_as_given, writable_dir,
-                     writable_file, write_reports)
+from .common import (cannot_run, default_workers, finish, parse_timeout, report_options, _split,
+                     stdout_bytes_as_given, writable_dir, writable_file)
 
 
 @click.command()
@@ -84,22 +83,13 @@ def gate(port, fixtures, isa, threads, runs, tiers, layers, case, report_dir, ju
         result = run_gate(opts, progress)
     except (abi.PortError, FixtureError, ValueError) as e:
         cannot_run(str(e))
-    from crnn_conformance.reports import console, json_report
+    from crnn_conformance.reports import json_report
     doc = json_report.to_json(result)
     if not doc["tensors"] and doc["meta"].get("not_implemented"):
         cannot_run(f"no check ran: port {result.meta['port']} implements none of the layers "
                    "of the cases selected (" + "; ".join(
                        f"{k}: {v}" for k, v in doc["meta"]["not_implemented"].items()) + ")")
-    click.echo(console.render(doc, quiet, verbose))
-    code = EXIT_PASS if result.passed else EXIT_FAIL
-    try:
-        for path in write_reports(doc, report_dir, junit_path, results=True, json_path=json_path):
-            if not quiet:
-                click.echo(f"wrote {path}")
-    except OSError as e:            # a FAIL stays exit 1: the verdict matters more
-        click.echo(f"crnn-conformance: cannot write the reports: {e}", err=True)
-        code = code or EXIT_CANNOT_RUN
-    sys.exit(code)
+    finish(doc, result.passed, report_dir, junit_path, json_path, quiet, verbose)
 
 
 def _select_runs(opts: GateOptions, text: str, isa) -> None:
