@@ -64,8 +64,7 @@ def mutants(only, jobs, full, skip_clean, fixtures, timeout, json_path, list_onl
                                    timeout=timeout, clean=not skip_clean, progress=progress)
     click.echo(M.render(clean, kills))
     if json_path:
-        doc = {"clean": clean.to_dict() if clean else None,
-               "mutants": [k.to_dict() for k in kills], "passed": M.passed(clean, kills)}
+        doc = M.to_json(clean, kills)
         try:
             Path(json_path).write_text(json.dumps(doc, indent=1))
         except OSError as e:
