@@ -26,6 +26,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -110,7 +111,28 @@ def sources() -> list[Path]:
 # A mutant whose mistake is in the compiler flags (docs/mutants.md): contract_fast builds the
 # whole port with contraction on and FMA instructions everywhere (a*b + c fused wherever the
 # compiler likes), the one build that check_flags would refuse. Never used for a normal build.
+# Every other mutant is a source patch (harness/mutants/patches/<name>.diff), applied to the
+# copy of the sources the build compiles.
 MUTANT_FLAGS = {"contract_fast": ({"-ffp-contract=off": "-ffp-contract=fast"}, ["-mfma"])}
+
+
+def _mutant_patch(mutant: str | None) -> str:
+    """The patch text of a patch mutant ("" for none or a flags mutant); BuildError naming
+    the mutant when its patch is missing."""
+    if not mutant or mutant in MUTANT_FLAGS:
+        return ""
+    from crnn_conformance.harness.mutants import patches
+    try:
+        return patches.read_patch(mutant)
+    except patches.MutantPatchError as e:
+        raise BuildError(f"{e} (every mutant but the flag mutants "
+                         f"{', '.join(MUTANT_FLAGS)} is a patch; "
+                         "harness/mutants/catalogue.py lists them)") from None
+
+
+# The marker a mutant build links in (harness/mutants/run.py checks it before gating): a
+# generated source, never one of the shipped files.
+MARKER_SOURCE = "const char crnn_mutant_name[] = \"{name}\";\n"
 
 
 def _mutant_flags(flags: list[str], mutant: str | None) -> list[str]:
@@ -129,7 +151,8 @@ def cache_dir() -> Path:
     return cache.cache_root() / "build"
 
 
-def build_key(cc: str, opt: str, defines: list[str], flags: dict = ISA_FLAGS) -> str:
+def build_key(cc: str, opt: str, defines: list[str], flags: dict = ISA_FLAGS,
+              mutant: str | None = None, patch: str = "") -> str:
     h = hashlib.sha256()
     for f in sorted(SRC.rglob("*")) + [HERE / "crnn_port.h"]:
         if f.is_file() and f.suffix in (".c", ".h"):
@@ -137,7 +160,8 @@ def build_key(cc: str, opt: str, defines: list[str], flags: dict = ISA_FLAGS) ->
             h.update(f.read_bytes())
     h.update(cc.encode())
     h.update(compiler_version(cc).encode())
-    h.update(repr((opt, BASE_FLAGS, flags, defines)).encode())
+    h.update(repr((opt, BASE_FLAGS, flags, defines, mutant)).encode())
+    h.update(patch.encode())
     return h.hexdigest()[:20]
 
 
@@ -160,12 +184,13 @@ def build(cc: str | None = None, opt: str = DEFAULT_OPT, mutant: str | None = No
     if opt not in OPT_LEVELS:
         raise BuildError(f"unsupported optimization level {opt!r} (choose from {', '.join(OPT_LEVELS)})")
     defines = list(extra_defines or [])
-    if mutant:
-        defines += [f"-DCRNN_MUTANT={mutant}", f"-DCRNN_MUTANT_{mutant.upper()}=1"]
+    if mutant is not None and not re.fullmatch(r"[a-z0-9_]+", mutant):
+        raise BuildError(f"bad mutant name {mutant!r}")
+    patch = _mutant_patch(mutant)
     flags = isa_flags(cc)
     for isa in ISAS:
         check_flags([opt, *BASE_FLAGS, *flags[isa], *defines])
-    key = build_key(cc, opt, defines, flags)
+    key = build_key(cc, opt, defines, flags, mutant, patch)
     entry = cache_dir() / key
     out = entry / "libcrnn.so"
     try:
@@ -180,9 +205,11 @@ def build(cc: str | None = None, opt: str = DEFAULT_OPT, mutant: str | None = No
             probe = probe_fp(cc, opt)
             tmp = cache.fresh_dir(cache_dir())
             try:
+                changed = _stage(tmp, mutant, patch)
                 _compile(cc, opt, defines, tmp, verbose, mutant, flags)
                 (tmp / "build.txt").write_text(
                     f"cc: {cc}\nversion: {compiler_version(cc)}\nopt: {opt}\ndefines: {defines}\n"
+                    f"mutant: {mutant}\npatched: {' '.join(changed)}\n"
                     f"base flags: {' '.join(BASE_FLAGS)}\nprobe: {json.dumps(probe)}\n")
                 cache.publish(tmp, entry, ("libcrnn.so", "build.txt"))
             finally:
@@ -192,25 +219,50 @@ def build(cc: str | None = None, opt: str = DEFAULT_OPT, mutant: str | None = No
     return out
 
 
+def _stage(tmp: Path, mutant: str | None, patch: str) -> list[str]:
+    """Copies what the build compiles (src/ and crnn_port.h, as laid out in ctypes_kernels/)
+    into tmp, applies a patch mutant's patch to the copy and, for any mutant, writes its
+    marker source; returns the files the patch changed. The shipped sources are never
+    touched, and the copy stays in the cache entry: the sources the library was built from."""
+    shutil.copytree(SRC, tmp / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(HERE / "crnn_port.h", tmp / "crnn_port.h")
+    changed: list[str] = []
+    if patch:
+        from crnn_conformance.harness.mutants import patches
+        try:
+            changed = patches.apply(mutant, tmp, patch)
+        except patches.MutantPatchError as e:
+            raise BuildError(str(e)) from None
+    if mutant:
+        (tmp / "mutant_name.c").write_text(MARKER_SOURCE.format(name=mutant))
+    return changed
+
+
 def _compile(cc: str, opt: str, defines: list[str], tmp: Path, verbose: bool,
              mutant: str | None = None, flags: dict = ISA_FLAGS) -> None:
-    """Compiles and links tmp/libcrnn.so (the objects in tmp/obj, removed after). A source
-    whose preprocessed text and flags an earlier build compiled takes that object
-    (ctypes_kernels/objcache.py): a mutant recompiles only the files it changes."""
+    """Compiles the staged copy in tmp (_stage) and links tmp/libcrnn.so (the objects in
+    tmp/obj, removed after). Every command runs in tmp with relative paths, so a file's
+    preprocessed text does not depend on where the copy is: a source whose text and flags an
+    earlier build compiled takes that object (ctypes_kernels/objcache.py), and a mutant
+    recompiles only the files its patch changes."""
     (tmp / "obj").mkdir()
-    jobs = [(src, tmp / "obj" / (src.parent.name + "_" + src.stem + ".o"),
+    srcs = [src.relative_to(HERE) for src in sources()]
+    if mutant:
+        srcs.append(Path("mutant_name.c"))
+    jobs = [(src, Path("obj") / (src.parent.name + "_" + src.stem + ".o"),
              [cc, *_mutant_flags(_flags_for(src, opt, flags), mutant), *defines])
-            for src in sources()]
-    _run_all([[*cmd, "-E", str(src), "-o", f"{obj}.i"] for src, obj, cmd in jobs], verbose)
+            for src in srcs]
+    _run_all([[*cmd, "-E", str(src), "-o", f"{obj}.i"] for src, obj, cmd in jobs], verbose, tmp)
     version, root = compiler_version(cc), cache_dir() / "obj"
     cache.clean_orphans(root)
-    keys = {obj: objcache.key(version, cmd, Path(f"{obj}.i").read_bytes()) for _, obj, cmd in jobs}
-    todo = [(src, obj, cmd) for src, obj, cmd in jobs if not objcache.fetch(root, keys[obj], obj)]
-    _run_all([[*cmd, "-c", str(src), "-o", str(obj)] for src, obj, cmd in todo], verbose)
+    keys = {obj: objcache.key(version, cmd, (tmp / f"{obj}.i").read_bytes()) for _, obj, cmd in jobs}
+    todo = [(src, obj, cmd) for src, obj, cmd in jobs
+            if not objcache.fetch(root, keys[obj], tmp / obj)]
+    _run_all([[*cmd, "-c", str(src), "-o", str(obj)] for src, obj, cmd in todo], verbose, tmp)
     for _, obj, _ in todo:
-        objcache.store(root, keys[obj], obj)
-    _run([cc, "-shared", "-pthread", "-o", str(tmp / "libcrnn.so"), *(str(o) for _, o, _ in jobs),
-          "-lm"], verbose)
+        objcache.store(root, keys[obj], tmp / obj)
+    _run([cc, "-shared", "-pthread", "-o", "libcrnn.so", *(str(o) for _, o, _ in jobs), "-lm"],
+         verbose, tmp)
     shutil.rmtree(tmp / "obj")
 
 
@@ -360,11 +412,11 @@ def describe_cmd(argv=None) -> None:
     print(build(cc=a.cc, opt=a.opt, verbose=a.verbose))
 
 
-def _run(cmd: list[str], verbose: bool) -> None:
-    _run_all([cmd], verbose)
+def _run(cmd: list[str], verbose: bool, cwd: Path | None = None) -> None:
+    _run_all([cmd], verbose, cwd)
 
 
-def _run_all(cmds: list[list[str]], verbose: bool) -> None:
+def _run_all(cmds: list[list[str]], verbose: bool, cwd: Path | None = None) -> None:
     """Runs the commands, as many at once as there are CPUs; the first failure raises
     BuildError. Whatever ends the build early (an error, a signal) kills the ones running."""
     pending, running = list(cmds), []
@@ -375,8 +427,8 @@ def _run_all(cmds: list[list[str]], verbose: bool) -> None:
                 if verbose:
                     print(" ".join(cmd))
                 err = tempfile.TemporaryFile()
-                running.append((cmd, subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err),
-                                err))
+                running.append((cmd, subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err,
+                                                      cwd=cwd), err))
             cmd, proc, err = running.pop(0)
             with err:
                 if proc.wait() != 0:
