@@ -2,7 +2,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include "core.h"
-#include "mutants.h"
 
 int32_t crnn_dot16(const float *a, const float *b, int64_t n, float *out)
 {
@@ -16,73 +15,21 @@ static const crnn_gemm16kn_fn kn_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16
 typedef crnn_gemm16knp_fn knp_fn;
 static const knp_fn knp_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16knp);
 
-#if defined(CRNN_MUTANT)
-/* A mutant build only (docs/mutants.md): a mutant that changes the dots has an nt kernel;
- * kn products run through it on gathered rows (A) and a transposed B, so the mistake
- * applies to every dot, whatever its layout. */
-static void kn_via_mutant(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i,
-                          int64_t a_k, const float *B, int64_t b_k, int64_t b_j, float *C,
-                          int64_t ldc)
-{
-    int isa = crnn_current_isa();
-    crnn_gemm16_fn nt = crnn_mutant_gemm16(isa, kernels[isa]);
-    if (nt == kernels[isa] || K == 0) {
-        kn_kernels[isa](M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
-        return;
-    }
-    float *rows = malloc(sizeof(float) * (size_t)((M + N) * K));
-    if (!rows) abort();
-    float *cols = rows + M * K;
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t k = 0; k < K; k++) rows[i * K + k] = A[i * a_i + k * a_k];
-    for (int64_t j = 0; j < N; j++)
-        for (int64_t k = 0; k < K; k++) cols[j * K + k] = B[k * b_k + j * b_j];
-    nt(M, N, K, rows, K, cols, K, C, ldc);
-    free(rows);
-}
-#endif
-
 static crnn_gemm16_fn nt_kernel(void)
 {
-#if defined(CRNN_MUTANT)
-    return crnn_mutant_gemm16(crnn_current_isa(), kernels[crnn_current_isa()]);
-#else
     return kernels[crnn_current_isa()];
-#endif
 }
 
 static crnn_gemm16kn_fn kn_kernel(void)
 {
-#if defined(CRNN_MUTANT)
-    return kn_via_mutant;
-#else
     return kn_kernels[crnn_current_isa()];
-#endif
 }
-
-#if defined(CRNN_MUTANT)
-/* a mutant build: B back to rows, through the (mutant-aware) kn kernel */
-static void knp_via_mutant(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i,
-                           int64_t a_k, const float *Bp, float *C, int64_t ldc)
-{
-    float *B = malloc(sizeof(float) * (size_t)(K * N + 1));
-    if (!B) abort();
-    for (int64_t k = 0; k < K; k++)
-        for (int64_t j = 0; j < N; j++) B[k * N + j] = Bp[crnn_kn_packed_index(K, k, j)];
-    kn_via_mutant(M, N, K, A, a_i, a_k, B, N, 1, C, ldc);
-    free(B);
-}
-#endif
 
 crnn_gemm16_fn crnn_gemm16_kernel(void) { return nt_kernel(); }
 crnn_gemm16kn_fn crnn_gemm16kn_kernel(void) { return kn_kernel(); }
 crnn_gemm16knp_fn crnn_gemm16knp_kernel(void)
 {
-#if defined(CRNN_MUTANT)
-    return knp_via_mutant;
-#else
     return knp_kernels[crnn_current_isa()];
-#endif
 }
 
 void crnn_kn_pack(int64_t K, int64_t N, const float *B, int64_t b_k, int64_t b_j, float *Bp)
@@ -173,12 +120,8 @@ void crnn_gemm16_kn_packed(int64_t M, int64_t N, int64_t K,
                            const float *A, int64_t a_i, int64_t a_k, const float *Bp,
                            float *C, int64_t ldc)
 {
-#if defined(CRNN_MUTANT)
-    knp_via_mutant(M, N, K, A, a_i, a_k, Bp, C, ldc);
-#else
     gemm_job g = {NULL, NULL, knp_kernels[crnn_current_isa()], M, N, K, a_i, a_k, 0, 1, ldc, A, Bp, C, 1};
     gemm_run(&g);
-#endif
 }
 
 /* The row-split kernels below: whole rows per thread, or all on this thread when the work

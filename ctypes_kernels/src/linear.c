@@ -1,18 +1,11 @@
 /* linear.c — y = x Wᵀ + b and its backward, every sum a dot16 (docs/backward.md). */
 #include <stdlib.h>
 #include "core.h"
-#if defined(CRNN_MUTANT)   /* mutant builds only (docs/mutants.md) */
-#include "mutants.h"
-#endif
 
 int32_t crnn_linear_forward(const float *x, const float *W, const float *b,
                             int32_t T, int32_t I, int32_t O, float *y)
 {
     if (T < 0 || I < 0 || O < 0 || !x || !W || !b || !y) return CRNN_E_ARG;
-#if defined(CRNN_MUTANT_BIAS_FIRST)   /* mutant: the bias starts lane 0 of each dot */
-    crnn_mutant_gemm16_bias_first(T, O, I, x, I, W, I, b, y, O);
-    return CRNN_OK;
-#endif
     crnn_gemm16_kn(T, O, I, x, I, 1, W, 1, I, y, O);     /* term i: x[t][i] * W[o][i] */
     for (int64_t t = 0; t < T; t++)
         for (int64_t o = 0; o < O; o++)

@@ -1,0 +1,62 @@
+/* conv.h — what the conv block's files share (conv.c holds the entry points): the geometry
+ * of one call, the im2col, the pool, the dx gather and the listed dW. Not part of the ABI. */
+#ifndef CRNN_CONV_H
+#define CRNN_CONV_H
+
+#include "core.h"
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+typedef struct {
+    int64_t H, W, C, Out, kh, kw, padH, padW, poolH, poolW;
+    int64_t Hc, Wc, P, Hp, Wp, K, KP;
+} geom_t;
+
+/* d[i] = d[i] + s[i], i < n: one rounding each, four at a time where SSE2 is the baseline
+ * (any -O level vectorizes it the same way) */
+static inline void crnn_conv_add_floats(float *d, const float *s, int64_t n)
+{
+    int64_t i = 0;
+#if defined(__SSE2__)
+    for (; i + 4 <= n; i += 4) _mm_storeu_ps(d + i, _mm_add_ps(_mm_loadu_ps(d + i), _mm_loadu_ps(s + i)));
+#endif
+    for (; i < n; i++) d[i] = d[i] + s[i];
+}
+
+/* conv_im2col.c: col[p][k] = x[y+ky-padH][x+kx-padW][c], +0 outside and in the padding */
+typedef struct {
+    const geom_t *g;
+    const float *x;
+    float *col;           /* col row of position p = y*Wc + x: col + (p - y0*Wc)*KP */
+    int64_t y0;
+} im2col_job;
+void crnn_conv_im2col_rows(void *ctx, int64_t y0, int64_t y1);   /* conv rows y0..y1 of j */
+void crnn_conv_im2col(const geom_t *g, const float *x, float *col);  /* every row, threaded */
+
+/* conv_pool.c: the bias, the pool over rows of windows and its backward scatter */
+typedef struct {
+    const geom_t *g;
+    const float *b;
+    float *conv, *pooled;
+    int32_t *winners;
+} fwd_job;
+
+void crnn_conv_bias_rows(void *ctx, int64_t p0, int64_t p1);
+void crnn_conv_pool_rows(void *ctx, int64_t oy0, int64_t oy1);
+int crnn_conv_scatter_winners(const geom_t *g, const float *dPooled, const int32_t *winners,
+                              float *dC);
+
+/* conv_dx.c: dx from dcol, the taps gathered per input cell */
+typedef struct {
+    const geom_t *g;
+    const float *dcol;
+    float *dx;
+} gather_job;
+void crnn_conv_gather_rows(void *ctx, int64_t iy0, int64_t iy1);
+
+/* conv_dw.c: dW and db from the listed (nonzero) terms of dC */
+int crnn_conv_all_finite(const float *x, int64_t n);
+int crnn_conv_dW_listed(const geom_t *g, const float *x, const float *dC, float *dW, float *db);
+
+#endif

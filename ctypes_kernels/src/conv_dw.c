@@ -1,0 +1,162 @@
+/* conv_dw.c — the conv block's dW and db from the listed (nonzero) terms of dC
+ * (docs/backward.md, "Convolution block"); crnn_conv_backward falls back to the dense dots
+ * when the listing does not apply. */
+#include <math.h>
+#include <string.h>
+#include "conv.h"
+
+/* ---- dW and db from the listed terms of dC ---------------------------------------------
+ * dC is +0 away from the pool winners (3 of 4 positions for a 2x2 pool), and a term with
+ * dC = ±0 and a finite window value has an exact zero product. dW[o][k] and db[o] are
+ * therefore computed from each channel's nonzero dC terms only, each lane's terms in
+ * ascending p (crnn_gemm16_listed); a row with a -0 lane partial, where a left-out term
+ * could have mattered, is recomputed with every term (core.h says why that is exact). */
+
+/* 1 when every x is finite (x*0 is ±0 then, NaN otherwise; the OR of the bits is NaN iff
+ * any is) */
+int crnn_conv_all_finite(const float *x, int64_t n)
+{
+    int64_t i = 0;
+    int bad = 0;
+#if defined(__SSE2__)
+    __m128 acc = _mm_setzero_ps();
+    for (; i + 4 <= n; i += 4) acc = _mm_or_ps(acc, _mm_mul_ps(_mm_loadu_ps(x + i), _mm_setzero_ps()));
+    bad = _mm_movemask_ps(_mm_cmpunord_ps(acc, acc)) != 0;
+#endif
+    for (; i < n; i++) bad |= !(x[i] - x[i] == 0.0f);
+    return !bad;
+}
+
+typedef struct {
+    const float *B;          /* col rows: x zero-padded (C % 16 == 0) or im2col */
+    int64_t Wx;              /* padded row length (C % 16 == 0) */
+    int direct;
+} colsrc_t;
+
+/* where col row p starts in B (col[p][16c + e] = B[roff(p) + coff[c] + e]) */
+static inline int64_t col_roff(const geom_t *g, const colsrc_t *cs, int64_t p)
+{
+    return cs->direct ? ((p / g->Wc) * cs->Wx + p % g->Wc) * g->C : p * g->KP;
+}
+
+/* dW[o][·] and db[o] with every one of the P terms (the definition; rare path) */
+static void dW_row_dense(const geom_t *g, const colsrc_t *cs, const int32_t *coff,
+                         const float *dC, int64_t o, float *dWo)
+{
+    for (int64_t k = 0; k < g->KP; k++) {
+        float p[16] = {0};
+        for (int64_t q = 0; q < g->P; q++)
+            p[q % 16] = fmaf(dC[q * g->Out + o], cs->B[col_roff(g, cs, q) + coff[k / 16] + k % 16],
+                             p[q % 16]);
+        dWo[k] = crnn_tree16(p);
+    }
+}
+
+/* B: the window rows (x with padH rows and padW columns of +0 around it when C % 16 == 0,
+ * else im2col) and coff, where column chunk c of a window row starts */
+static void window_rows(const geom_t *g, const float *x, const colsrc_t *cs, float *B,
+                        int32_t *coff)
+{
+    const int64_t C = g->C, nb = g->KP / 16;
+    if (!cs->direct) {
+        crnn_conv_im2col(g, x, B);
+        for (int64_t c = 0; c < nb; c++) coff[c] = (int32_t)(16 * c);
+        return;
+    }
+    memset(B, 0, sizeof(float) * (size_t)((g->H + 2 * g->padH) * cs->Wx * C));
+    for (int64_t iy = 0; iy < g->H; iy++)
+        memcpy(B + ((iy + g->padH) * cs->Wx + g->padW) * C, x + iy * g->W * C,
+               sizeof(float) * (size_t)(g->W * C));
+    for (int64_t c = 0; c < nb; c++) {              /* 16 channels of one tap */
+        const int64_t tap = 16 * c / C;
+        coff[c] = (int32_t)(((tap / g->kw) * cs->Wx + tap % g->kw) * C + 16 * c % C);
+    }
+}
+
+/* Slot o*16 + l (cap terms from terms + (o*16 + l)*cap) gets channel o's nonzero dC[p][o],
+ * p ≡ l (mod 16), in ascending p: rows p in order, each value written every time and the
+ * length advanced only for a nonzero (no branch to mispredict), 8 channels a pass so the
+ * 128 slots being appended to stay in L1. */
+static void list_terms(const geom_t *g, const colsrc_t *cs, const float *dC, int64_t cap,
+                       crnn_term *terms, int32_t *start, int32_t *len, int32_t *roff)
+{
+    const int64_t P = g->P, Out = g->Out;
+    for (int64_t p = 0; p < P; p++) roff[p] = (int32_t)col_roff(g, cs, p);
+    for (int64_t sl = 0; sl < 16 * Out; sl++) {
+        start[sl] = (int32_t)(sl * cap);
+        len[sl] = 0;
+    }
+    for (int64_t o0 = 0; o0 < Out; o0 += 8) {
+        const int64_t o1 = o0 + 8 < Out ? o0 + 8 : Out;
+        for (int64_t p = 0; p < P; p++) {
+            const float *row = dC + p * Out;
+            int32_t *ln = len + p % 16;
+            crnn_term *at = terms + (p % 16) * cap;
+            const int32_t off = roff[p];
+            for (int64_t o = o0; o < o1; o++) {
+                const float v = row[o];
+                const int32_t n = ln[16 * o];
+                crnn_term *t = at + o * 16 * cap + n;
+                t->v = v;
+                t->off = off;
+                ln[16 * o] = n + (v != 0.0f);
+            }
+        }
+    }
+}
+
+/* db[o] from the same lists (fma(v, 1, p) = p + v), redone with every term when a lane ends
+ * at -0 */
+static float db_listed(const geom_t *g, const float *dC, const crnn_term *terms,
+                       const int32_t *start, const int32_t *len, int64_t o)
+{
+    float lane[16];
+    int neg = 0;
+    for (int l = 0; l < 16; l++) {
+        lane[l] = 0.0f;
+        const crnn_term *t = terms + start[o * 16 + l];
+        for (int32_t m = 0; m < len[o * 16 + l]; m++) lane[l] = lane[l] + t[m].v;
+        neg |= lane[l] == 0.0f && signbit(lane[l]);
+    }
+    if (neg)
+        for (int l = 0; l < 16; l++) {
+            lane[l] = 0.0f;
+            for (int64_t q = l; q < g->P; q += 16) lane[l] = lane[l] + dC[q * g->Out + o];
+        }
+    return crnn_tree16(lane);
+}
+
+/* Returns 1 when dW and db are done, 0 when the dense dots must run instead (some x is not
+ * finite: ±0 * inf is NaN, so no term may be left out; too few chunks to gain; offsets
+ * beyond int32), -1 without memory. */
+#define LISTED_MIN_CHUNKS 4   /* listing costs a pass over dC; a chunk saves ~3/4 of P*Out fmas */
+int crnn_conv_dW_listed(const geom_t *g, const float *x, const float *dC, float *dW, float *db)
+{
+    const int64_t C = g->C, Out = g->Out, P = g->P, KP = g->KP, nb = KP / 16;
+    const colsrc_t cs0 = {NULL, g->W + 2 * g->padW, C % 16 == 0};
+    const int64_t nB = cs0.direct ? (g->H + 2 * g->padH) * cs0.Wx * C : P * KP;
+    /* a slot holds at most one term a window and one a position of its lane; +1: it is
+     * written once past its last term */
+    const int64_t perlane = (P + 15) / 16, windows = g->Hp * g->Wp;
+    const int64_t cap = (perlane < windows ? perlane : windows) + 1, nslot = 16 * Out;
+    if (nb < LISTED_MIN_CHUNKS || nB + 16 > INT32_MAX || cap * nslot > INT32_MAX ||
+        !crnn_conv_all_finite(x, g->H * g->W * C))
+        return 0;
+    size_t bytes = sizeof(float) * (size_t)nB + sizeof(crnn_term) * (size_t)(cap * nslot) +
+                   sizeof(int32_t) * (size_t)(2 * nslot + nb + Out + P) + 64;
+    char *mem = crnn_scratch(CRNN_SCRATCH_BAND, bytes);
+    if (!mem) return -1;
+    float *B = (float *)mem;
+    crnn_term *terms = (crnn_term *)(B + nB);
+    int32_t *start = (int32_t *)(terms + cap * nslot), *len = start + nslot;
+    int32_t *coff = len + nslot, *negz = coff + nb, *roff = negz + Out;
+    const colsrc_t cs = {B, cs0.Wx, cs0.direct};
+    window_rows(g, x, &cs, B, coff);
+    list_terms(g, &cs, dC, cap, terms, start, len, roff);
+    crnn_gemm16_listed(Out, nb, terms, start, len, B, coff, dW, KP, negz);
+    for (int64_t o = 0; o < Out; o++) {
+        if (negz[o]) dW_row_dense(g, &cs, coff, dC, o, dW + o * KP);
+        db[o] = db_listed(g, dC, terms, start, len, o);
+    }
+    return 1;
+}
