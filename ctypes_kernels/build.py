@@ -206,7 +206,7 @@ def build(cc: str | None = None, opt: str = DEFAULT_OPT, mutant: str | None = No
             tmp = cache.fresh_dir(cache_dir())
             try:
                 changed = _stage(tmp, mutant, patch)
-                _compile(cc, opt, defines, tmp, verbose, mutant, flags)
+                _compile(cc, opt, defines, tmp, verbose, mutant, flags, changed)
                 (tmp / "build.txt").write_text(
                     f"cc: {cc}\nversion: {compiler_version(cc)}\nopt: {opt}\ndefines: {defines}\n"
                     f"mutant: {mutant}\npatched: {' '.join(changed)}\n"
@@ -239,14 +239,17 @@ def _stage(tmp: Path, mutant: str | None, patch: str) -> list[str]:
 
 
 def _compile(cc: str, opt: str, defines: list[str], tmp: Path, verbose: bool,
-             mutant: str | None = None, flags: dict = ISA_FLAGS) -> None:
+             mutant: str | None = None, flags: dict = ISA_FLAGS, patched: list[str] = ()) -> None:
     """Compiles the staged copy in tmp (_stage) and links tmp/libcrnn.so (the objects in
     tmp/obj, removed after). Every command runs in tmp with relative paths, so a file's
     preprocessed text does not depend on where the copy is: a source whose text and flags an
     earlier build compiled takes that object (ctypes_kernels/objcache.py), and a mutant
-    recompiles only the files its patch changes."""
+    recompiles only the files its patch changes. A source file the patch creates is compiled
+    too; one it deletes is not."""
     (tmp / "obj").mkdir()
     srcs = [src.relative_to(HERE) for src in sources()]
+    srcs += [Path(p) for p in patched if p.endswith(".c") and Path(p) not in srcs]
+    srcs = [s for s in srcs if (tmp / s).is_file()]
     if mutant:
         srcs.append(Path("mutant_name.c"))
     jobs = [(src, Path("obj") / (src.parent.name + "_" + src.stem + ".o"),
