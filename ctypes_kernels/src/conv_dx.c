@@ -19,7 +19,8 @@ void crnn_conv_gather_rows(void *ctx, int64_t iy0, int64_t iy1)
                 for (int64_t kx = 0; kx < g->kw; kx++) {
                     int64_t px = ix + g->padW - kx;
                     if (px < 0 || px >= g->Wc) continue;
-                    crnn_conv_add_floats(d, j->dcol + (py * g->Wc + px) * g->KP + (ky * g->kw + kx) * C, C);
+                    const float *s = j->dcol + (py * g->Wc + px) * g->KP + (ky * g->kw + kx) * C;
+                    crnn_conv_add_floats(d, s, C);
                 }
             }
         }

@@ -95,7 +95,7 @@ void crnn_conv_pool_rows(void *ctx, int64_t oy0, int64_t oy1)
 }
 
 #if defined(__SSE2__)
-/* crnn_conv_scatter_winners for Out % 4 == 0, in one pass and without branches: every cell of every
+/* The scatter for Out % 4 == 0, in one pass and without branches: every cell of every
  * window gets dPooled where the winner names it and +0 elsewhere (four channels at a time),
  * the dropped rows and columns +0; a winner that names no cell of its window and is not -1
  * makes the whole result invalid (dC is scratch; the caller stops). */
@@ -134,11 +134,10 @@ static int winners_to_dC(const geom_t *g, const float *dPooled, const int32_t *w
 }
 #endif
 
-
 /* dC[p][o] = dPooled at each window's winner, +0 elsewhere. Every winner must be -1 or a
  * cell of its own window and channel; anything else is CRNN_E_ARG. */
 int crnn_conv_scatter_winners(const geom_t *g, const float *dPooled, const int32_t *winners,
-                           float *dC)
+                              float *dC)
 {
 #if defined(__SSE2__)
     if (g->Out % 4 == 0) return winners_to_dC(g, dPooled, winners, dC);
