@@ -1,6 +1,7 @@
 """The mutant catalogue (docs/mutants.md): every mutant is killed by exactly the tiers the doc
-names; the catalogue, the C switch list and the doc agree; `crnn-conformance mutants` prints
-the kill table and exits 0 / 1 / 2.
+names; the catalogue, the patches and the doc agree; every patch applies to the shipped
+sources, which hold no mutant code; `crnn-conformance mutants` prints the kill table and
+exits 0 / 1 / 2.
 
 Gating every mutant takes minutes, so only FAST (one mutant per kind of catch: exact,
 float64 + pytorch, identity) runs by default; the rest are marked slow (pytest --slow, and
@@ -10,14 +11,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from crnn_conformance.ctypes_kernels.build import BuildError, build
+from crnn_conformance.ctypes_kernels.build import MUTANT_FLAGS, BuildError, build
 from crnn_conformance.harness import mutants as M
+from crnn_conformance.harness.mutants import patches
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["dot8", "lstm_no_dc_carry", "vec_tail_zero_pad"]
@@ -39,17 +42,91 @@ def test_doc_names_every_mutant_with_its_tiers():
     assert len(M.CATALOGUE) >= 15
 
 
-def test_c_switch_list_is_the_catalogue():
-    src = (ROOT / "ctypes_kernels" / "src" / "mutants.c").read_text()
-    guard = src[src.index("#if !("):src.index("#error")]
-    in_c = {n.lower() for n in re.findall(r"CRNN_MUTANT_(\w+)", guard)}
-    assert in_c == set(M.BY_NAME)
+# ---- the patches ------------------------------------------------------------------------------
+
+PATCH_MUTANTS = [m.name for m in M.CATALOGUE if m.kind == "patch"]
+
+
+def test_catalogue_and_patches_are_one_to_one():
+    """Every patch mutant has exactly one patches/<name>.diff, no .diff belongs to no mutant,
+    and the flag mutants are the build's MUTANT_FLAGS, without a patch."""
+    assert sorted(PATCH_MUTANTS) == patches.patch_names()
+    flags = [m.name for m in M.CATALOGUE if m.kind == "flags"]
+    assert sorted(flags) == sorted(MUTANT_FLAGS) == ["contract_fast"]
+    assert [p.name for p in patches.PATCHES.iterdir() if p.suffix != ".diff"] == []
+
+
+def shipped_copy(tmp_path) -> Path:
+    """A copy of what the build compiles, laid out as in ctypes_kernels/."""
+    root = tmp_path / "tree"
+    shutil.copytree(ROOT / "ctypes_kernels" / "src", root / "src")
+    shutil.copy(ROOT / "ctypes_kernels" / "crnn_port.h", root / "crnn_port.h")
+    return root
+
+
+@pytest.mark.parametrize("name", PATCH_MUTANTS)
+def test_every_patch_applies_to_the_shipped_sources(name, tmp_path):
+    root = shipped_copy(tmp_path)
+    before = {str(p.relative_to(root)): p.read_text() for p in root.rglob("*") if p.is_file()}
+    changed = patches.apply(name, root)
+    assert changed and all(rel.startswith("src/") for rel in changed), changed
+    for rel in changed:       # each file it names is changed, created or deleted
+        after = (root / rel).read_text() if (root / rel).exists() else None
+        assert before.get(rel) != after, rel
+
+
+def test_a_patch_whose_context_changed_names_mutant_file_and_hunk(tmp_path):
+    root = shipped_copy(tmp_path)
+    name = "pool_ties_last"
+    fp = patches.parse(name, patches.read_patch(name))[0]
+    h = fp.hunks[1]
+    src = root / fp.path
+    lines = src.read_text().split("\n")
+    at = h.old_start - 1              # hunk 2's first line, a context line, in the shipped file
+    assert lines[at] == h.old[0]
+    lines[at] += "   /* edited */"
+    src.write_text("\n".join(lines))
+    with pytest.raises(patches.MutantPatchError) as e:
+        patches.apply(name, root)
+    msg = str(e.value)
+    assert msg.startswith(f"mutant {name}: hunk 2 of {fp.path} does not apply: line {at + 1} is "), msg
+    assert repr(h.old[0]) in msg and "/* edited */" in msg
+    # nothing was written: hunk 1, which applies, is not in the file either
+    assert src.read_text() == "\n".join(lines)
+
+
+def test_an_ambiguous_or_malformed_patch_is_an_error(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "f.c").write_text("a\nb\nx\na\nb\n")
+    diff = ("diff --git a/ctypes_kernels/src/f.c b/ctypes_kernels/src/f.c\n"
+            "--- a/ctypes_kernels/src/f.c\n+++ b/ctypes_kernels/src/f.c\n"
+            "@@ -9,2 +9,2 @@\n a\n-b\n+c\n")
+    with pytest.raises(patches.MutantPatchError, match=r"mutant m: hunk 1 of src/f.c does not "
+                       r"apply: its old text occurs 2 times \(lines 1, 4\)"):
+        patches.apply("m", tmp_path, diff)
+    patches.apply("m", tmp_path, diff.replace("-9,2 +9,2", "-4,2 +4,2"))   # at the stated line
+    assert (tmp_path / "src" / "f.c").read_text() == "a\nb\nx\na\nc\n"
+    with pytest.raises(patches.MutantPatchError, match="paths must be a/ctypes_kernels/"):
+        patches.apply("m", tmp_path, diff.replace("a/ctypes_kernels/src/f.c", "a/src/f.c"))
+    with pytest.raises(patches.MutantPatchError, match="changes no file"):
+        patches.apply("m", tmp_path, "")
+
+
+def test_the_shipped_sources_hold_no_mutant_code():
+    """The mutants live in patches/ only: no CRNN_MUTANT switch and no mutant kernel in any
+    file under ctypes_kernels/."""
+    hits = [f"{p.relative_to(ROOT)}:{n}" for p in sorted((ROOT / "ctypes_kernels").rglob("*"))
+            if p.is_file() and p.suffix in (".c", ".h")
+            for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+            if "CRNN_MUTANT" in line or "crnn_mutant" in line]
+    assert hits == []
 
 
 def test_normal_build_is_no_mutant_and_a_typo_does_not_build():
     assert M.mutant_marker(build()) is None
     assert M.mutant_marker(build(mutant="dot8")) == "dot8"
-    with pytest.raises(BuildError, match="unknown CRNN_MUTANT"):
+    with pytest.raises(BuildError, match=r"mutant nosuch_mutant: its patch \S*nosuch_mutant.diff "
+                       "is missing"):
         build(mutant="nosuch_mutant")
 
 
