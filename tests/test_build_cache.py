@@ -1,5 +1,5 @@
 """The object cache (ctypes_kernels/objcache.py): a mutant build compiles only the files its
--D flags change, and what it links is byte for byte what a build from a cold cache links."""
+patch changes, and what it links is byte for byte what a build from a cold cache links."""
 from __future__ import annotations
 
 import pytest
@@ -9,16 +9,16 @@ from crnn_conformance.ctypes_kernels import build, objcache
 
 @pytest.fixture
 def small(monkeypatch):
-    """Builds of two source files (detmath.c holds the exp_threshold_ge mutant, activations.c
-    does not), counting the files each build compiles."""
+    """Builds of two source files (the dx_taps_kx_first patch changes conv_dx.c, not
+    detmath.c), counting the files each build compiles."""
     monkeypatch.setattr(build, "sources", lambda: [build.SRC / "detmath.c",
-                                                   build.SRC / "activations.c"])
+                                                   build.SRC / "conv_dx.c"])
     compiled = []
     run_all = build._run_all
 
-    def counting(cmds, verbose):
+    def counting(cmds, verbose, cwd=None):
         compiled.extend(c[c.index("-c") + 1] for c in cmds if "-c" in c)
-        return run_all(cmds, verbose)
+        return run_all(cmds, verbose, cwd)
     monkeypatch.setattr(build, "_run_all", counting)
     return compiled
 
@@ -31,14 +31,14 @@ def test_a_mutant_compiles_only_what_it_changes_and_links_the_same_bytes(small, 
                                                                           monkeypatch):
     monkeypatch.setenv("CRNN_CACHE_DIR", str(tmp_path / "warm"))
     build.build()
-    assert names(small) == ["activations.c", "detmath.c"]
+    assert names(small) == ["conv_dx.c", "detmath.c"]
     small.clear()
-    warm = build.build(mutant="exp_threshold_ge").read_bytes()
-    assert names(small) == ["detmath.c"]
+    warm = build.build(mutant="dx_taps_kx_first").read_bytes()
+    assert names(small) == ["conv_dx.c", "mutant_name.c"]
     small.clear()
     monkeypatch.setenv("CRNN_CACHE_DIR", str(tmp_path / "cold"))
-    cold = build.build(mutant="exp_threshold_ge").read_bytes()
-    assert names(small) == ["activations.c", "detmath.c"]
+    cold = build.build(mutant="dx_taps_kx_first").read_bytes()
+    assert names(small) == ["conv_dx.c", "detmath.c", "mutant_name.c"]
     assert warm == cold
 
 
@@ -49,7 +49,7 @@ def test_a_torn_object_is_compiled_again(small, tmp_path, monkeypatch):
         obj.write_bytes(obj.read_bytes()[:100])
     small.clear()
     assert build.build(extra_defines=["-DUNUSED_BY_ANY_FILE=1"]).read_bytes() == good
-    assert names(small) == ["activations.c", "detmath.c"]
+    assert names(small) == ["conv_dx.c", "detmath.c"]
 
 
 def test_the_key_is_the_text_and_the_flags_but_not_the_defines():
