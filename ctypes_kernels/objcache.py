@@ -1,12 +1,13 @@
 """Compiled objects shared between builds: a source file whose preprocessed text, compiler and
 code-generation flags are those of an earlier build is not compiled again.
 
-A mutant (docs/mutants.md) changes one or two of the 21 source files: its `-D` flags change
-the preprocessed text only where an `#if` names it, so the other objects are the normal
-build's, byte for byte, and a catalogue run compiles about one file per mutant instead of
-every file. The key is what decides an object's bytes, as ccache's preprocessor mode has it:
-the compiler and its version, the command's flags other than the `-D` ones (those are in the
-preprocessed text), and the preprocessed text itself, line markers (source paths) included.
+A mutant (docs/mutants.md) is a patch of one or a few source files: build.py compiles a staged
+copy of the sources with relative paths, so every file the patch leaves alone preprocesses to
+the normal build's text, its object is the normal build's, byte for byte, and a catalogue run
+compiles about one file per mutant instead of every file. The key is what decides an object's
+bytes, as ccache's preprocessor mode has it: the compiler and its version, the command's flags
+other than the `-D` ones (those are in the preprocessed text), and the preprocessed text
+itself, line markers (source paths) included.
 
 Each object is an entry of the build cache (ctypes_kernels/cache.py: written whole under a
 temporary name, checked against its SHA-256 on use), under cache_dir()/obj/<key>.
