@@ -17,7 +17,10 @@ from gcc and clang at -O0, -O2 and -O3 on every ISA path are tests/test_compiler
 
 Cache entries are written whole (a temporary directory renamed into place, under a lock) and
 checked against their SHA-256 sums before use, so a torn or truncated entry is rebuilt
-(ctypes_kernels/cache.py); a build interrupted by a signal kills its compilers.
+(ctypes_kernels/cache.py); a build interrupted by a signal kills its compilers. Every build
+compiles a copy of the sources staged in its entry's temporary directory; build(mutant=NAME)
+applies that mutant's patch to the copy first (harness/mutants/patches.py), so the shipped
+sources are never touched and hold no mutant code.
 """
 from __future__ import annotations
 
@@ -125,8 +128,8 @@ def _mutant_patch(mutant: str | None) -> str:
     try:
         return patches.read_patch(mutant)
     except patches.MutantPatchError as e:
-        raise BuildError(f"{e} (every mutant but the flag mutants "
-                         f"{', '.join(MUTANT_FLAGS)} is a patch; "
+        raise BuildError(f"{e} (a mutant other than the flag mutants "
+                         f"{', '.join(MUTANT_FLAGS)} is a source patch; "
                          "harness/mutants/catalogue.py lists them)") from None
 
 
