@@ -48,14 +48,14 @@ class Mutant:
     kind: str = "patch"       # "patch": a source patch; "flags": compiler flags (MUTANT_FLAGS)
 
 
+KINDS = ("patch", "flags")
+
+
 def _m(name, mistake, expect, threads=None, needs=(), kind="patch") -> Mutant:
     tiers = tuple(t for t in TIERS if t in expect.split(","))
     assert len(tiers) == len(expect.split(",")), expect
     assert kind in KINDS, kind
     return Mutant(name, mistake, tiers, threads, tuple(needs), kind)
-
-
-KINDS = ("patch", "flags")
 
 
 ISA_ONLY = (1,)          # a mistake on some ISA paths: every path, one thread
@@ -66,7 +66,8 @@ VECTOR = ("sse", "avx2", "avx512")
 MATH = "exact,float64,pytorch"   # a change of the mathematics, on layers with pytorch fixtures
 
 CATALOGUE: list[Mutant] = [
-    # the dots (dot16.c's dispatcher routes every product to the mistaken kernel)
+    # the dots (dot16.c's dispatcher routes every product to the mistaken kernel; the tail
+    # mistakes patch the per-ISA files isa/gemm16_<isa>.c)
     _m("dot8", "dot16 with 8 lanes: an AVX2 port that forgot the second accumulator", "exact"),
     _m("sequential", "every dot summed sequentially, one fma chain", "exact"),
     _m("tree_pairs", "the tree in another order: p[i] + p[i+1] pairs, then by 2, 4, 8", "exact"),
@@ -87,7 +88,7 @@ CATALOGUE: list[Mutant] = [
     _m("lstm_bias_grouping", "LSTM pre-activation grouped x*W_ih + (h*W_hh + b)", "exact"),
     _m("sigmoid_expf", "sigmoid as 1/(1 + expf(-x)) with libm instead of the documented "
        "approximation", "exact"),
-    # the conv block (conv.c)
+    # the conv block (conv.c and its conv_*.c files)
     _m("pool_ties_last", "pool tie rule >= instead of > (the last maximum wins)",
        "exact,float64"),
     _m("pool_keeps_partial", "trailing partial pool windows not dropped (folded into the last "
