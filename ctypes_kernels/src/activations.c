@@ -39,11 +39,7 @@ ACT_INLINE float exp_neg(float v)
 ACT_INLINE float sigmoid_def(float x)
 {
     float a = x < 0.0f ? x : -x;                     /* -|x| */
-#if defined(CRNN_MUTANT_SIGMOID_CLAMP_88)   /* mutant (docs/mutants.md): clamped at -88 */
-    float v = a >= -88.0f ? a : -88.0f;
-#else
     float v = a >= ACT_EXP_MIN ? a : ACT_EXP_MIN;    /* clamp; NaN becomes -104 */
-#endif
     float e = exp_neg(v);
     float d = 1.0f + e;
     float pos = 1.0f / d, neg = e / d;
@@ -124,15 +120,7 @@ void crnn_act_scalar_variant(int fn, int variant, const float *x, float *y, int6
     f(x, y, n);
 }
 
-#if defined(CRNN_MUTANT_SIGMOID_EXPF)
-#include "mutants.h"   /* mutant (docs/mutants.md): 1/(1 + expf(-x)) on every path */
-static const act_fn sigmoid_paths[CRNN_NISA] = {
-    crnn_mutant_sigmoid_expf, crnn_mutant_sigmoid_expf, crnn_mutant_sigmoid_expf,
-    crnn_mutant_sigmoid_expf,
-};
-#else
 static const act_fn sigmoid_paths[CRNN_NISA] = CRNN_ISA_TABLE(crnn_sigmoid);
-#endif
 static const act_fn tanh_paths[CRNN_NISA] = CRNN_ISA_TABLE(crnn_tanh);
 
 void crnn_sigmoid_n(const float *x, float *y, int64_t n)

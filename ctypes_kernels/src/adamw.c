@@ -8,9 +8,6 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
-#if defined(CRNN_MUTANT)   /* mutant builds only (docs/mutants.md) */
-#include "mutants.h"
-#endif
 
 typedef struct {
     float *p, *m, *v;
@@ -70,18 +67,6 @@ int32_t crnn_adamw(float *p, float *m, float *v, const float *g, int64_t n,
     if (n < 0 || (n > 0 && (!p || !m || !v || !g)) || (decay != 0 && decay != 1))
         return CRNN_E_ARG;
     if (!(b1t < 1.0) || !(b2t < 1.0) || !(b2t >= 0.0) || !(b1t >= 0.0)) return CRNN_E_ARG;
-#if defined(CRNN_MUTANT_ADAMW_DECAY_ALL)   /* mutant (docs/mutants.md): every tensor decays */
-    decay = 1;
-#endif
-#if defined(CRNN_MUTANT_ADAMW_DECAY_FLOAT)   /* mutant: the decay factor computed in float */
-    const float omb1 = (float)(1.0 - beta1);
-    const float b2 = (float)beta2;
-    const float omb2 = (float)(1.0 - beta2);
-    const float epsf = (float)eps;
-    const float dec = 1.0f - (float)lr * (float)wd;
-    const float stepSize = (float)(lr / (1.0 - b1t));
-    const float sqrtC2 = (float)sqrt(1.0 - b2t);
-#else
     const float omb1 = (float)(1.0 - beta1);
     const float b2 = (float)beta2;
     const float omb2 = (float)(1.0 - beta2);
@@ -89,18 +74,8 @@ int32_t crnn_adamw(float *p, float *m, float *v, const float *g, int64_t n,
     const float dec = (float)(1.0 - lr * wd);
     const float stepSize = (float)(lr / (1.0 - b1t));
     const float sqrtC2 = (float)sqrt(1.0 - b2t);
-#endif
     adamw_job j = {p, m, v, g, n, decay, omb1, b2, omb2, epsf, dec, stepSize, sqrtC2};
     if (n >= 16 * ADAMW_BLOCK) crnn_parallel_for((n + ADAMW_BLOCK - 1) / ADAMW_BLOCK, adamw_blocks, &j);
     else adamw_range(&j, 0, n);
-#if defined(CRNN_MUTANT_ADAMW_STATE_BF16)   /* mutant: the moments stored as bfloat16 */
-    for (int64_t i = 0; i < n; i++) {
-        m[i] = crnn_mutant_round_mantissa(m[i], 7);
-        v[i] = crnn_mutant_round_mantissa(v[i], 7);
-    }
-#endif
-#if defined(CRNN_MUTANT_MASTER_FP16)   /* mutant: the master weights kept at binary16 precision */
-    for (int64_t i = 0; i < n; i++) p[i] = crnn_mutant_round_mantissa(p[i], 10);
-#endif
     return CRNN_OK;
 }

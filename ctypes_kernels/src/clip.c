@@ -18,11 +18,7 @@ int32_t crnn_clip_gradients(float *grads, const int64_t *sizes, int32_t nTensors
     }
     if (total > 0 && !grads) return CRNN_E_ARG;
 
-#if defined(CRNN_MUTANT_NORM_FLOAT)   /* mutant (docs/mutants.md): the sum in float */
-    float sumsq = 0.0f;
-#else
     double sumsq = 0.0;
-#endif
     const float *g = grads;
     for (int32_t i = 0; i < nTensors; i++) {
         float d = 0.0f;
@@ -32,16 +28,8 @@ int32_t crnn_clip_gradients(float *grads, const int64_t *sizes, int32_t nTensors
     }
     double n = sqrt(sumsq);
     *norm = n;
-#if defined(CRNN_MUTANT_CLIP_GE)   /* mutant (docs/mutants.md): a norm equal to the limit clips */
-    if (enabled && n >= limit) {
-#else
     if (enabled && n > limit) {
-#endif
-#if defined(CRNN_MUTANT_CLIP_FACTOR_FLOAT)   /* mutant: the factor computed in float */
-        float f = (float)limit / ((float)n + 1e-6f);
-#else
         float f = (float)(limit / (n + 1e-6));
-#endif
         for (int64_t k = 0; k < total; k++) grads[k] = grads[k] * f;
     }
     return CRNN_OK;

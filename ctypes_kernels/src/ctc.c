@@ -6,17 +6,8 @@
 #include <stdlib.h>
 #include "core.h"
 #include "detmath.h"
-#if defined(CRNN_MUTANT_CTC_LIBM)   /* mutant (docs/mutants.md): the C library's exp and log */
-#define crnn_detmath_exp1 exp
-#define crnn_detmath_log1 log
-#endif
 
 #define NEG_INF (-INFINITY)
-#if defined(CRNN_MUTANT_CTC_FLOAT32)   /* mutant (docs/mutants.md): the recursion kept in float */
-#define KEEP(x) ((double)(float)(x))
-#else
-#define KEEP(x) (x)
-#endif
 
 /* hi + log(1 + exp(lo - hi)), hi/lo the larger/smaller argument; hi when lo is -inf or
  * lo - hi < -40 (log(1 + e^-40) = 4.2e-18: under half an ulp of any |hi| >= 1/16). */
@@ -40,9 +31,6 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
     for (int64_t i = 0; i < (int64_t)T * K; i++)
         if (!isfinite(logits[i])) return CRNN_E_ARG;
 
-#if defined(CRNN_MUTANT_CTC_MEAN_BY_LENGTH)   /* mutant (docs/mutants.md): PyTorch's 'mean' */
-    if (L > 0) scale = scale / (double)L;
-#endif
     const int64_t S = 2 * (int64_t)L + 1, nTK = (int64_t)T * K;
     for (int64_t i = 0; i < nTK; i++) dlogits[i] = 0.0f;
     if (T == 0) { *loss = INFINITY; return CRNN_OK; }
@@ -59,13 +47,9 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
         double m = z[0];
         for (int32_t k = 1; k < K; k++) if ((double)z[k] > m) m = z[k];
         double s = 0.0;
-#if defined(CRNN_MUTANT_LOGSOFTMAX_DESCENDING)   /* mutant: classes summed K-1 .. 0 */
-        for (int32_t k = K - 1; k >= 0; k--) s = s + crnn_detmath_exp1((double)z[k] - m);
-#else
         for (int32_t k = 0; k < K; k++) s = s + crnn_detmath_exp1((double)z[k] - m);
-#endif
         double ls = crnn_detmath_log1(s);
-        for (int32_t k = 0; k < K; k++) lp[t * K + k] = KEEP(((double)z[k] - m) - ls);
+        for (int32_t k = 0; k < K; k++) lp[t * K + k] = ((double)z[k] - m) - ls;
     }
 
     /* 2. alpha and beta, both including their own step's emission */
@@ -77,7 +61,7 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
         for (int64_t s = 0; s < S; s++) {
             double one = s >= 1 ? a[s - 1] : NEG_INF;
             double two = (s >= 2 && ext[s] != 0 && ext[s] != ext[s - 2]) ? a[s - 2] : NEG_INF;
-            out[s] = KEEP(logadd(logadd(a[s], one), two) + lp[t * K + ext[s]]);
+            out[s] = logadd(logadd(a[s], one), two) + lp[t * K + ext[s]];
         }
     }
     for (int64_t s = 0; s < S; s++)
@@ -88,38 +72,30 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
         for (int64_t s = 0; s < S; s++) {
             double one = s + 1 < S ? bn[s + 1] : NEG_INF;
             double two = (s + 2 < S && ext[s + 2] != 0 && ext[s + 2] != ext[s]) ? bn[s + 2] : NEG_INF;
-            out[s] = KEEP(logadd(logadd(bn[s], one), two) + lp[t * K + ext[s]]);
+            out[s] = logadd(logadd(bn[s], one), two) + lp[t * K + ext[s]];
         }
     }
 
     /* 3. logP and the loss */
     const double *last = alpha + (T - 1) * S;
-    double logP = KEEP(S == 1 ? last[0] : logadd(last[S - 1], last[S - 2]));
+    double logP = S == 1 ? last[0] : logadd(last[S - 1], last[S - 2]);
     if (logP == NEG_INF) {
         *loss = INFINITY;
         free(lp); free(ext);
         return CRNN_OK;
     }
-#if defined(CRNN_MUTANT_CTC_MEAN_BY_LENGTH)   /* mutant: the loss divided by the target length */
-    *loss = L > 0 ? -logP / (double)L : -logP;
-#else
     *loss = -logP;
-#endif
 
     /* 4. acc[t][k]: logadd over the entries labelled k, ascending; then the gradient */
     for (int64_t i = 0; i < nTK; i++) acc[i] = NEG_INF;
     for (int64_t t = 0; t < T; t++)
         for (int64_t s = 0; s < S; s++) {
             double *ak = acc + t * K + ext[s];
-            *ak = KEEP(logadd(*ak, alpha[t * S + s] + beta[t * S + s]));
+            *ak = logadd(*ak, alpha[t * S + s] + beta[t * S + s]);
         }
     for (int64_t i = 0; i < nTK; i++) {
         double occ = crnn_detmath_exp1((acc[i] - lp[i]) - logP);
-#if defined(CRNN_MUTANT_CTC_GRAD_FLOAT)   /* mutant: both terms rounded to float, then subtracted */
-        dlogits[i] = (float)(scale * crnn_detmath_exp1(lp[i])) - (float)(scale * occ);
-#else
         dlogits[i] = (float)(scale * (crnn_detmath_exp1(lp[i]) - occ));
-#endif
     }
     free(lp); free(ext);
     return CRNN_OK;

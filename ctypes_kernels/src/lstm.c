@@ -18,23 +18,14 @@
 #include <string.h>
 #include "core.h"
 #include "activations.h"
-#if defined(CRNN_MUTANT)   /* mutant builds only (docs/mutants.md) */
-#include <math.h>
-#include "mutants.h"
-#endif
-#if defined(__SSE2__) && !defined(CRNN_MUTANT)
+#if defined(__SSE2__)
 #include <emmintrin.h>
 #define LSTM_SSE 1         /* the element-wise cell math four at a time, the same operations */
 #else
 #define LSTM_SSE 0
 #endif
-#if defined(CRNN_MUTANT_LSTM_GATES_IGFO)
-#define ROW_F 2            /* mutant: the gate rows read as [i|g|f|o] */
-#define ROW_G 1
-#else
 #define ROW_F 1            /* gate rows [i|f|g|o] */
 #define ROW_G 2
-#endif
 
 /* ---- forward ----------------------------------------------------------------------- */
 
@@ -81,9 +72,6 @@ static void forward_dir(fwd_ctx *k, int d)
             const float *xwt = k->xw + ((size_t)li * T + t) * 2 * G + (size_t)d * G;
             const float *hwl = hw + li * G;
             float *z = zs;
-#if defined(CRNN_MUTANT_LSTM_BIAS_GROUPING)
-            for (int64_t g = 0; g < G; g++) z[g] = xwt[g] + (hwl[g] + b[g]);   /* mutant */
-#else
             int64_t g0 = 0;
 #if LSTM_SSE
             for (; g0 + 4 <= G; g0 += 4)
@@ -91,16 +79,9 @@ static void forward_dir(fwd_ctx *k, int d)
                                                  _mm_loadu_ps(b + g0)));
 #endif
             for (int64_t g = g0; g < G; g++) z[g] = (xwt[g] + hwl[g]) + b[g];
-#endif
-#if defined(CRNN_MUTANT_LSTM_GATES_IGFO)
-            crnn_sigmoid_n(z, act, H);                       /* mutant: i, g, then f, o */
-            crnn_tanh_n(z + H, act + H, H);
-            crnn_sigmoid_n(z + 2 * H, act + 2 * H, 2 * H);
-#else
             crnn_sigmoid_n(z, act, 2 * H);                   /* i, f */
             crnn_tanh_n(z + 2 * H, act + 2 * H, H);          /* g */
             crnn_sigmoid_n(z + 3 * H, act + 3 * H, H);       /* o */
-#endif
             const float *i = act, *f = act + ROW_F * H, *g = act + ROW_G * H, *o = act + 3 * H;
             int64_t j0 = 0;
 #if LSTM_SSE
@@ -111,15 +92,8 @@ static void forward_dir(fwd_ctx *k, int d)
             }
 #endif
             for (int64_t j = j0; j < H; j++) {
-#if defined(CRNN_MUTANT_LSTM_CELL_FMA)
-                ct[j] = fmaf(f[j], cp ? cp[j] : 0.0f, i[j] * g[j]);   /* mutant: contracted */
-#else
                 float fc = f[j] * (cp ? cp[j] : 0.0f);
                 ct[j] = fc + i[j] * g[j];
-#endif
-#if defined(CRNN_MUTANT_LSTM_C_FP16)   /* mutant: the cell state kept at binary16 precision */
-                ct[j] = crnn_mutant_round_mantissa(ct[j], 10);
-#endif
             }
             crnn_tanh_n(ct, tct, H);
             float *ht = k->out[li] + (size_t)t * 2 * H + (size_t)d * H;
@@ -241,11 +215,7 @@ static void backward_dir(bwd_ctx *k, int d)
                 float di = dc * g[j];
                 float dg = dc * i[j];
                 float df = dc * (cPrev ? cPrev[j] : 0.0f);
-#if defined(CRNN_MUTANT_LSTM_NO_DC_CARRY)
-                dcN[j] = 0.0f;                               /* mutant: the carry dc*f dropped */
-#else
                 dcN[j] = dc * f[j];
-#endif
                 dz[j] = di * (i[j] * (1.0f - i[j]));
                 dz[ROW_F * H + j] = df * (f[j] * (1.0f - f[j]));
                 dz[ROW_G * H + j] = dg * (1.0f - g[j] * g[j]);

@@ -537,41 +537,15 @@ int32_t crnn_step_gradients(const int32_t *cfg, const float *params, int32_t B,
     for (int32_t b = 0; b < B && rc == CRNN_OK; b++) rc = rcs[b];
     if (rc == CRNN_OK) {
         /* g = g_0, then g = g + g_b in line order */
-#if defined(CRNN_MUTANT_BATCH_SUM_ZERO_START)   /* mutant: g = +0, then g = g + g_b, b = 0.. */
-        if (B == 1)                     /* the one line's gradient was written into grads */
-            for (int64_t i = 0; i < m.nParams; i++) grads[i] = 0.0f + grads[i];
-        else {
-            for (int64_t i = 0; i < m.nParams; i++) grads[i] = 0.0f;
-            for (int32_t b = 0; b < B; b++)
-                for (int64_t i = 0; i < m.nParams; i++)
-                    grads[i] = grads[i] + lineGrads[(int64_t)b * m.nParams + i];
-        }
-        if (0) {
-#else
         if (B > 1) {
-#endif
-#if defined(CRNN_MUTANT_BATCH_SUM_REVERSE)   /* mutant (docs/mutants.md): lines B-1 .. 0 */
-            memcpy(grads, lineGrads + (int64_t)(B - 1) * m.nParams, sizeof(float) * (size_t)m.nParams);
-            for (int32_t b = B - 2; b >= 0; b--) {
-                const float *gb = lineGrads + (int64_t)b * m.nParams;
-                for (int64_t i = 0; i < m.nParams; i++) grads[i] = grads[i] + gb[i];
-            }
-#else
             sum_job sj = {grads, lineGrads, m.nParams, B};      /* element blocks across threads */
             crnn_parallel_for_work((m.nParams + SUM_BLOCK - 1) / SUM_BLOCK, m.nParams * B,
                                    sum_blocks, &sj);
-#endif
         }
         double total = 0.0;
         for (int32_t b = 0; b < B; b++)
             if (!isinf(losses[b])) total = total + losses[b];
-#if defined(CRNN_MUTANT_BATCH_LOSS_FINITE_ONLY)   /* mutant: lines without alignment leave B */
-        int32_t finite = 0;
-        for (int32_t b = 0; b < B; b++) finite += !isinf(losses[b]);
-        *batchLoss = total / (double)(finite > 0 ? finite : 1);
-#else
         *batchLoss = total / (double)B;
-#endif
     }
     free(imgOff); free(rcs); free(lay); free(sc); free(live);
     return rc;

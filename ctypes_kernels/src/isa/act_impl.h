@@ -26,11 +26,7 @@ static inline vec_t exp_neg_v(vec_t v)
 
 static inline vec_t sigmoid_v(vec_t x)
 {
-#if defined(CRNN_MUTANT_SIGMOID_CLAMP_88)   /* mutant (docs/mutants.md): clamped at -88 */
-    vec_t zero = VZERO(), one = VSET1(1.0f), lo = VSET1(-88.0f);
-#else
     vec_t zero = VZERO(), one = VSET1(1.0f), lo = VSET1(ACT_EXP_MIN);
-#endif
     vec_t a = VSELECT(VCMPLT(x, zero), x, VNEG(x));
     vec_t v = VSELECT(VCMPGE(a, lo), a, lo);
     vec_t e = exp_neg_v(v);
