@@ -18,6 +18,7 @@ import numpy as np
 from crnn_conformance.generators.float64 import exactsum as xs
 from crnn_conformance.generators.float64.elementary import tanh
 from crnn_conformance.generators.float64.lstm import sigmoid as _sig
+from crnn_conformance.generators.geometry import conv_size
 
 U = 2.0 ** -24            # binary32 unit roundoff
 EPS_SIGMOID = 9.0e-8      # max abs error of the sigmoid approximation, all 2^32 inputs (8.93e-8)
@@ -41,7 +42,7 @@ def m_of(n: int) -> int:
 
 
 def col2im(dcol, H, W, C, kh, kw, padH, padW):
-    Hc, Wc = H + 2 * padH - kh + 1, W + 2 * padW - kw + 1
+    Hc, Wc = conv_size(H, W, kh, kw, padH, padW)
     dxp = np.zeros((H + 2 * padH, W + 2 * padW, C))
     for ky in range(kh):
         for kx in range(kw):

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from crnn_conformance.generators.geometry import conv_size
+
 CRNN_V0 = {
     "name": "crnn-v0",
     "input_height": 32,
@@ -46,8 +48,7 @@ def block_geometry(config: dict, width: int) -> list[dict]:
     H, W, C = config["input_height"], width, config["input_channels"]
     out = []
     for blk in config["blocks"]:
-        Hc = H + 2 * blk["padH"] - blk["kh"] + 1
-        Wc = W + 2 * blk["padW"] - blk["kw"] + 1
+        Hc, Wc = conv_size(H, W, blk["kh"], blk["kw"], blk["padH"], blk["padW"])
         Hp, Wp = Hc // blk["poolH"], Wc // blk["poolW"]
         out.append({"H": H, "W": W, "C": C, "Hc": Hc, "Wc": Wc, "Hp": Hp, "Wp": Wp, **blk})
         H, W, C = Hp, Wp, blk["out"]

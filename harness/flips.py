@@ -147,7 +147,7 @@ def patches(x, kh, kw, padH, padW) -> np.ndarray:
     H, W, C = x.shape
     xp = np.zeros((H + 2 * padH, W + 2 * padW, C), np.float32)
     xp[padH:padH + H, padW:padW + W] = x
-    Hc, Wc = H + 2 * padH - kh + 1, W + 2 * padW - kw + 1
+    Hc, Wc = model.conv_size(H, W, kh, kw, padH, padW)
     out = np.empty((Hc, Wc, kh, kw, C), np.float32)
     for ky in range(kh):
         for kx in range(kw):

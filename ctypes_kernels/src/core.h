@@ -49,17 +49,17 @@ typedef void (*crnn_gemm16_fn)(int64_t M, int64_t N, int64_t K,
                                const float *A, int64_t lda,
                                const float *B, int64_t ldb,
                                float *C, int64_t ldc);
-typedef void (*crnn_gemm16kn_fn)(int64_t M, int64_t N, int64_t K,
-                                 const float *A, int64_t a_i, int64_t a_k,
-                                 const float *B, int64_t b_k, int64_t b_j,
-                                 float *C, int64_t ldc);
-#define CRNN_DECLARE_GEMM16(isa)                                                          \
-    void crnn_gemm16_##isa(int64_t, int64_t, int64_t, const float *, int64_t,            \
-                           const float *, int64_t, float *, int64_t);                     \
-    void crnn_gemm16kn_##isa(int64_t, int64_t, int64_t, const float *, int64_t, int64_t,  \
-                             const float *, int64_t, int64_t, float *, int64_t);          \
-    void crnn_gemm16knp_##isa(int64_t, int64_t, int64_t, const float *, int64_t, int64_t, \
-                              const float *, float *, int64_t);
+typedef void (*crnn_gemm16_kn_fn)(int64_t M, int64_t N, int64_t K,
+                                  const float *A, int64_t a_i, int64_t a_k,
+                                  const float *B, int64_t b_k, int64_t b_j,
+                                  float *C, int64_t ldc);
+#define CRNN_DECLARE_GEMM16(isa)                                                                 \
+    void crnn_gemm16_##isa(int64_t, int64_t, int64_t, const float *, int64_t,                    \
+                           const float *, int64_t, float *, int64_t);                            \
+    void crnn_gemm16_kn_##isa(int64_t, int64_t, int64_t, const float *, int64_t, int64_t,        \
+                              const float *, int64_t, int64_t, float *, int64_t);                \
+    void crnn_gemm16_kn_packed_##isa(int64_t, int64_t, int64_t, const float *, int64_t, int64_t, \
+                                     const float *, float *, int64_t);
 CRNN_DECLARE_GEMM16(scalar)
 /* The scalar nt with the C library's fmaf (variant 0) or FMA3 (1, if the CPU has it): tests. */
 void crnn_gemm16_scalar_variant(int variant, int64_t M, int64_t N, int64_t K,
@@ -119,18 +119,18 @@ typedef struct {
     float v;
     int32_t off;
 } crnn_term;
-typedef void (*crnn_gemm16ls_fn)(int64_t M, int64_t nb, const crnn_term *terms,
-                                 const int32_t *start, const int32_t *len, const float *B,
-                                 const int32_t *coff, float *C, int64_t ldc, int32_t *negz);
-#define CRNN_DECLARE_GEMM16LS(isa)                                                            \
-    void crnn_gemm16ls_##isa(int64_t, int64_t, const crnn_term *, const int32_t *,            \
-                             const int32_t *, const float *, const int32_t *, float *, int64_t,   \
-                             int32_t *);
-CRNN_DECLARE_GEMM16LS(scalar)
-CRNN_DECLARE_GEMM16LS(sse)
-CRNN_DECLARE_GEMM16LS(avx2)
-CRNN_DECLARE_GEMM16LS(avx512)
-CRNN_DECLARE_GEMM16LS(neon)
+typedef void (*crnn_gemm16_listed_fn)(int64_t M, int64_t nb, const crnn_term *terms,
+                                      const int32_t *start, const int32_t *len, const float *B,
+                                      const int32_t *coff, float *C, int64_t ldc, int32_t *negz);
+#define CRNN_DECLARE_GEMM16_LISTED(isa)                                                              \
+    void crnn_gemm16_listed_##isa(int64_t, int64_t, const crnn_term *, const int32_t *,              \
+                                  const int32_t *, const float *, const int32_t *, float *, int64_t, \
+                                  int32_t *);
+CRNN_DECLARE_GEMM16_LISTED(scalar)
+CRNN_DECLARE_GEMM16_LISTED(sse)
+CRNN_DECLARE_GEMM16_LISTED(avx2)
+CRNN_DECLARE_GEMM16_LISTED(avx512)
+CRNN_DECLARE_GEMM16_LISTED(neon)
 /* The selected ISA's listed-terms kernel, rows split across the threads. */
 void crnn_gemm16_listed(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
                         const int32_t *len, const float *B, const int32_t *coff, float *C,
@@ -146,24 +146,24 @@ void crnn_gemm16_listed(int64_t M, int64_t nb, const crnn_term *terms, const int
  * caller whose result can show that sign to redo it with every term (the conv's dcol need
  * not: dx is a sum from +0). K <= CRNN_SPARSE_MAXK. */
 #define CRNN_SPARSE_MAXK 256
-#define CRNN_DECLARE_GEMM16SP(isa)                                                          \
-    void crnn_gemm16sp_##isa(int64_t, int64_t, int64_t, const float *, int64_t, const float *, \
-                             int64_t, float *, int64_t, int32_t *);
-CRNN_DECLARE_GEMM16SP(scalar)
-CRNN_DECLARE_GEMM16SP(sse)
-CRNN_DECLARE_GEMM16SP(avx2)
-CRNN_DECLARE_GEMM16SP(avx512)
-CRNN_DECLARE_GEMM16SP(neon)
+#define CRNN_DECLARE_GEMM16_SPARSE_ROWS(isa)                                                             \
+    void crnn_gemm16_sparse_rows_##isa(int64_t, int64_t, int64_t, const float *, int64_t, const float *, \
+                                       int64_t, float *, int64_t, int32_t *);
+CRNN_DECLARE_GEMM16_SPARSE_ROWS(scalar)
+CRNN_DECLARE_GEMM16_SPARSE_ROWS(sse)
+CRNN_DECLARE_GEMM16_SPARSE_ROWS(avx2)
+CRNN_DECLARE_GEMM16_SPARSE_ROWS(avx512)
+CRNN_DECLARE_GEMM16_SPARSE_ROWS(neon)
 void crnn_gemm16_sparse_rows(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                              const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag);
 
 /* The selected ISA's kernels, to call on the current thread only. */
-typedef void (*crnn_gemm16knp_fn)(int64_t M, int64_t N, int64_t K,
-                                  const float *A, int64_t a_i, int64_t a_k, const float *Bp,
-                                  float *C, int64_t ldc);
+typedef void (*crnn_gemm16_kn_packed_fn)(int64_t M, int64_t N, int64_t K,
+                                         const float *A, int64_t a_i, int64_t a_k, const float *Bp,
+                                         float *C, int64_t ldc);
 crnn_gemm16_fn crnn_gemm16_kernel(void);
-crnn_gemm16kn_fn crnn_gemm16kn_kernel(void);
-crnn_gemm16knp_fn crnn_gemm16knp_kernel(void);
+crnn_gemm16_kn_fn crnn_gemm16_kn_kernel(void);
+crnn_gemm16_kn_packed_fn crnn_gemm16_kn_packed_kernel(void);
 
 /* A buffer of at least `bytes` owned by the calling thread and kept for its next calls
  * (scratch.c), or NULL when it cannot be allocated. One per slot, by nesting level: the batch

@@ -11,25 +11,25 @@ int32_t crnn_dot16(const float *a, const float *b, int64_t n, float *out)
 }
 
 static const crnn_gemm16_fn kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16);
-static const crnn_gemm16kn_fn kn_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16kn);
-typedef crnn_gemm16knp_fn knp_fn;
-static const knp_fn knp_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16knp);
+static const crnn_gemm16_kn_fn kn_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16_kn);
+typedef crnn_gemm16_kn_packed_fn kn_packed_fn;
+static const kn_packed_fn kn_packed_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16_kn_packed);
 
 static crnn_gemm16_fn nt_kernel(void)
 {
     return kernels[crnn_current_isa()];
 }
 
-static crnn_gemm16kn_fn kn_kernel(void)
+static crnn_gemm16_kn_fn kn_kernel(void)
 {
     return kn_kernels[crnn_current_isa()];
 }
 
 crnn_gemm16_fn crnn_gemm16_kernel(void) { return nt_kernel(); }
-crnn_gemm16kn_fn crnn_gemm16kn_kernel(void) { return kn_kernel(); }
-crnn_gemm16knp_fn crnn_gemm16knp_kernel(void)
+crnn_gemm16_kn_fn crnn_gemm16_kn_kernel(void) { return kn_kernel(); }
+crnn_gemm16_kn_packed_fn crnn_gemm16_kn_packed_kernel(void)
 {
-    return knp_kernels[crnn_current_isa()];
+    return kn_packed_kernels[crnn_current_isa()];
 }
 
 void crnn_kn_pack(int64_t K, int64_t N, const float *B, int64_t b_k, int64_t b_j, float *Bp)
@@ -52,9 +52,9 @@ void crnn_kn_pack(int64_t K, int64_t N, const float *B, int64_t b_k, int64_t b_j
 #define COLS_Q 16
 
 typedef struct {
-    crnn_gemm16_fn nt;       /* exactly one of nt, kn, knp is set */
-    crnn_gemm16kn_fn kn;
-    knp_fn knp;              /* B packed (crnn_gemm16_kn_packed) */
+    crnn_gemm16_fn nt;       /* exactly one of nt, kn, kn_packed is set */
+    crnn_gemm16_kn_fn kn;
+    kn_packed_fn kn_packed;              /* B packed (crnn_gemm16_kn_packed) */
     int64_t M, N, K, a_i, a_k, ldb, b_j, ldc;
     const float *A, *B;
     float *C;
@@ -67,10 +67,10 @@ static void gemm_range(void *ctx, int64_t begin, int64_t end)
     int64_t q = g->by_rows ? ROWS_Q : COLS_Q, lim = g->by_rows ? g->M : g->N;
     int64_t b = begin * q, e = end * q < lim ? end * q : lim;
     if (b >= e) return;
-    if (g->knp) {
-        if (g->by_rows) g->knp(e - b, g->N, g->K, g->A + b * g->a_i, g->a_i, g->a_k, g->B,
+    if (g->kn_packed) {
+        if (g->by_rows) g->kn_packed(e - b, g->N, g->K, g->A + b * g->a_i, g->a_i, g->a_k, g->B,
                                g->C + b * g->ldc, g->ldc);
-        else g->knp(g->M, e - b, g->K, g->A, g->a_i, g->a_k, g->B + (b / 16) * 16 * g->K,
+        else g->kn_packed(g->M, e - b, g->K, g->A, g->a_i, g->a_k, g->B + (b / 16) * 16 * g->K,
                     g->C + b, g->ldc);
         return;
     }
@@ -120,28 +120,28 @@ void crnn_gemm16_kn_packed(int64_t M, int64_t N, int64_t K,
                            const float *A, int64_t a_i, int64_t a_k, const float *Bp,
                            float *C, int64_t ldc)
 {
-    gemm_job g = {NULL, NULL, knp_kernels[crnn_current_isa()], M, N, K, a_i, a_k, 0, 1, ldc, A, Bp, C, 1};
+    gemm_job g = {NULL, NULL, kn_packed_kernels[crnn_current_isa()], M, N, K, a_i, a_k, 0, 1, ldc, A, Bp, C, 1};
     gemm_run(&g);
 }
 
 /* The row-split kernels below: whole rows per thread, or all on this thread when the work
  * (multiply-adds) is small (crnn_parallel_for_work). */
 
-static const crnn_gemm16ls_fn ls_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16ls);
+static const crnn_gemm16_listed_fn listed_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16_listed);
 
 typedef struct {
-    crnn_gemm16ls_fn fn;
+    crnn_gemm16_listed_fn fn;
     int64_t nb, ldc;
     const crnn_term *terms;
     const int32_t *start, *len, *coff;
     const float *B;
     float *C;
     int32_t *negz;
-} ls_job;
+} listed_job;
 
-static void ls_range(void *ctx, int64_t b, int64_t e)
+static void listed_range(void *ctx, int64_t b, int64_t e)
 {
-    const ls_job *j = ctx;
+    const listed_job *j = ctx;
     if (b < e)
         j->fn(e - b, j->nb, j->terms, j->start + 16 * b, j->len + 16 * b, j->B, j->coff,
               j->C + b * j->ldc, j->ldc, j->negz + b);
@@ -151,13 +151,13 @@ void crnn_gemm16_listed(int64_t M, int64_t nb, const crnn_term *terms, const int
                         const int32_t *len, const float *B, const int32_t *coff, float *C,
                         int64_t ldc, int32_t *negz)
 {
-    ls_job j = {ls_kernels[crnn_current_isa()], nb, ldc, terms, start, len, coff, B, C, negz};
-    if (M > 0 && nb > 0) crnn_parallel_for_work(M, M > 1 ? CRNN_SMALL_WORK : 0, ls_range, &j);
+    listed_job j = {listed_kernels[crnn_current_isa()], nb, ldc, terms, start, len, coff, B, C, negz};
+    if (M > 0 && nb > 0) crnn_parallel_for_work(M, M > 1 ? CRNN_SMALL_WORK : 0, listed_range, &j);
 }
 
 
-static void (*const sp_kernels[CRNN_NISA])(int64_t, int64_t, int64_t, const float *, int64_t,
-                                            const float *, int64_t, float *, int64_t, int32_t *) = CRNN_ISA_TABLE(crnn_gemm16sp);
+static void (*const sparse_rows_kernels[CRNN_NISA])(int64_t, int64_t, int64_t, const float *, int64_t,
+                                            const float *, int64_t, float *, int64_t, int32_t *) = CRNN_ISA_TABLE(crnn_gemm16_sparse_rows);
 
 typedef struct {
     int isa;
@@ -165,19 +165,19 @@ typedef struct {
     const float *A, *B;
     float *C;
     int32_t *flag;
-} sp_job;
+} sparse_rows_job;
 
-static void sp_range(void *ctx, int64_t b, int64_t e)
+static void sparse_rows_range(void *ctx, int64_t b, int64_t e)
 {
-    const sp_job *j = ctx;
+    const sparse_rows_job *j = ctx;
     if (b < e)
-        sp_kernels[j->isa](e - b, j->N, j->K, j->A + b * j->lda, j->lda, j->B, j->ldb,
+        sparse_rows_kernels[j->isa](e - b, j->N, j->K, j->A + b * j->lda, j->lda, j->B, j->ldb,
                            j->C + b * j->ldc, j->ldc, j->flag + b);
 }
 
 void crnn_gemm16_sparse_rows(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                              const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag)
 {
-    sp_job j = {crnn_current_isa(), N, K, lda, ldb, ldc, A, B, C, flag};
-    if (M > 0 && N > 0) crnn_parallel_for_work(M, M * N * K, sp_range, &j);
+    sparse_rows_job j = {crnn_current_isa(), N, K, lda, ldb, ldc, A, B, C, flag};
+    if (M > 0 && N > 0) crnn_parallel_for_work(M, M * N * K, sparse_rows_range, &j);
 }

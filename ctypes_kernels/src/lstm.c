@@ -48,7 +48,7 @@ static void forward_dir(fwd_ctx *k, int d)
     const int nl = k->nl;
     const int64_t T = k->T, H = k->H, G = 4 * H;
     crnn_gemm16_fn gemm = crnn_gemm16_kernel();
-    crnn_gemm16knp_fn gemmp = crnn_gemm16knp_kernel();
+    crnn_gemm16_kn_packed_fn gemmp = crnn_gemm16_kn_packed_kernel();
     const float *Whh = k->W_hh + (size_t)d * G * H;
     float *hm = k->scratch + (size_t)d * nl * (H + G + G), *hw = hm + nl * H, *zs = hw + nl * G;
     const float *Whhp = k->W_hhp + (size_t)d * ((G + 15) / 16) * 16 * H, *b = k->b + (size_t)d * G;
@@ -169,8 +169,8 @@ static void backward_dir(bwd_ctx *k, int d)
 {
     const int nl = k->nl;
     const int64_t T = k->T, H = k->H, G = 4 * H;
-    crnn_gemm16kn_fn gemm = crnn_gemm16kn_kernel();
-    crnn_gemm16knp_fn gemmp = crnn_gemm16knp_kernel();
+    crnn_gemm16_kn_fn gemm = crnn_gemm16_kn_kernel();
+    crnn_gemm16_kn_packed_fn gemmp = crnn_gemm16_kn_packed_kernel();
     float *dhRec = k->scratch + (size_t)d * 2 * nl * H, *dcNext = dhRec + nl * H;
     const float *Whh = k->W_hh + (size_t)d * G * H;
     const float *Whhp = k->W_hhp ? k->W_hhp + (size_t)d * ((H + 15) / 16) * 16 * G : NULL;

@@ -36,6 +36,7 @@ import numpy as np
 
 from crnn_conformance.generators.float64 import conv as ref
 from crnn_conformance.generators.float64 import exactsum as xs
+from crnn_conformance.generators.geometry import conv_size
 from crnn_conformance.generators.h5io import Case
 from crnn_conformance.generators.spec import conv as spec
 
@@ -113,7 +114,7 @@ def error_bounds(x, W, b, g, dPooled, winners) -> dict:
     x64 = np.asarray(x, np.float64)
     H, Wd, C = x64.shape
     Out, KP = W.shape
-    Hc, Wc = spec.conv_size(H, Wd, g["kh"], g["kw"], g["padH"], g["padW"])
+    Hc, Wc = conv_size(H, Wd, g["kh"], g["kw"], g["padH"], g["padW"])
     P = Hc * Wc
     col = np.abs(ref.im2col(x64, g["kh"], g["kw"], g["padH"], g["padW"], KP))
     aW = np.abs(W.astype(np.float64))
@@ -188,7 +189,7 @@ def make_case(name, rng, g, W, kind, block) -> Case:
             x, b = tie_rich_input(rng, g, W, Wt)
         else:
             x = random_input(rng, g, W)
-        Hc, Wc = ref.conv_size(g["H"], W, g["kh"], g["kw"], g["padH"], g["padW"])
+        Hc, Wc = conv_size(g["H"], W, g["kh"], g["kw"], g["padH"], g["padW"])
         # a cheap float64-only screen (plain sums, fixed order); the float32 stats and the
         # reference's own margin are taken below
         col = ref.im2col(x, g["kh"], g["kw"], g["padH"], g["padW"], Wt.shape[1])

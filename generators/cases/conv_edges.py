@@ -31,6 +31,7 @@ import numpy as np
 from crnn_conformance.generators import exact
 from crnn_conformance.generators.cases.conv import kpadded
 from crnn_conformance.generators.edge_values import qnan32, tiny
+from crnn_conformance.generators.geometry import conv_size
 from crnn_conformance.generators.spec import conv as spec
 
 NAME = "conv_edges"
@@ -56,7 +57,7 @@ def _case(name, x, W, b, dPooled, g, note, dx=True):
 
 
 def pooled_shape(H, W, g):
-    Hc, Wc = spec.conv_size(H, W, g["kh"], g["kw"], g["padH"], g["padW"])
+    Hc, Wc = conv_size(H, W, g["kh"], g["kw"], g["padH"], g["padW"])
     return Hc // g["poolH"], Wc // g["poolW"]
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from crnn_conformance.generators import pytorch_ref as R
+from crnn_conformance.generators.geometry import conv_size
 from crnn_conformance.generators.h5io import Case
 
 NAME = "pytorch_conv"
@@ -58,7 +59,7 @@ def build() -> list[Case]:
                 fl["inputs/x"] = R.floor(x, t64["block_in"][n])
                 fl["inputs/dPooled"] = R.floor(dP, t64["dPooled"][n])
                 H, Wd, C = x.shape
-                Hc, Wc = H + 2 * blk["padH"] - blk["kh"] + 1, Wd + 2 * blk["padW"] - blk["kw"] + 1
+                Hc, Wc = conv_size(H, Wd, blk["kh"], blk["kw"], blk["padH"], blk["padW"])
                 dead = int((e32["pooled"] == 0).sum())
                 params_ = {"block": n + 1, "line": line, "H": H, "W": Wd, "C": C,
                            "Out": blk["out"], **{k: blk[k] for k in GEOMETRY}, "dx": want_dx,

@@ -22,6 +22,7 @@ import numpy as np
 from crnn_conformance.generators import model
 from crnn_conformance.generators.float64 import conv as conv64
 from crnn_conformance.generators.float64 import step as ref
+from crnn_conformance.generators.geometry import conv_size
 from crnn_conformance.generators.h5io import Case
 from crnn_conformance.generators.bounds import (U, col2im, colsum, lstm_backward, lstm_forward, m_of,
                                                 mm, round_up)
@@ -155,8 +156,7 @@ def _line(config, P, image, target, scale, s, winners=None):
     for n, blk in enumerate(config["blocks"]):
         W, b = P[f"conv{n}.W"], P[f"conv{n}.b"]
         H, Wd, C = x.shape
-        Hc = H + 2 * blk["padH"] - blk["kh"] + 1
-        Wc = Wd + 2 * blk["padW"] - blk["kw"] + 1
+        Hc, Wc = conv_size(H, Wd, blk["kh"], blk["kw"], blk["padH"], blk["padW"])
         col = conv64.im2col(x, blk["kh"], blk["kw"], blk["padH"], blk["padW"], W.shape[1])
         conv = mm(col, W.T) + s * m_of(W.shape[1]) * U * mm(np.abs(col), np.abs(W).T)
         conv = r(conv + b)

@@ -13,15 +13,12 @@ from __future__ import annotations
 import numpy as np
 
 from crnn_conformance.generators.float64 import exactsum as xs
+from crnn_conformance.generators.geometry import conv_size
 
 
 def _as_hwc(x):
     x = np.asarray(x, np.float64)
     return x[:, :, None] if x.ndim == 2 else x
-
-
-def conv_size(H, W, kh, kw, padH, padW):
-    return H + 2 * padH - kh + 1, W + 2 * padW - kw + 1
 
 
 def im2col(x, kh, kw, padH, padW, KPadded):

@@ -13,14 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from .dot16 import gemm16
+from ..geometry import conv_size
 
 # gemm16 builds an [M][N][16] partial array; rows of A are fed in blocks so that the exact
 # fma emulation (several float64 temporaries of that size) stays within a few hundred MB.
 _GEMM_ELEMENTS = 1 << 21
-
-
-def conv_size(H, W, kh, kw, padH, padW):
-    return H + 2 * padH - kh + 1, W + 2 * padW - kw + 1
 
 
 def _as_hwc(x) -> np.ndarray:

@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 from crnn_conformance.generators.float64 import conv as conv64
+from crnn_conformance.generators.geometry import conv_size
 
 from . import params
 from .errors import ULP, Err, where
 from .sums import add_term, products, rounded, terms
-
-
-def conv_size(H, W, kh, kw, padH, padW):
-    return H + 2 * padH - kh + 1, W + 2 * padW - kw + 1
 
 
 def im2col(x: Err, kh, kw, padH, padW, KPadded) -> Err:

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 from crnn_conformance.generators import model as _model
+from crnn_conformance.generators.geometry import conv_size
 from crnn_conformance.generators.float64 import adamw as _adamw64
 from crnn_conformance.generators.float64 import conv as _conv64
 from crnn_conformance.generators.float64 import ctc as _ctc64
@@ -173,7 +174,7 @@ class _ConvBlock(_Op):
             raise TypeError("pool=(rows, columns) is required (crnn-v0: (2, 2), (2, 2), (2, 1))")
         poolH, poolW = _pair("pool", pool)
         geo = (kh, kw, padH, padW, poolH, poolW)
-        Hc, Wc = _conv32.conv_size(H, Wd, kh, kw, padH, padW)
+        Hc, Wc = conv_size(H, Wd, kh, kw, padH, padW)
         if Hc < 1 or Wc < 1 or Hc // poolH < 1 or Wc // poolW < 1:
             raise ValueError(f"x of {H}x{Wd} with kernel {kh}x{kw}, pad {padH}x{padW} and pool "
                              f"{poolH}x{poolW} leaves no pool window")

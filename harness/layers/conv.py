@@ -20,6 +20,7 @@ import inspect
 import numpy as np
 
 from crnn_conformance.generators.float64.conv import relu_maxpool
+from crnn_conformance.generators.geometry import conv_size
 from crnn_conformance.harness.compare import Comparison, compare
 
 from ._ffi import call, f32, i32, out, ptr
@@ -35,7 +36,7 @@ GEOMETRY = ("kh", "kw", "padH", "padW", "poolH", "poolW")
 
 
 def sizes(H, W, C, Out, kh, kw, padH, padW, poolH, poolW) -> dict:
-    Hc, Wc = H + 2 * padH - kh + 1, W + 2 * padW - kw + 1
+    Hc, Wc = conv_size(H, W, kh, kw, padH, padW)
     return {"Hc": Hc, "Wc": Wc, "P": Hc * Wc, "Hp": Hc // poolH, "Wp": Wc // poolW,
             "KPadded": (kh * kw * C + 15) // 16 * 16}
 

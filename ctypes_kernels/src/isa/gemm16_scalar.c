@@ -107,7 +107,7 @@ void crnn_gemm16_scalar(int64_t M, int64_t N, int64_t K,
     (crnn_cpu_has_fma3() ? nt_fma3 : nt_generic)(M, N, K, A, lda, B, ldb, C, ldc);
 }
 
-void crnn_gemm16kn_scalar(int64_t M, int64_t N, int64_t K,
+void crnn_gemm16_kn_scalar(int64_t M, int64_t N, int64_t K,
                           const float *A, int64_t a_i, int64_t a_k,
                           const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
 {
@@ -137,7 +137,7 @@ void crnn_gemm16_scalar_variant(int variant, int64_t M, int64_t N, int64_t K,
 }
 
 /* kn with B packed (core.h): back to rows [K][N], then the same walk. */
-void crnn_gemm16knp_scalar(int64_t M, int64_t N, int64_t K,
+void crnn_gemm16_kn_packed_scalar(int64_t M, int64_t N, int64_t K,
                            const float *A, int64_t a_i, int64_t a_k, const float *Bp,
                            float *C, int64_t ldc)
 {
@@ -168,7 +168,7 @@ void crnn_gemm16knp_scalar(int64_t M, int64_t N, int64_t K,
 
 /* Listed terms (core.h, crnn_gemm16_listed): the definition for 16 columns at a time —
  * each lane's listed fmas in order from +0, a -0 lane partial reported, the tree. */
-AI void ls_def(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
+AI void listed_def(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
                const int32_t *len, const float *B, const int32_t *coff, float *C, int64_t ldc,
                int32_t *negz)
 {
@@ -194,36 +194,36 @@ AI void ls_def(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *sta
     }
 }
 
-static void ls_generic(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
+static void listed_generic(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
                        const int32_t *len, const float *B, const int32_t *coff, float *C,
                        int64_t ldc, int32_t *negz)
 {
-    ls_def(M, nb, terms, start, len, B, coff, C, ldc, negz);
+    listed_def(M, nb, terms, start, len, B, coff, C, ldc, negz);
 }
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 __attribute__((target("fma")))
-static void ls_fma3(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
+static void listed_fma3(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
                     const int32_t *len, const float *B, const int32_t *coff, float *C,
                     int64_t ldc, int32_t *negz)
 {
-    ls_def(M, nb, terms, start, len, B, coff, C, ldc, negz);
+    listed_def(M, nb, terms, start, len, B, coff, C, ldc, negz);
 }
 #else
-#define ls_fma3 ls_generic
+#define listed_fma3 listed_generic
 #endif
 
-void crnn_gemm16ls_scalar(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
+void crnn_gemm16_listed_scalar(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
                           const int32_t *len, const float *B, const int32_t *coff, float *C,
                           int64_t ldc, int32_t *negz)
 {
-    (crnn_cpu_has_fma3() ? ls_fma3 : ls_generic)(M, nb, terms, start, len, B, coff, C, ldc, negz);
+    (crnn_cpu_has_fma3() ? listed_fma3 : listed_generic)(M, nb, terms, start, len, B, coff, C, ldc, negz);
 }
 
 
 /* Sparse rows of A (core.h, crnn_gemm16_sparse_rows): the definition with the ±0 terms of A
  * skipped, 16 outputs at a time, every lane through the whole tree (an empty lane is +0). */
-AI void sp_def(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+AI void sparse_rows_def(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                int64_t ldb, float *C, int64_t ldc, int32_t *flag)
 {
     for (int64_t i = 0; i < M; i++) {
@@ -247,25 +247,25 @@ AI void sp_def(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, con
     }
 }
 
-static void sp_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+static void sparse_rows_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                        const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag)
 {
-    sp_def(M, N, K, A, lda, B, ldb, C, ldc, flag);
+    sparse_rows_def(M, N, K, A, lda, B, ldb, C, ldc, flag);
 }
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 __attribute__((target("fma")))
-static void sp_fma3(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+static void sparse_rows_fma3(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                     const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag)
 {
-    sp_def(M, N, K, A, lda, B, ldb, C, ldc, flag);
+    sparse_rows_def(M, N, K, A, lda, B, ldb, C, ldc, flag);
 }
 #else
-#define sp_fma3 sp_generic
+#define sparse_rows_fma3 sparse_rows_generic
 #endif
 
-void crnn_gemm16sp_scalar(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+void crnn_gemm16_sparse_rows_scalar(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                           const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag)
 {
-    (crnn_cpu_has_fma3() ? sp_fma3 : sp_generic)(M, N, K, A, lda, B, ldb, C, ldc, flag);
+    (crnn_cpu_has_fma3() ? sparse_rows_fma3 : sparse_rows_generic)(M, N, K, A, lda, B, ldb, C, ldc, flag);
 }

@@ -21,7 +21,7 @@ typedef __m256 vmask_t;
 #define VNEG(a)        _mm256_xor_ps((a), _mm256_set1_ps(-0.0f)) /* flips the sign bit only */
 #define VPOW2I(k)      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), \
                            _mm256_set1_epi32(127)), 23))         /* 2^k, integral k in [-126, 127] */
-/* ---- gemm16 vocabulary (src/isa/gemm16_impl.h) ---- */
+/* ---- gemm16 vocabulary (src/isa/gemm16_*.h) ---- */
 /* nonzero when some lane of v is ±0 */
 #define VANY_ZERO(v)     (_mm256_movemask_ps(_mm256_cmp_ps((v), _mm256_setzero_ps(), _CMP_EQ_OQ)) != 0)
 /* nonzero when some lane of v is -0 (the sign bit alone) */

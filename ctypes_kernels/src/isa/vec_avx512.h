@@ -22,7 +22,7 @@ typedef __mmask16 vmask_t;
                            _mm512_set1_epi32((int)0x80000000)))  /* flips the sign bit only */
 #define VPOW2I(k)      _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), \
                            _mm512_set1_epi32(127)), 23))         /* 2^k, integral k in [-126, 127] */
-/* ---- gemm16 vocabulary (src/isa/gemm16_impl.h) ---- */
+/* ---- gemm16 vocabulary (src/isa/gemm16_*.h) ---- */
 /* nonzero when some lane of v is ±0 */
 #define VANY_ZERO(v)     (_mm512_cmp_ps_mask((v), _mm512_setzero_ps(), _CMP_EQ_OQ) != 0)
 /* nonzero when some lane of v is -0 (the sign bit alone) */

@@ -4,7 +4,7 @@
 #include <stdint.h>
 #define ISA_SUFFIX neon
 #define VW 4
-#define VREG_CONSTRAINT "+w"     /* a SIMD register (gemm16_impl.h keeps B in one) */
+#define VREG_CONSTRAINT "+w"     /* a SIMD register (gemm16_kn.h keeps B in one) */
 typedef float32x4_t vec_t;
 #define VLOADU(p)      vld1q_f32(p)
 #define VSTOREU(p, v)  vst1q_f32((p), (v))
@@ -24,7 +24,7 @@ typedef uint32x4_t vmask_t;
 #define VNEG(a)        vnegq_f32(a)                              /* flips the sign bit only */
 #define VPOW2I(k)      vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtnq_s32_f32(k), \
                            vdupq_n_s32(127)), 23))               /* 2^k, integral k in [-126, 127] */
-/* ---- gemm16 vocabulary (src/isa/gemm16_impl.h) ---- */
+/* ---- gemm16 vocabulary (src/isa/gemm16_*.h) ---- */
 /* nonzero when some lane of v is ±0 */
 #define VANY_ZERO(v)     (vmaxvq_u32(vceqq_f32((v), vdupq_n_f32(0.0f))) != 0)
 /* nonzero when some lane of v is -0 (the sign bit alone) */

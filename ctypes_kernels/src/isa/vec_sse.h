@@ -21,7 +21,7 @@ typedef __m128 vmask_t;
 #define VNEG(a)        _mm_xor_ps((a), _mm_set1_ps(-0.0f))      /* flips the sign bit only */
 #define VPOW2I(k)      _mm_castsi128_ps(_mm_slli_epi32(_mm_add_epi32(_mm_cvtps_epi32(k), \
                            _mm_set1_epi32(127)), 23))            /* 2^k, integral k in [-126, 127] */
-/* ---- gemm16 vocabulary (src/isa/gemm16_impl.h) ---- */
+/* ---- gemm16 vocabulary (src/isa/gemm16_*.h) ---- */
 /* nonzero when some lane of v is ±0 */
 #define VANY_ZERO(v)     (_mm_movemask_ps(_mm_cmpeq_ps((v), _mm_setzero_ps())) != 0)
 /* nonzero when some lane of v is -0 (the sign bit alone) */

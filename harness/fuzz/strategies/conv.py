@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from crnn_conformance.generators.geometry import conv_size
 from crnn_conformance.generators.model import kpadded
 
 from ..values import Choice, Reader, array, cases as from_bytes, f32_specials, rng
@@ -42,7 +43,7 @@ def geometry(r: Reader, channels=CHANNELS, kernels=KERNELS) -> dict:
 
 
 def sizes(g):
-    Hc, Wc = g["H"] + 2 * g["padH"] - g["kh"] + 1, g["W"] + 2 * g["padW"] - g["kw"] + 1
+    Hc, Wc = conv_size(g["H"], g["W"], g["kh"], g["kw"], g["padH"], g["padW"])
     return Hc // g["poolH"], Wc // g["poolW"], g["kh"] * g["kw"] * g["C"]
 
 

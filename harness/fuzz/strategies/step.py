@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from crnn_conformance.generators import model
+from crnn_conformance.generators.geometry import conv_extent
 from crnn_conformance.generators.model import kpadded
 
 from ..values import Choice, Reader, array, cases as from_bytes, recipe_bytes, rng
@@ -69,7 +70,7 @@ def first_width(c, min_T: int = 1) -> int:
 
 def steps_for_width(c, width: int) -> int:
     for blk in c["blocks"]:
-        width = (width + 2 * blk["padW"] - blk["kw"] + 1) // blk["poolW"]
+        width = conv_extent(width, blk["kw"], blk["padW"]) // blk["poolW"]
     return width
 
 
@@ -90,7 +91,7 @@ def specs_of(c) -> list:
         bound = 1 / math.sqrt(K)
         out += [Spec(f"conv{n}.W", (blk["out"], kpadded(K)), True, bound, K),
                 Spec(f"conv{n}.b", (blk["out"],), False, bound, 0)]
-        C, H = blk["out"], (H + 2 * blk["padH"] - blk["kh"] + 1) // blk["poolH"]
+        C, H = blk["out"], conv_extent(H, blk["kh"], blk["padH"]) // blk["poolH"]
     hidden, inp = c["hidden"], H * C
     bound = 1 / math.sqrt(hidden)
     for layer in range(c["lstm_layers"]):

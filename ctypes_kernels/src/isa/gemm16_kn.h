@@ -1,0 +1,365 @@
+/* gemm16_kn.h — crnn_gemm16_kn (C[i][j] = sum_k A(i,k) B[k][j], B read down its columns, any
+ * strides) on one ISA's vectors. A register holds lane l of VW consecutive outputs j. The
+ * lanes are computed four at a time (a, a+8, a+4, a+12 for a = 0, 2, 1, 3: each lane's terms
+ * k = l, l+16, ... in ascending order, four independent chains) and combined as soon as the
+ * tree allows, so the tree is vertical adds in its own order. A block is MR rows x NR
+ * registers of outputs; the last register of a row may be partial (masked loads and stores).
+ * gemm16_kn_packed.h builds on the blocks defined here. */
+#include "gemm16_common.h"
+
+/* kn blocks: at most KN_MAX_REGS output registers, each with KN_LANE_GROUP accumulators
+ * while a group of KN_LANE_GROUP lanes runs (enough independent fma chains to cover the
+ * latency); KN_NR_PREFERRED output registers per row of a block when M allows.
+ * 512-bit (32 registers): the fma takes A's splat from memory for free, so blocks are rows
+ * of A (up to 4 x 1: one load of B per 4 fmas), four lanes at a time.
+ * 256-bit (16 registers): a splat is an instruction of its own, so blocks are 2 x 2 (one
+ * splat and one load per 2 fmas), two lanes at a time; 128-bit: 1 x 3, four lanes at a time.
+ * Two block variants chosen at run time, each measured faster on its paths (paired warm
+ * A/B of the training step, docs/performance.md): KN_A_CONTIG_VARIANT, for A unpacked with
+ * a_k = 1 (its four lanes one pointer, a known step: the loop needs fewer registers);
+ * KN_CONST_K_VARIANT (256-bit), K = 16, 32, 64 as constants. */
+#define KN_A_CONTIG_VARIANT 1
+#define KN_CONST_K_VARIANT (VW == 8)
+#if VW == 16
+#define KN_MAX_REGS 4
+#define KN_NR_PREFERRED 1
+#define KN_LANE_GROUP 4
+#elif VW == 8
+#define KN_MAX_REGS 4
+#define KN_NR_PREFERRED 2
+#define KN_LANE_GROUP 2
+#else
+#define KN_MAX_REGS 3
+#define KN_NR_PREFERRED 3
+#define KN_LANE_GROUP 4
+#endif
+
+/* Where lane l's terms are: operand X's term k = l + 16m is at X + off[l] + m*step (row
+ * stride rs between the MR rows of A). Unpacked: off[l] = l*ld, step = 16*ld. Packed
+ * (lane-major, below): the terms of lane 0, then lane 1, ..., each run contiguous. */
+typedef struct {
+    const float *p;
+    int64_t off[16], step, rs;
+    int64_t vs;           /* B: from one output register's columns to the next's */
+} kn_operand;
+
+/* One term k of lane-partials x (MR x NR registers): x[r*NR + v] += A(r, k) * B(k, v). */
+AI void kn_term(const int MR, const int NR, const float *a, int64_t ars, const float *b,
+                int64_t bvs, int last, vec_t *x)
+{
+    vec_t bv[KN_MAX_REGS];
+    UNROLL
+    for (int v = 0; v < NR; v++) {
+        bv[v] = v == NR - 1 && last < VW ? VLOADN(b + v * bvs, last) : VLOADU(b + v * bvs);
+#if VW < 16 && defined(__GNUC__)
+        /* keep B in a register for all MR rows instead of one memory operand per fma
+         * (a load is the scarce resource when every splat is an instruction) */
+        if (MR > 1) __asm__("" : VREG_CONSTRAINT(bv[v]));
+#endif
+    }
+    UNROLL
+    for (int r = 0; r < MR; r++) {
+        vec_t av = VSET1(a[r * ars]);
+        UNROLL
+        for (int v = 0; v < NR; v++) x[r * NR + v] = VFMA(av, bv[v], x[r * NR + v]);
+    }
+}
+
+/* Lanes a, a+8, a+4, a+12 (a < 4) together — four independent fma chains per output
+ * register, enough to cover the fma latency — each lane's terms k = l, l+16, ... in
+ * ascending order from +0; then the first two tree levels of that group:
+ * y = (p[a] + p[a+8]) + (p[a+4] + p[a+12]). */
+AI void kn_group(const int MR, const int NR, const int A_CONTIG, int a, int64_t K,
+                 const kn_operand *A, const kn_operand *B, int last, vec_t *y)
+{
+    enum { Q = KN_MAX_REGS };
+    vec_t x0[Q], x8[Q], x4[Q], x12[Q];
+    UNROLL
+    for (int q = 0; q < MR * NR; q++) x0[q] = x8[q] = x4[q] = x12[q] = VZERO();
+    /* terms per lane: ceil((K - l) / 16); lane a has the most, a+12 the fewest (one less
+     * at most), so all four run together for the fewest and the others finish alone */
+    const int64_t n12 = K > a + 12 ? (K - a - 12 + 15) / 16 : 0;
+    const int64_t n8 = K > a + 8 ? (K - a - 8 + 15) / 16 : 0;
+    const int64_t n4 = K > a + 4 ? (K - a - 4 + 15) / 16 : 0;
+    const int64_t n0 = K > a ? (K - a + 15) / 16 : 0;
+    /* A_CONTIG: A's lanes are consecutive floats (a_k = 1, unpacked): one pointer for all four,
+     * a known step (fewer registers in the loop) */
+    const float *pa0 = A->p + (A_CONTIG ? a : A->off[a]);
+    const float *pa8 = A_CONTIG ? pa0 + 8 : A->p + A->off[a + 8];
+    const float *pa4 = A_CONTIG ? pa0 + 4 : A->p + A->off[a + 4];
+    const float *pa12 = A_CONTIG ? pa0 + 12 : A->p + A->off[a + 12];
+    const float *pb0 = B->p + B->off[a], *pb8 = B->p + B->off[a + 8];
+    const float *pb4 = B->p + B->off[a + 4], *pb12 = B->p + B->off[a + 12];
+    const int64_t as = A_CONTIG ? 16 : A->step, bs = B->step, ars = A->rs, bvs = B->vs;
+    int64_t m = 0;
+    for (; m < n12; m++) {
+        kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, bvs, last, x0);
+        kn_term(MR, NR, pa8 + m * as, ars, pb8 + m * bs, bvs, last, x8);
+        kn_term(MR, NR, pa4 + m * as, ars, pb4 + m * bs, bvs, last, x4);
+        kn_term(MR, NR, pa12 + m * as, ars, pb12 + m * bs, bvs, last, x12);
+    }
+    if (n0 > m) kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, bvs, last, x0);
+    if (n8 > m) kn_term(MR, NR, pa8 + m * as, ars, pb8 + m * bs, bvs, last, x8);
+    if (n4 > m) kn_term(MR, NR, pa4 + m * as, ars, pb4 + m * bs, bvs, last, x4);
+    UNROLL
+    for (int q = 0; q < MR * NR; q++)
+        y[q] = VADD(VADD(x0[q], x8[q]), VADD(x4[q], x12[q]));
+}
+
+/* Lanes a and a+8 together (two fma chains per output register), each lane's terms in
+ * ascending order from +0; then the first tree level: y = p[a] + p[a+8]. */
+AI void kn_pair(const int MR, const int NR, const int A_CONTIG, int a, int64_t K,
+                const kn_operand *A, const kn_operand *B, int last, vec_t *y)
+{
+    enum { Q = KN_MAX_REGS };
+    vec_t x0[Q], x8[Q];
+    UNROLL
+    for (int q = 0; q < MR * NR; q++) x0[q] = x8[q] = VZERO();
+    const int64_t n8 = K > a + 8 ? (K - a - 8 + 15) / 16 : 0;
+    const int64_t n0 = K > a ? (K - a + 15) / 16 : 0;
+    const float *pa0 = A->p + (A_CONTIG ? a : A->off[a]);
+    const float *pa8 = A_CONTIG ? pa0 + 8 : A->p + A->off[a + 8];
+    const float *pb0 = B->p + B->off[a], *pb8 = B->p + B->off[a + 8];
+    const int64_t as = A_CONTIG ? 16 : A->step, bs = B->step, ars = A->rs, bvs = B->vs;
+    int64_t m = 0;
+    for (; m < n8; m++) {
+        kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, bvs, last, x0);
+        kn_term(MR, NR, pa8 + m * as, ars, pb8 + m * bs, bvs, last, x8);
+    }
+    if (n0 > m) kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, bvs, last, x0);
+    UNROLL
+    for (int q = 0; q < MR * NR; q++) y[q] = VADD(x0[q], x8[q]);
+}
+
+/* MR x NR registers of outputs: C[r*ldc + v*VW + e]; the last register holds `last` outputs.
+ * The tree from the groups, level by level: q_a = p[a] + p[a+8]; r_a = q_a + q_{a+4};
+ * u_a = r_a + r_{a+2}; the result u_0 + u_1 — exactly the levels s = 8, 4, 2, 1. */
+AI void kn_block(const int MR, const int NR, const int A_CONTIG, int64_t K, const kn_operand *A,
+                 const kn_operand *B, float *C, int64_t ldc, int last, int masked)
+{
+    enum { Q = KN_MAX_REGS };
+    vec_t u0[Q], u1[Q], t[Q];
+    const int lastload = masked ? last : VW;
+#define VSUM(d, a, b) UNROLL for (int q = 0; q < MR * NR; q++) d[q] = VADD(a[q], b[q])
+#if KN_LANE_GROUP == 4
+    kn_group(MR, NR, A_CONTIG, 0, K, A, B, lastload, u0);        /* r0 */
+    kn_group(MR, NR, A_CONTIG, 2, K, A, B, lastload, t);         /* r2 */
+    VSUM(u0, u0, t);
+    kn_group(MR, NR, A_CONTIG, 1, K, A, B, lastload, u1);        /* r1 */
+    kn_group(MR, NR, A_CONTIG, 3, K, A, B, lastload, t);         /* r3 */
+    VSUM(u1, u1, t);
+#else
+    vec_t r[Q];
+    for (int h = 0; h < 2; h++) {                          /* u_h from lanes h, h+2, ... */
+        vec_t *u = h ? u1 : u0;
+        kn_pair(MR, NR, A_CONTIG, h, K, A, B, lastload, r);      /* q_h */
+        kn_pair(MR, NR, A_CONTIG, h + 4, K, A, B, lastload, t);  /* q_{h+4} */
+        VSUM(r, r, t);                                     /* r_h */
+        kn_pair(MR, NR, A_CONTIG, h + 2, K, A, B, lastload, u);  /* q_{h+2} */
+        kn_pair(MR, NR, A_CONTIG, h + 6, K, A, B, lastload, t);  /* q_{h+6} */
+        VSUM(u, u, t);                                     /* r_{h+2} */
+        VSUM(u, r, u);                                     /* u_h = r_h + r_{h+2} */
+    }
+#endif
+#undef VSUM
+    UNROLL
+    for (int r = 0; r < MR; r++)
+        UNROLL
+        for (int v = 0; v < NR; v++) {
+            float *c = C + r * ldc + v * VW;
+            vec_t y = VADD(u0[r * NR + v], u1[r * NR + v]);
+            if (v == NR - 1 && last < VW) VSTOREN(c, y, last);
+            else VSTOREU(c, y);
+        }
+}
+
+/* masked: B's last register has only `last` readable columns (else it is whole, zeros
+ * beyond `last` in a packed panel); only `last` outputs are stored either way */
+typedef void (*kn_block_fn)(int64_t, const kn_operand *, const kn_operand *, float *, int64_t,
+                            int, int);
+#define KN_SHAPE(mr, nr)                                                                        \
+    static void kn_##mr##x##nr(int64_t K, const kn_operand *A, const kn_operand *B,             \
+                               float *C, int64_t ldc, int last, int masked)                     \
+    {                                                                                           \
+        /* unpacked A, a_k = 1 */                                                               \
+        const int a_contig = KN_A_CONTIG_VARIANT && A->step == 16 && A->off[1] == 1;            \
+        if (masked) kn_block(mr, nr, 0, K, A, B, C, ldc, last, 1);                              \
+        else if (a_contig) kn_block(mr, nr, 1, K, A, B, C, ldc, last, 0);                       \
+        else if (KN_CONST_K_VARIANT && K == 32) kn_block(mr, nr, 0, 32, A, B, C, ldc, last, 0); \
+        else if (KN_CONST_K_VARIANT && K == 16) kn_block(mr, nr, 0, 16, A, B, C, ldc, last, 0); \
+        else if (KN_CONST_K_VARIANT && K == 64) kn_block(mr, nr, 0, 64, A, B, C, ldc, last, 0); \
+        else kn_block(mr, nr, 0, K, A, B, C, ldc, last, 0);                                     \
+    }
+KN_SHAPE(1, 1)
+KN_SHAPE(2, 1)
+KN_SHAPE(1, 2)
+KN_SHAPE(3, 1)
+KN_SHAPE(1, 3)
+#if KN_MAX_REGS >= 4
+KN_SHAPE(4, 1)
+KN_SHAPE(2, 2)
+KN_SHAPE(1, 4)
+#endif
+
+static kn_block_fn kn_shape(int mr, int nr)
+{
+    switch (mr * 8 + nr) {
+    case 1 * 8 + 1: return kn_1x1;
+    case 2 * 8 + 1: return kn_2x1;
+    case 1 * 8 + 2: return kn_1x2;
+    case 3 * 8 + 1: return kn_3x1;
+    case 1 * 8 + 3: return kn_1x3;
+#if KN_MAX_REGS >= 4
+    case 4 * 8 + 1: return kn_4x1;
+    case 2 * 8 + 2: return kn_2x2;
+    case 1 * 8 + 4: return kn_1x4;
+#endif
+    default: return 0;
+    }
+}
+
+/* lane l's first term in a lane-major packing: the number of k < K with k mod 16 < l */
+static void lane_starts(int64_t K, int64_t width, int64_t off[16])
+{
+    int64_t at = 0;
+    for (int l = 0; l < 16; l++) {
+        off[l] = at * width;
+        at += K > l ? (K - l + 15) / 16 : 0;
+    }
+}
+
+#define KN_PACK_MIN_ROWS (2 * KN_MAX_REGS)   /* pack B's panel when it serves this many rows */
+#ifndef KN_PACK_STRIDE
+#define KN_PACK_STRIDE 4
+#endif
+
+/* Without scratch memory for a panel that must be gathered (b_j != 1): the definition per
+ * output (fmaf is the FMA instruction in this file) — the same bits, slowly. */
+static void kn_plain(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i, int64_t a_k,
+                     const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
+{
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            float p[16] = {0};
+            for (int64_t k = 0; k < K; k++)
+                p[k % 16] = __builtin_fmaf(A[i * a_i + k * a_k], B[k * b_k + j * b_j], p[k % 16]);
+            C[i * ldc + j] = crnn_tree16(p);
+        }
+}
+
+/* A packed lane-major in blocks of KN_MAX_REGS rows (ap[block][lane-major k][r], zero rows past
+ * M) when its terms are strided and several column blocks reuse it; NULL otherwise (or
+ * without memory: the unpacked operand, the same bits). */
+static const float *kn_pack_a(int64_t M, int64_t K, const float *A, int64_t a_i, int64_t a_k,
+                              int64_t off[16])
+{
+    float *ap = crnn_scratch(CRNN_SCRATCH_PACK_A,
+                             sizeof(float) * (size_t)(((M + KN_MAX_REGS - 1) / KN_MAX_REGS) * KN_MAX_REGS * K));
+    if (!ap) return NULL;
+    lane_starts(K, KN_MAX_REGS, off);
+    for (int64_t i0 = 0; i0 < M; i0 += KN_MAX_REGS) {
+        float *dst = ap + i0 * K;
+        int mr = M - i0 < KN_MAX_REGS ? (int)(M - i0) : KN_MAX_REGS;
+        if (a_i == 1 && mr == KN_MAX_REGS) {   /* the block's rows adjacent: one move a term */
+            for (int l = 0; l < 16; l++)
+                for (int64_t k = l; k < K; k += 16, dst += KN_MAX_REGS)
+                    memcpy(dst, A + i0 + k * a_k, sizeof(float) * KN_MAX_REGS);
+            continue;
+        }
+        for (int l = 0; l < 16; l++)
+            for (int64_t k = l; k < K; k += 16, dst += KN_MAX_REGS)
+                for (int r = 0; r < KN_MAX_REGS; r++)
+                    dst[r] = r < mr ? A[(i0 + r) * a_i + k * a_k] : 0.0f;
+    }
+    return ap;
+}
+
+/* Every row block of one column block (nr registers from C's column 0, B described by Bo). */
+static void kn_rows(int64_t M, int64_t K, const float *A, int64_t a_i, int64_t a_k,
+                    const float *ap, const int64_t *offA, const kn_operand *Bo, int nr, int last,
+                    int masked, float *C, int64_t ldc)
+{
+    for (int64_t i = 0; i < M; ) {
+        int mr = KN_MAX_REGS / nr;
+        if (M - i < mr) mr = (int)(M - i);
+        if (mr == 3 && nr > 1) mr = 1;
+        kn_operand Ao;
+        if (ap) {
+            Ao.p = ap + (i / KN_MAX_REGS) * KN_MAX_REGS * K + i % KN_MAX_REGS;
+            for (int l = 0; l < 16; l++) Ao.off[l] = offA[l];
+            Ao.step = KN_MAX_REGS;
+            Ao.rs = 1;
+        } else {
+            Ao.p = A + i * a_i;
+            for (int l = 0; l < 16; l++) Ao.off[l] = l * a_k;
+            Ao.step = 16 * a_k;
+            Ao.rs = a_i;
+        }
+        kn_shape(mr, nr)(K, &Ao, Bo, C + i * ldc, ldc, last, masked);
+        i += mr;
+    }
+}
+
+void CAT(crnn_gemm16_kn, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
+                                    const float *A, int64_t a_i, int64_t a_k,
+                                    const float *B, int64_t b_k, int64_t b_j,
+                                    float *C, int64_t ldc)
+{
+    if (M <= 0 || N <= 0) return;
+    const int64_t nvec = (N + VW - 1) / VW;
+    const int lastn = (int)(N - (nvec - 1) * VW);
+    /* B: a panel of NR registers of columns is packed lane-major (rows l, l+16, ... of lane
+     * l contiguous, the missing columns of a last partial register zero) when enough rows of
+     * A reuse it — contiguous streams, and no strided rows of a power-of-two width fighting
+     * over a few cache sets — and always when B's columns are strided (b_j != 1: the panel
+     * gathers them). A: packed when its terms are strided (a_k != 1) and several panels
+     * reuse it. Packing moves values only: the same terms, in the same order. */
+    const int packB = (M >= KN_PACK_MIN_ROWS && K >= 16) || b_j != 1;
+    const int nrmax = M >= KN_MAX_REGS / KN_NR_PREFERRED ? KN_NR_PREFERRED : KN_MAX_REGS / (int)M;
+    float *bp = NULL;
+    if (packB) {
+        bp = crnn_scratch(CRNN_SCRATCH_PACK_B, sizeof(float) * (size_t)(K * nrmax * VW));
+        if (!bp && b_j != 1) {
+            kn_plain(M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
+            return;
+        }
+    }
+    int64_t offA[16];
+    const float *ap = bp && a_k != 1 && nvec > 1 ? kn_pack_a(M, K, A, a_i, a_k, offA) : NULL;
+    for (int64_t jv = 0; jv < nvec; ) {
+        int nr = nvec - jv < nrmax ? (int)(nvec - jv) : nrmax;
+        int last = jv + nr == nvec ? lastn : VW;
+        const int64_t width = (int64_t)nr * VW, valid = (nr - 1) * (int64_t)VW + last;
+        kn_operand Bo;
+        if (bp) {        /* the panel's rows lane-major, `width` floats each, zeros past N */
+            float *dst = bp;
+            const float *src = B + jv * VW * b_j;
+            if (b_j == 1) {
+                for (int l = 0; l < 16; l++)
+                    for (int64_t k = l; k < K; k += 16, dst += width)
+                        for (int v = 0; v < nr; v++) {
+                            const float *row = src + k * b_k + v * VW;
+                            int n = v < nr - 1 ? VW : last;
+                            VSTOREU(dst + v * VW, n == VW ? VLOADU(row) : VLOADN(row, n));
+                        }
+            } else {
+                for (int l = 0; l < 16; l++)
+                    for (int64_t k = l; k < K; k += 16, dst += width) {
+                        for (int64_t e = 0; e < valid; e++) dst[e] = src[k * b_k + e * b_j];
+                        for (int64_t e = valid; e < width; e++) dst[e] = 0.0f;
+                    }
+            }
+            Bo.p = bp;
+            lane_starts(K, width, Bo.off);
+            Bo.step = width;
+        } else {
+            Bo.p = B + jv * VW;
+            for (int l = 0; l < 16; l++) Bo.off[l] = l * b_k;
+            Bo.step = 16 * b_k;
+        }
+        Bo.rs = 0;
+        Bo.vs = VW;
+        kn_rows(M, K, A, a_i, a_k, ap, offA, &Bo, nr, last, !bp && last < VW, C + jv * VW, ldc);
+        jv += nr;
+    }
+}
