@@ -21,15 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.ctypes_kernels import abi, layer_table
 from crnn_conformance.harness import guard
 
 SOURCE = Path(__file__).with_name("replay.c")
-# in replay.c's enum order
-ENTRIES = ("crnn_dot16", "crnn_linear_forward", "crnn_linear_backward", "crnn_conv_forward",
-           "crnn_conv_backward", "crnn_lstm_forward", "crnn_lstm_backward", "crnn_sigmoid",
-           "crnn_tanh", "crnn_detmath_exp", "crnn_detmath_log", "crnn_ctc", "crnn_model_sizes",
-           "crnn_step_gradients", "crnn_clip_gradients", "crnn_adamw")
+# every entry point but the control functions, in the table's order, which is replay.c's enum
+# order (tests/test_layer_table.py holds the enum and the switch to the table)
+ENTRIES = tuple(layer_table.kernel_entries())
 STOPS = ("none", "setup", "fpenv", "rc", "guard", "finish", "printed", "differs")
 BLOB = "<written buffers>"   # the answer of a run made from a symbolic tape (worker)
 N_ARGS, N_DBL = 18, 8
