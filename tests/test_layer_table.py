@@ -1,6 +1,7 @@
 """The layer table (ctypes_kernels/layer_table.py) is the one description of every layer and
 entry point: each registry derived from it says what the table says, and the copies written in
-C and JSON (crnn_port.h, harness/replay.c, results.schema.json) agree with it."""
+C and JSON (crnn_port.h, results.schema.json) agree with it; the replay's enum and switch
+are generated from it."""
 from __future__ import annotations
 
 import ast
@@ -97,11 +98,16 @@ def test_crnn_port_h_declares_the_tables_prototypes():
         assert header[e.name] == T.parse_proto(e.proto), e.name
 
 
-def test_replay_c_enum_and_switch_follow_the_table():
-    text = _c_text(_replay_c())
-    enum = next(m.group(1) for m in re.finditer(r"enum \{([^}]*)\}", text)
-                if "E_COUNT" in m.group(1))
+def test_replay_entries_enum_and_switch_follow_the_table():
+    """The helper's source holds one enum and one switch of the entry points, both generated:
+    replay.c itself names no entry point."""
+    from crnn_conformance.harness import replay
     kernel = [e for e in T.ENTRIES if not e.control]
+    own = _c_text(_replay_c())
+    assert "crnn_dot16" not in own and "E_DOT16" not in own and "RP_CASES" in own
+    text = " ".join(replay.source().split())
+    assert text.count("enum { E_") == 1 and text.count("#define RP_CASES") == 1
+    enum = re.search(r"enum \{ (E_[^}]*)\}", text).group(1)
     assert [s.strip() for s in enum.split(",")] == \
         [f"E_{e.name[len('crnn_'):].upper()}" for e in kernel] + ["E_COUNT"]
     cases = dict(re.findall(r"case (E_\w+): return (CALL\(\w+\)\([^;]*\));", text))
