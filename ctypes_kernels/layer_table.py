@@ -3,10 +3,11 @@
 Every registry that names a layer or an entry point is derived from here: abi.SIGNATURES,
 ARGS, BUFFERS, CORE and LAYER_SYMBOLS, the replay's ENTRIES, harness.layers.LAYERS and each
 layer module's FIXTURES and TIERS, allowance.LAYERS, the fuzzer's CHUNK and AUDIT_EVERY,
-generators/exact.py's EXPECTED, regen's BUILDERS and the contract tier's size rules. The copies
-written in C or JSON (crnn_port.h, harness/replay.c's enum and switch, results.schema.json's
-layer enum) are held to it by tests/test_layer_table.py; runner/crnn_entries.h is generated
-(ctypes_kernels/crossbuild.py). Imports nothing: modules are named by dotted strings.
+generators/exact.py's EXPECTED, regen's BUILDERS and the contract tier's size rules. Generated
+from it: the replay's enum and switch (harness/replay.py, entries_c) and crnn-run's entry
+table (runner/crnn_entries.h, ctypes_kernels/crossbuild.py). The copies written by hand
+(crnn_port.h's prototypes, results.schema.json's layer enum) are held to it by
+tests/test_layer_table.py. Imports nothing: modules are named by dotted strings.
 
 An entry's `proto` is its crnn_port.h prototype: a `const T *` argument is an input, a plain
 `T *` one the call writes. `buffers` sizes every pointer argument (abi.buffers): name:dtype[shape]
