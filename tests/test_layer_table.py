@@ -59,6 +59,9 @@ def test_harness_registries_are_the_tables():
     assert list(L.LAYERS) == names and list(allowance.LAYERS) == names
     assert L.available() == names, "every layer in the table needs harness/layers/<name>.py"
     assert strategies.available() == names, "and a fuzz strategy"
+    for package in (L, strategies):          # and a module there is a layer of the table
+        here = sorted(p.stem for p in Path(package.__file__).parent.glob("[!_]*.py"))
+        assert here == sorted(names), f"{package.__name__}: modules {here}"
     for lay in T.LAYERS:
         mod = L.module(lay.name)
         assert mod.LAYER == lay.name
