@@ -1,13 +1,16 @@
 """The port ABI seen from Python: symbols, signatures, and a checked ctypes loader.
 
-Mirrors crnn_port.h. `load(path, layers)` opens a port, checks its ABI version and that every
-symbol the requested layers need is exported (naming all that are missing), and declares the
-argument types so a call cannot silently pass a wrong width.
+Mirrors crnn_port.h through the table of entry points (layer_table.py). `load(path, layers)`
+opens a port, checks its ABI version and that every symbol the requested layers need is
+exported (naming all that are missing), and declares the argument types so a call cannot
+silently pass a wrong width.
 """
 from __future__ import annotations
 
 import ctypes as C
 from pathlib import Path
+
+from . import layer_table
 
 ABI_VERSION = 1
 ISA_NAMES = ("scalar", "sse", "avx2", "avx512", "neon")
@@ -18,92 +21,31 @@ E_UNSUPPORTED = -4
 P = C.c_void_p
 i32, i64, u32, f64 = C.c_int32, C.c_int64, C.c_uint32, C.c_double
 
-SIGNATURES = {
-    "crnn_abi_version": (i32, []),
-    "crnn_isa_available": (u32, []),
-    "crnn_set_isa": (i32, [i32]),
-    "crnn_get_isa": (i32, []),
-    "crnn_set_threads": (i32, [i32]),
-    "crnn_get_threads": (i32, []),
-    "crnn_dot16": (i32, [P, P, i64, P]),
-    "crnn_linear_forward": (i32, [P, P, P, i32, i32, i32, P]),
-    "crnn_linear_backward": (i32, [P, P, P, i32, i32, i32, P, P, P]),
-    "crnn_conv_forward": (i32, [P, i32, i32, i32, P, P, i32, i32, i32, i32, i32, i32, i32,
-                                P, P, P]),
-    "crnn_conv_backward": (i32, [P, i32, i32, i32, P, i32, i32, i32, i32, i32, i32, i32,
-                                 P, P, P, P, P]),
-    "crnn_lstm_forward": (i32, [P, i32, i32, i32, P, P, P, P, P, P, P, P]),
-    "crnn_lstm_backward": (i32, [P, i32, i32, i32, P, P, P, P, P, P, P, P, P, P, P]),
-    "crnn_sigmoid": (i32, [P, i64, P]),
-    "crnn_tanh": (i32, [P, i64, P]),
-    "crnn_detmath_exp": (i32, [P, i64, P]),
-    "crnn_detmath_log": (i32, [P, i64, P]),
-    "crnn_ctc": (i32, [P, i32, i32, P, i32, f64, P, P]),
-    "crnn_model_sizes": (i32, [P, P, P]),
-    "crnn_step_gradients": (i32, [P, P, i32, P, P, P, P, P, P, P]),
-    "crnn_clip_gradients": (i32, [P, P, i32, f64, i32, P]),
-    "crnn_adamw": (i32, [P, P, P, P, i64, f64, f64, f64, f64, f64, i32, f64, f64]),
-}
-
-# The argument names of crnn_port.h, in order; a leading * marks a pointer the call writes
-# (every other pointer is const). The worker names buffers by them (harness/guard.py);
-# tests/test_guards.py checks the table against the header.
-ARGS = {
-    "crnn_set_isa": "isa",
-    "crnn_set_threads": "n",
-    "crnn_dot16": "a b n *out",
-    "crnn_linear_forward": "x W b T I O *y",
-    "crnn_linear_backward": "x W dY T I O *dx *dW *db",
-    "crnn_conv_forward": "x H W C Wt b Out kh kw padH padW poolH poolW *conv *pooled *winners",
-    "crnn_conv_backward": "x H W C Wt Out kh kw padH padW poolH poolW dPooled winners *dW *db *dx",
-    "crnn_lstm_forward": "x T I H W_ih W_hh b *out *gates *c *tc *hPrev",
-    "crnn_lstm_backward": "x T I H W_ih W_hh gates c tc hPrev dOut *dW_ih *dW_hh *db *dx",
-    "crnn_sigmoid": "x n *y",
-    "crnn_tanh": "x n *y",
-    "crnn_detmath_exp": "x n *y",
-    "crnn_detmath_log": "x n *y",
-    "crnn_ctc": "logits T K target L scale *loss *dlogits",
-    "crnn_model_sizes": "cfg *nTensors *sizes",
-    "crnn_step_gradients": "cfg params B widths images targetLens targets *grads *losses *batchLoss",
-    "crnn_clip_gradients": "*grads sizes nTensors limit enabled *norm",
-    "crnn_adamw": "*p *m *v g n lr beta1 beta2 eps wd decay b1t b2t",
-}
+# Derived from the one table of entry points (layer_table.py): the ctypes signature of each,
+# its argument names in crnn_port.h's order with a leading * on a pointer the call writes
+# (every other pointer is const; the worker names buffers by them, harness/guard.py), and its
+# buffers: dtype, shape (an expression in the call's integer arguments and the derived sizes
+# below), role and whether NULL is allowed. Roles: "in" (const), "out" (written whole,
+# poisoned first), "inout" (read and updated in place). BUFFERS is the one description for
+# every consumer that must know a buffer's size without a layer module: the contract tier's
+# invalid calls, Python ports' array views and the case bundle's calls.
+_CTYPES = {"i32": i32, "i64": i64, "u32": u32, "f64": f64}
 
 
-# The buffers of every entry point: dtype, shape (an expression in the call's integer
-# arguments and the derived sizes below), role and whether NULL is allowed. Roles: "in"
-# (const), "out" (written whole, poisoned first), "inout" (read and updated in place).
-# One description for every consumer that must know a buffer's size without a layer module:
-# the contract tier's invalid calls, Python ports' array views and the case bundle's calls.
-BUFFERS = {
-    "crnn_dot16": "a:f32[n] b:f32[n] out:f32[1]:out",
-    "crnn_linear_forward": "x:f32[T,I] W:f32[O,I] b:f32[O] y:f32[T,O]:out",
-    "crnn_linear_backward": "x:f32[T,I] W:f32[O,I] dY:f32[T,O] dx:f32[T,I]:out? "
-                            "dW:f32[O,I]:out db:f32[O]:out",
-    "crnn_conv_forward": "x:f32[H,W,C] Wt:f32[Out,KP] b:f32[Out] conv:f32[P,Out]:out "
-                         "pooled:f32[Hp,Wp,Out]:out winners:i32[Hp,Wp,Out]:out",
-    "crnn_conv_backward": "x:f32[H,W,C] Wt:f32[Out,KP] dPooled:f32[Hp,Wp,Out] "
-                          "winners:i32[Hp,Wp,Out] dW:f32[Out,KP]:out db:f32[Out]:out "
-                          "dx:f32[H,W,C]:out?",
-    "crnn_lstm_forward": "x:f32[T,I] W_ih:f32[2,G,I] W_hh:f32[2,G,H] b:f32[2,G] "
-                         "out:f32[T,H2]:out gates:f32[2,T,G]:out c:f32[2,T,H]:out "
-                         "tc:f32[2,T,H]:out hPrev:f32[2,T,H]:out",
-    "crnn_lstm_backward": "x:f32[T,I] W_ih:f32[2,G,I] W_hh:f32[2,G,H] gates:f32[2,T,G] "
-                          "c:f32[2,T,H] tc:f32[2,T,H] hPrev:f32[2,T,H] dOut:f32[T,H2] "
-                          "dW_ih:f32[2,G,I]:out dW_hh:f32[2,G,H]:out db:f32[2,G]:out "
-                          "dx:f32[T,I]:out?",
-    "crnn_sigmoid": "x:f32[n] y:f32[n]:out",
-    "crnn_tanh": "x:f32[n] y:f32[n]:out",
-    "crnn_detmath_exp": "x:f64[n] y:f64[n]:out",
-    "crnn_detmath_log": "x:f64[n] y:f64[n]:out",
-    "crnn_ctc": "logits:f32[T,K] target:i32[L] loss:f64[1]:out dlogits:f32[T,K]:out",
-    "crnn_model_sizes": "cfg:i32[NCFG] nTensors:i32[1]:out sizes:i64[NT]:out?",
-    "crnn_step_gradients": "cfg:i32[NCFG] params:f32[NP] widths:i32[B] images:f32[NPIX] "
-                           "targetLens:i32[B] targets:i32[NLAB] grads:f32[NP]:out "
-                           "losses:f64[B]:out batchLoss:f64[1]:out",
-    "crnn_clip_gradients": "grads:f32[NG]:inout sizes:i64[nTensors] norm:f64[1]:out",
-    "crnn_adamw": "p:f32[n]:inout m:f32[n]:inout v:f32[n]:inout g:f32[n]",
-}
+def _signature(proto: str):
+    res, _name, args = layer_table.parse_proto(proto)
+    return (_CTYPES[layer_table.C_TYPES[res]],
+            [P if ptr else _CTYPES[layer_table.C_TYPES[t]] for t, ptr, _c, _a in args])
+
+
+def _arg_names(proto: str) -> str:
+    return " ".join(("*" if ptr and not const else "") + a
+                    for _t, ptr, const, a in layer_table.parse_proto(proto)[2])
+
+
+SIGNATURES = {e.name: _signature(e.proto) for e in layer_table.ENTRIES}
+ARGS = {e.name: _arg_names(e.proto) for e in layer_table.ENTRIES if _arg_names(e.proto)}
+BUFFERS = {e.name: e.buffers for e in layer_table.ENTRIES if e.buffers}
 DTYPES = {"f32": "<f4", "f64": "<f8", "i32": "<i4", "i64": "<i8"}
 
 
@@ -177,13 +119,9 @@ def buffers(name: str, ints: dict, read=None) -> list[Buffer]:
     Raises ValueError when a size cannot be derived (e.g. a cfg too short to read)."""
     d = _derived(name, ints, read or (lambda *a: []))
     out = []
-    for spec in BUFFERS[name].split():
-        arg, rest = spec.split(":", 1)
-        dt, rest = rest.split("[", 1)
-        dims, _, role = rest.partition("]")
-        role = role.lstrip(":") or "in"
+    for arg, dt, dims, role, nullable in layer_table.parse_buffers(BUFFERS[name]):
         shape = tuple(int(d[e]) if e in d else int(e) for e in dims.split(","))
-        out.append(Buffer((arg, DTYPES[dt], shape, role.rstrip("?"), role.endswith("?"))))
+        out.append(Buffer((arg, DTYPES[dt], shape, role, nullable)))
     return out
 
 
@@ -194,19 +132,8 @@ def pointer_args(name: str) -> list[tuple[int, str, bool]]:
             enumerate(zip(ARGS.get(name, "").split(), args)) if t is P]
 
 
-CORE = ["crnn_abi_version", "crnn_isa_available", "crnn_set_isa", "crnn_get_isa",
-        "crnn_set_threads", "crnn_get_threads"]
-LAYER_SYMBOLS = {
-    "dot16": ["crnn_dot16"],
-    "linear": ["crnn_linear_forward", "crnn_linear_backward"],
-    "conv": ["crnn_conv_forward", "crnn_conv_backward"],
-    "lstm": ["crnn_lstm_forward", "crnn_lstm_backward", "crnn_sigmoid", "crnn_tanh"],
-    "ctc": ["crnn_ctc", "crnn_detmath_exp", "crnn_detmath_log"],
-    "step": ["crnn_model_sizes", "crnn_step_gradients"],
-    "clip": ["crnn_clip_gradients"],
-    "adamw": ["crnn_adamw"],
-    "train3": ["crnn_model_sizes", "crnn_step_gradients", "crnn_clip_gradients", "crnn_adamw"],
-}
+CORE = [e.name for e in layer_table.ENTRIES if e.control]
+LAYER_SYMBOLS = {lay.name: list(lay.entries) for lay in layer_table.LAYERS}
 
 
 class PortError(RuntimeError):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from crnn_conformance.ctypes_kernels import layer_table
 from crnn_conformance.generators.spec import activations, adamw, clip, conv, ctc, detmath
 from crnn_conformance.generators.spec import dot16, linear, lstm
 from crnn_conformance.generators.spec import step as step_spec
@@ -211,8 +212,9 @@ def _train3(params, inputs):
     return out
 
 
-EXPECTED = {"dot16": _dot16, "linear": _linear, "conv": _conv, "lstm": _lstm, "ctc": _ctc,
-            "step": _step, "clip": _clip, "adamw": _adamw, "train3": _train3}
+# each layer's function, as the layer table names it
+EXPECTED = {lay.name: globals()[lay.exact.rpartition(".")[2]] for lay in layer_table.LAYERS
+            if lay.exact.rpartition(".")[0] == __name__}
 
 
 def expected(layer: str, params: dict, inputs: dict) -> dict:

@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 
 from crnn_conformance import fixtures
+from crnn_conformance.ctypes_kernels import layer_table
 from crnn_conformance.generators.fixture_compare import differences, torch_env_change
 from crnn_conformance.generators.h5io import FixtureError, write_fixture
 
@@ -26,40 +27,11 @@ __all__ = ["BUILDERS", "differences", "fixture_path", "main", "regenerate", "tor
 
 FIXTURES_DIR = fixtures.directory()
 
-# fixture name -> builder module (generators/cases/<layer>.py); order is the write order
-BUILDERS = {
-    "dot16": "crnn_conformance.generators.cases.dot16",
-    "dot16_zeros": "crnn_conformance.generators.cases.dot16_zeros",   # signed-zero tails (docs/mutants.md)
-    "linear": "crnn_conformance.generators.cases.linear",
-    "lstm": "crnn_conformance.generators.cases.lstm",
-    "conv": "crnn_conformance.generators.cases.conv",
-    "ctc": "crnn_conformance.generators.cases.ctc",
-    "step": "crnn_conformance.generators.cases.step",
-    "clip": "crnn_conformance.generators.cases.clip",
-    "adamw": "crnn_conformance.generators.cases.adamw",
-    "train3": "crnn_conformance.generators.cases.train3",
-    # edge cases, exact tier only (docs/edge-cases.md): special values, boundaries, values
-    # rounded once, and the activation and DetMath entry points on fixtures of their own
-    "dot16_edges": "crnn_conformance.generators.cases.dot16_edges",
-    "linear_edges": "crnn_conformance.generators.cases.linear_edges",
-    "conv_edges": "crnn_conformance.generators.cases.conv_edges",
-    "lstm_edges": "crnn_conformance.generators.cases.lstm_edges",
-    "activations": "crnn_conformance.generators.cases.activations",
-    "ctc_edges": "crnn_conformance.generators.cases.ctc_edges",
-    "detmath": "crnn_conformance.generators.cases.detmath",
-    "step_edges": "crnn_conformance.generators.cases.step_edges",
-    "clip_edges": "crnn_conformance.generators.cases.clip_edges",
-    "adamw_edges": "crnn_conformance.generators.cases.adamw_edges",
-    # the pytorch tier (generators/pytorch_ref.py): the trained crnn-v0 in PyTorch fp32 with
-    # float64 Floors; each file is read by its layer's harness module (FIXTURES)
-    "pytorch_conv": "crnn_conformance.generators.cases.pytorch_conv",
-    "pytorch_lstm": "crnn_conformance.generators.cases.pytorch_lstm",
-    "pytorch_linear": "crnn_conformance.generators.cases.pytorch_linear",
-    "pytorch_ctc": "crnn_conformance.generators.cases.pytorch_ctc",
-    "pytorch_step": "crnn_conformance.generators.cases.pytorch_step",
-    "pytorch_adamw": "crnn_conformance.generators.cases.pytorch_adamw",
-    "pytorch_train3": "crnn_conformance.generators.cases.pytorch_train3",
-}
+# fixture name -> builder module (generators/cases/<name>.py), from the layer table; the order
+# is the write order: each layer's fixtures with float64 tiers (and dot16's order cases), then
+# the edge cases (exact tier only, docs/edge-cases.md), then the pytorch tier
+# (generators/pytorch_ref.py: the trained crnn-v0 in PyTorch fp32 with float64 Floors)
+BUILDERS = layer_table.builders()
 
 
 def fixture_path(root: Path, name: str) -> Path:

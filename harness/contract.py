@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.ctypes_kernels import abi, layer_table
 from crnn_conformance.harness import guard, pyport
 from crnn_conformance.harness.compare import Comparison, compare, is_poison
 from crnn_conformance.harness.layers import LAYERS
@@ -85,21 +85,9 @@ def _base() -> dict:
     }
 
 
-# Sizes a port must refuse when negative, and those it must refuse at 0 too.
-NEGATIVE = {
-    "crnn_dot16": "n", "crnn_linear_forward": "T I O", "crnn_linear_backward": "T I O",
-    "crnn_conv_forward": "H W C Out kh kw padH padW poolH poolW",
-    "crnn_conv_backward": "H W C Out kh kw padH padW poolH poolW",
-    "crnn_lstm_forward": "T I H", "crnn_lstm_backward": "T I H", "crnn_sigmoid": "n",
-    "crnn_tanh": "n", "crnn_detmath_exp": "n", "crnn_detmath_log": "n", "crnn_ctc": "T K L",
-    "crnn_step_gradients": "B", "crnn_clip_gradients": "nTensors", "crnn_adamw": "n",
-}
-ZERO = {
-    "crnn_conv_forward": "H W C Out kh kw poolH poolW",
-    "crnn_conv_backward": "H W C Out kh kw poolH poolW",
-    "crnn_lstm_forward": "H", "crnn_lstm_backward": "H", "crnn_ctc": "K",
-    "crnn_step_gradients": "B",
-}
+# Sizes a port must refuse when negative, and those it must refuse at 0 too (the table's).
+NEGATIVE = {e.name: e.negative for e in layer_table.ENTRIES if e.negative}
+ZERO = {e.name: e.zero for e in layer_table.ENTRIES if e.zero}
 
 
 def _cfg(**at) -> list:

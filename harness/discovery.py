@@ -9,7 +9,7 @@ from crnn_conformance.harness.records import FIXTURES_DIR
 
 
 def _standard(module) -> list[str]:
-    return list(getattr(module, "FIXTURES", [module.FIXTURE]))
+    return list(module.FIXTURES)
 
 
 def layer_paths(opts, modules) -> dict[str, list[Path]]:

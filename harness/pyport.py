@@ -30,8 +30,7 @@ _FILE_FORM = re.compile(r"^(?P<path>.+\.py):(?P<obj>[A-Za-z_][A-Za-z0-9_.]*)$")
 _MODULE_FORM = re.compile(r"^py:(?P<mod>[A-Za-z_][A-Za-z0-9_.]*):(?P<obj>[A-Za-z_][A-Za-z0-9_.]*)$")
 _CONFIG_NAME = re.compile(r"^[A-Za-z0-9_.:+-]{1,32}$")
 DEFAULT_CONFIG = "python"          # the `isa` of a port that declares no configs
-_CORE_DEFAULTS = {"crnn_abi_version", "crnn_isa_available", "crnn_set_isa", "crnn_get_isa",
-                  "crnn_set_threads", "crnn_get_threads"}
+_CORE_DEFAULTS = set(abi.CORE)
 
 
 class CrnnError(Exception):

@@ -19,12 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The entry points a layer run may call, in the order of rp_names (replay.py: ENTRIES). */
-enum {
-    E_DOT16, E_LINEAR_FORWARD, E_LINEAR_BACKWARD, E_CONV_FORWARD, E_CONV_BACKWARD,
-    E_LSTM_FORWARD, E_LSTM_BACKWARD, E_SIGMOID, E_TANH, E_DETMATH_EXP, E_DETMATH_LOG, E_CTC,
-    E_MODEL_SIZES, E_STEP_GRADIENTS, E_CLIP_GRADIENTS, E_ADAMW, E_COUNT
-};
+/* The entry points a layer run may call (enum E_*, in the order of replay.py's ENTRIES) and
+ * RP_CASES, the switch's case for each with its prototype's argument kinds, are generated
+ * from the layer table by replay.py (entries_c) and come before this file. */
 
 /* The reasons a replay stops early (replay.py: STOPS). */
 enum { STOP_NONE, STOP_SETUP, STOP_FPENV, STOP_RC, STOP_GUARD, STOP_FINISH, STOP_PRINTED,
@@ -95,38 +92,7 @@ static double now(void)
 static int32_t call(const rp_op *op)
 {
     switch (op->entry) {
-    case E_DOT16: return CALL(crnn_dot16)(P(0), P(1), L(2), P(3));
-    case E_LINEAR_FORWARD:
-        return CALL(crnn_linear_forward)(P(0), P(1), P(2), I(3), I(4), I(5), P(6));
-    case E_LINEAR_BACKWARD:
-        return CALL(crnn_linear_backward)(P(0), P(1), P(2), I(3), I(4), I(5), P(6), P(7), P(8));
-    case E_CONV_FORWARD:
-        return CALL(crnn_conv_forward)(P(0), I(1), I(2), I(3), P(4), P(5), I(6), I(7), I(8),
-                                       I(9), I(10), I(11), I(12), P(13), P(14), P(15));
-    case E_CONV_BACKWARD:
-        return CALL(crnn_conv_backward)(P(0), I(1), I(2), I(3), P(4), I(5), I(6), I(7), I(8),
-                                        I(9), I(10), I(11), P(12), P(13), P(14), P(15), P(16));
-    case E_LSTM_FORWARD:
-        return CALL(crnn_lstm_forward)(P(0), I(1), I(2), I(3), P(4), P(5), P(6), P(7), P(8),
-                                       P(9), P(10), P(11));
-    case E_LSTM_BACKWARD:
-        return CALL(crnn_lstm_backward)(P(0), I(1), I(2), I(3), P(4), P(5), P(6), P(7), P(8),
-                                        P(9), P(10), P(11), P(12), P(13), P(14));
-    case E_SIGMOID: return CALL(crnn_sigmoid)(P(0), L(1), P(2));
-    case E_TANH: return CALL(crnn_tanh)(P(0), L(1), P(2));
-    case E_DETMATH_EXP: return CALL(crnn_detmath_exp)(P(0), L(1), P(2));
-    case E_DETMATH_LOG: return CALL(crnn_detmath_log)(P(0), L(1), P(2));
-    case E_CTC:
-        return CALL(crnn_ctc)(P(0), I(1), I(2), P(3), I(4), D(0), P(5), P(6));
-    case E_MODEL_SIZES: return CALL(crnn_model_sizes)(P(0), P(1), P(2));
-    case E_STEP_GRADIENTS:
-        return CALL(crnn_step_gradients)(P(0), P(1), I(2), P(3), P(4), P(5), P(6), P(7), P(8),
-                                         P(9));
-    case E_CLIP_GRADIENTS:
-        return CALL(crnn_clip_gradients)(P(0), P(1), I(2), D(0), I(3), P(4));
-    case E_ADAMW:
-        return CALL(crnn_adamw)(P(0), P(1), P(2), P(3), L(4), D(0), D(1), D(2), D(3), D(4),
-                                I(5), D(5), D(6));
+    RP_CASES
     }
     return CRNN_E_ARG;
 }

@@ -21,15 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.ctypes_kernels import abi, layer_table
 from crnn_conformance.harness import guard
 
 SOURCE = Path(__file__).with_name("replay.c")
-# in replay.c's enum order
-ENTRIES = ("crnn_dot16", "crnn_linear_forward", "crnn_linear_backward", "crnn_conv_forward",
-           "crnn_conv_backward", "crnn_lstm_forward", "crnn_lstm_backward", "crnn_sigmoid",
-           "crnn_tanh", "crnn_detmath_exp", "crnn_detmath_log", "crnn_ctc", "crnn_model_sizes",
-           "crnn_step_gradients", "crnn_clip_gradients", "crnn_adamw")
+# every entry point but the control functions, in the table's order, which is replay.c's enum
+# order (tests/test_layer_table.py holds the enum and the switch to the table)
+ENTRIES = tuple(layer_table.kernel_entries())
 STOPS = ("none", "setup", "fpenv", "rc", "guard", "finish", "printed", "differs")
 BLOB = "<written buffers>"   # the answer of a run made from a symbolic tape (worker)
 N_ARGS, N_DBL = 18, 8
@@ -37,10 +35,35 @@ _ENTRY = {name: i for i, name in enumerate(ENTRIES)}
 
 
 def source() -> str:
-    """What the harness helper appends to its own source: the ABI's prototypes, then the
-    replay (replay.c casts the recorded addresses to them)."""
+    """What the harness helper appends to its own source: the ABI's prototypes, the entry
+    points' enum and switch cases (entries_c), then the replay (replay.c casts the recorded
+    addresses to the prototypes)."""
     header = Path(abi.__file__).with_name("crnn_port.h").read_text()
-    return header + "\n" + SOURCE.read_text()
+    return header + "\n" + entries_c() + "\n" + SOURCE.read_text()
+
+
+def entries_c() -> str:
+    """enum E_* (one per ENTRIES, E_ + the name without crnn_, upper case) and RP_CASES: the
+    call of each through its prototype, an integer or pointer argument from op->a (P, I, L)
+    and a double from op->d (D), in the order Tape.compile stores them."""
+    cases = []
+    for name in ENTRIES:
+        slots, n_int, n_dbl = [], 0, 0
+        for t in abi.SIGNATURES[name][1]:
+            if t is C.c_double:
+                slots.append(f"D({n_dbl})")
+                n_dbl += 1
+            else:
+                slots.append(f"{'P' if t is C.c_void_p else 'L' if t is C.c_int64 else 'I'}"
+                             f"({n_int})")
+                n_int += 1
+        cases.append(f"    case {enum_name(name)}: return CALL({name})({', '.join(slots)}); \\")
+    return "\n".join(["enum {", *(f"    {enum_name(n)}," for n in ENTRIES), "    E_COUNT", "};",
+                      "#define RP_CASES \\", *cases, ""])
+
+
+def enum_name(entry: str) -> str:
+    return "E_" + entry[len("crnn_"):].upper()
 
 
 # rp_op and rp_tape of replay.c: every field 8 bytes, so no padding on any 64-bit ABI

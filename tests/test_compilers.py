@@ -40,7 +40,7 @@ def outputs(path) -> dict:
     isa0, th0 = lib.crnn_get_isa(), lib.crnn_get_threads()
     inp = bench.make_inputs(width=64, batch=2, seed=3)
     inp.images[1] = inp.images[1][:, :50]          # two widths: T = 16 and 12
-    fixtures = {m: read_fixture(FIXTURES_DIR / f"{m.FIXTURE}.h5") for m in (conv, lstm, ctc)}
+    fixtures = {m: read_fixture(FIXTURES_DIR / f"{m.FIXTURES[0]}.h5") for m in (conv, lstm, ctc)}
     out = {}
     try:
         for isa in abi.available_isas(lib):

@@ -62,7 +62,7 @@ def exact_tensors() -> set:
     found = set()
     for layer in L.LAYERS:
         mod = L.module(layer)
-        for name in getattr(mod, "FIXTURES", [mod.FIXTURE]):
+        for name in mod.FIXTURES:
             with h5py.File(FIXTURES_DIR / f"{name}.h5", "r") as f:
                 for case in json.loads(f.attrs["case_names"]):
                     tiers = f[case]["expected"]

@@ -24,9 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
+from crnn_conformance.ctypes_kernels import layer_table
+
 from . import params
 
-LAYERS = ("dot16", "linear", "conv", "lstm", "ctc", "step", "clip", "adamw", "train3")
+LAYERS = tuple(layer_table.layer_names())
 _MEMORY: dict = {}
 _MEMORY_CAP = 64
 

@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import strategies as hst
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from crnn_conformance.ctypes_kernels import abi
+from crnn_conformance.ctypes_kernels import abi, layer_table
 from crnn_conformance.generators import exact
 from crnn_conformance.generators.h5io import Case, digest
 from crnn_conformance.harness import layers as L
@@ -44,15 +44,13 @@ INLINE = "<fuzz>"   # the executor's key for the case this process sends it
 # machine. A run has a start-up cost (about 3 ms) and its first cases cost Hypothesis more than
 # later ones (a dot16 case: 1.7 ms in runs of 40, 1.2 ms in runs of 200), and every run first
 # tries the all-zero case (Hypothesis's simplest) again.
-CHUNK = {"dot16": 300, "linear": 300, "conv": 150, "lstm": 250, "ctc": 200, "step": 150,
-         "clip": 300, "adamw": 300, "train3": 120}
+CHUNK = {lay.name: lay.fuzz_chunk for lay in layer_table.LAYERS}   # (the layer table's)
 SHRINK_SECONDS = 10.0
 # A passing case is also checked against the NumPy spec when its digest is a multiple of this
 # (and the first case of each layer always): 2-5 % of the CPU a case costs (the NumPy spec's
 # 0.3-36 ms a case against 3-10 ms for the rest, docs/performance.md), so a reference that
 # drifted from the spec is caught within seconds of fuzzing and costs little.
-AUDIT_EVERY = {"dot16": 8, "linear": 8, "conv": 16, "lstm": 16, "ctc": 16, "step": 128,
-               "clip": 8, "adamw": 8, "train3": 128}
+AUDIT_EVERY = {lay.name: lay.audit_every for lay in layer_table.LAYERS}
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Per-layer adapters: each module runs its layer through a port on fixture inputs.
 
-A module defines LAYER (the name used by the CLI and results), FIXTURE (fixtures/<name>.h5)
-and run(lib, case) -> {tensor: array}, the port's outputs named like the fixture's tensors.
+A module defines LAYER (the name used by the CLI and results), FIXTURES and TIERS (the
+fixture stems it reads and their tiers, from ctypes_kernels/layer_table.py) and run(lib, case) -> {tensor: array}, the port's outputs named like the fixture's tensors.
 A module whose run() returns tensors the fixture has no reference for (the identity tier still
 checks them) also defines outputs(case) -> their names, so the pytest plugin can collect one
 identity test for each (tests/test_plugin.py checks it against the gate).
@@ -11,8 +11,10 @@ sub-case's parameters) for the record's `worst` (docs/report-schema.md); {} for 
 """
 import importlib
 
-# In the gate's order: the order of README.md's "Names".
-LAYERS = ["dot16", "linear", "conv", "lstm", "ctc", "step", "clip", "adamw", "train3"]
+from crnn_conformance.ctypes_kernels import layer_table
+
+# In the gate's order (the table's: the order of README.md's "Names").
+LAYERS = layer_table.layer_names()
 
 
 def importable(package: str, names) -> list[str]:

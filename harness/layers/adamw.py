@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from crnn_conformance.ctypes_kernels import layer_table
+
 from ._ffi import call, copy, f32, ptr, zeros
 
 LAYER = "adamw"
-FIXTURE = "adamw"
-FIXTURES = ["adamw", "pytorch_adamw",   # the second: the pytorch tier (trained crnn-v0)
-            "adamw_edges"]             # exact tier: the scalars over many hyper-parameters
+FIXTURES = layer_table.fixtures(LAYER)   # stems and tiers: ctypes_kernels/layer_table.py
+TIERS = layer_table.tiers(LAYER)
 INPUTS = ("p", "grads", "hparams", "decay")
-TIERS = {"adamw_edges": ("exact",)}
 
 
 def required_inputs(case) -> list[str]:

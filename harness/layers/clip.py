@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from crnn_conformance.ctypes_kernels import layer_table
+
 from ._ffi import call, copy, f32, out, ptr
 
 LAYER = "clip"
-FIXTURE = "clip"
-FIXTURES = ["clip", "clip_edges"]   # the second: exact tier, boundaries and signed zeros
+FIXTURES = layer_table.fixtures(LAYER)   # stems and tiers: ctypes_kernels/layer_table.py
+TIERS = layer_table.tiers(LAYER)
 INPUTS = ("grads", "sizes", "limit", "enabled")
-TIERS = {"clip_edges": ("exact",)}
 
 
 def required_inputs(case) -> list[str]:

@@ -19,6 +19,7 @@ import inspect
 
 import numpy as np
 
+from crnn_conformance.ctypes_kernels import layer_table
 from crnn_conformance.generators.float64.conv import relu_maxpool
 from crnn_conformance.generators.geometry import conv_size
 from crnn_conformance.harness.compare import Comparison, compare
@@ -26,11 +27,9 @@ from crnn_conformance.harness.compare import Comparison, compare
 from ._ffi import call, f32, i32, out, ptr
 
 LAYER = "conv"
-FIXTURE = "conv"
-FIXTURES = ["conv", "pytorch_conv",   # the second: the pytorch tier (trained crnn-v0)
-            "conv_edges"]   # exact tier: pool NaN/zeros/ties, underflow (docs/edge-cases.md)
+FIXTURES = layer_table.fixtures(LAYER)   # stems and tiers: ctypes_kernels/layer_table.py
+TIERS = layer_table.tiers(LAYER)
 INPUTS = ("x", "W", "b", "dPooled")
-TIERS = {"conv_edges": ("exact",)}
 
 GEOMETRY = ("kh", "kw", "padH", "padW", "poolH", "poolW")
 

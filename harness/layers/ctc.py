@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from crnn_conformance.ctypes_kernels import layer_table
 from crnn_conformance.harness.compare import json_value
 
 from ._ffi import call, f32, i32, out, ptr
 
 LAYER = "ctc"
-FIXTURE = "ctc"
-FIXTURES = ["ctc", "pytorch_ctc",   # the second: the pytorch tier (trained crnn-v0)
-            "ctc_edges", "detmath"]   # exact tier: special lines, tiny lines; DetMath
+FIXTURES = layer_table.fixtures(LAYER)   # stems and tiers: ctypes_kernels/layer_table.py
+TIERS = layer_table.tiers(LAYER)
 INPUTS = ("logits", "target", "scale")
-TIERS = {"ctc_edges": ("exact",), "detmath": ("exact",)}
 KIND_INPUTS = {"many": ("logits", "shapes", "targets", "scales"), "detmath": ("x_exp", "x_log")}
 
 

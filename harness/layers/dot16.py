@@ -3,15 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from crnn_conformance.ctypes_kernels import layer_table
+
 from ._ffi import call, f32, out, ptr
 
 LAYER = "dot16"
-FIXTURE = "dot16"
-FIXTURES = ["dot16", "dot16_zeros",   # the second: signed-zero tails (docs/mutants.md)
-            "dot16_edges"]   # exact tier: subnormals, -0, overflow (docs/edge-cases.md)
+FIXTURES = layer_table.fixtures(LAYER)   # stems and tiers: ctypes_kernels/layer_table.py
+TIERS = layer_table.tiers(LAYER)
 INPUTS = ("a", "b", "lengths")
-# the tiers every case must hold (layers.tiers_for); the order cases have no float64 tier
-TIERS = {"dot16": ("exact",), "dot16_zeros": ("exact",), "dot16_edges": ("exact",)}
 
 
 def run(lib, case) -> dict:

@@ -1,14 +1,14 @@
 """The linear layer through a port: forward y, backward dx, dW, db."""
 from __future__ import annotations
 
+from crnn_conformance.ctypes_kernels import layer_table
+
 from ._ffi import call, f32, out, ptr
 
 LAYER = "linear"
-FIXTURE = "linear"
-FIXTURES = ["linear", "pytorch_linear",   # the second: the pytorch tier (trained crnn-v0)
-            "linear_edges"]   # exact tier: underflow, signed zeros (docs/edge-cases.md)
+FIXTURES = layer_table.fixtures(LAYER)   # stems and tiers: ctypes_kernels/layer_table.py
+TIERS = layer_table.tiers(LAYER)
 INPUTS = ("x", "W", "b", "dY")
-TIERS = {"linear_edges": ("exact",)}
 
 
 def run(lib, case) -> dict:

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from crnn_conformance.ctypes_kernels import layer_table
 from crnn_conformance.harness.compare import json_value
 
 from ._ffi import call, f32, out, ptr
 
 LAYER = "lstm"
-FIXTURE = "lstm"
-FIXTURES = ["lstm", "pytorch_lstm",   # the second: the pytorch tier (trained crnn-v0)
-            "lstm_edges", "activations"]   # exact tier: underflow, zeros; sigmoid and tanh
+FIXTURES = layer_table.fixtures(LAYER)   # stems and tiers: ctypes_kernels/layer_table.py
+TIERS = layer_table.tiers(LAYER)
 INPUTS = ("x", "W_ih", "W_hh", "b", "dOut")
-TIERS = {"lstm_edges": ("exact",), "activations": ("exact",)}
 
 
 def required_inputs(case) -> list[str]:

@@ -8,16 +8,15 @@ import math
 
 import numpy as np
 
+from crnn_conformance.ctypes_kernels import layer_table
 from crnn_conformance.ctypes_kernels.abi import PortCallError
 
 from ._ffi import call, f32, i32, out, ptr
 
 LAYER = "step"
-FIXTURE = "step"
-FIXTURES = ["step", "pytorch_step",   # the second: the pytorch tier (trained crnn-v0)
-            "step_edges"]   # exact tier: signed zeros through the batch sum (docs/edge-cases.md)
+FIXTURES = layer_table.fixtures(LAYER)   # stems and tiers: ctypes_kernels/layer_table.py
+TIERS = layer_table.tiers(LAYER)
 INPUTS = ("cfg", "params", "widths", "images", "target_lens", "targets")
-TIERS = {"step_edges": ("exact",)}
 
 
 def required_inputs(case) -> list[str]:

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from crnn_conformance.ctypes_kernels import layer_table
 from crnn_conformance.harness.compare import compare
 
 from . import step as step_layer
 from ._ffi import assign, call, copy, f32, i32, out, ptr, zeros
 
 LAYER = "train3"
-FIXTURE = "train3"
-FIXTURES = ["train3", "pytorch_train3"]   # the second: the pytorch tier (trained crnn-v0)
+FIXTURES = layer_table.fixtures(LAYER)   # stems and tiers: ctypes_kernels/layer_table.py
+TIERS = layer_table.tiers(LAYER)
 INPUTS = ("cfg", "params", "hparams", "clip")
 BATCH_INPUTS = ("widths", "images", "target_lens", "targets")
 
