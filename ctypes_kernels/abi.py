@@ -46,7 +46,7 @@ SIGNATURES = {
 }
 
 # The argument names of crnn_port.h, in order; a leading * marks a pointer the call writes
-# (every other pointer is const). The worker names buffers by them (harness/guard.py);
+# (every other pointer is const). The worker names buffers by them (harness/sandbox/guard.py);
 # tests/test_guards.py checks the table against the header.
 ARGS = {
     "crnn_set_isa": "isa",

@@ -24,7 +24,7 @@ from crnn_conformance.harness import pyport
 from crnn_conformance.harness.compare import compare
 from crnn_conformance.harness.discovery import fixture_paths as _fixture_paths
 from crnn_conformance.harness.discovery import layer_paths as _layer_paths
-from crnn_conformance.harness.executor import Executor, PortCrash
+from crnn_conformance.harness.sandbox.executor import Executor, PortCrash
 from crnn_conformance.harness.provenance import (build_info, cpu_info, fixture_info, host_info,
                                                  sha256, tool_info)
 from crnn_conformance.harness.records import (FIXTURES_DIR, THREADS, TIERS, GateOptions,

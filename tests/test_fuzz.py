@@ -319,7 +319,7 @@ def test_a_failing_meanwhile_does_not_leave_the_batch_answer_unread():
     so the next request gets its own answer, not the stale one."""
     from crnn_conformance.generators.h5io import Case
     from crnn_conformance.harness import runner
-    from crnn_conformance.harness.executor import Executor
+    from crnn_conformance.harness.sandbox.executor import Executor
     a = np.arange(1, 21, dtype=np.float32)
     mk = lambda name, b: Case(name, {"count": 1}, {"a": a, "b": b,           # noqa: E731
                                                     "lengths": np.array([20], np.int64)})

@@ -1,4 +1,4 @@
-"""The worker's replay of a batch's repeat runs (harness/replay.py, replay.c): the gate reports
+"""The worker's replay of a batch's repeat runs (harness/sandbox/replay.py, replay.c): the gate reports
 exactly what it reports without it (CRNN_NO_REPLAY=1), for a good port and for a port that
 breaks a rule only in a later run of the batch, where the replay meets it first; and the
 replay refuses what it cannot repeat faithfully."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crnn_conformance.harness import guard, replay
+from crnn_conformance.harness.sandbox import guard, replay
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
 from testports import build_port, gate  # noqa: E402

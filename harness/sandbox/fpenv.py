@@ -1,8 +1,8 @@
 """The floating-point environment of the worker: FTZ, DAZ, the rounding mode and the exception
 masks, read from MXCSR (x86) or FPCR (aarch64) through a tiny harness-side C helper compiled
 into the build cache, or, without a C compiler, probed with NumPy arithmetic. The same helper
-records the address of a SIGSEGV / SIGBUS for the gate's crash report (harness/executor.py)
-and makes the guard checks around a port call in one call (harness/guard.py).
+records the address of a SIGSEGV / SIGBUS for the gate's crash report (harness/sandbox/executor.py)
+and makes the guard checks around a port call in one call (harness/sandbox/guard.py).
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ int32_t crnn_h_catch_faults(uint64_t *slot)
     g_fault = slot;
     return sigaction(SIGSEGV, &sa, 0) == 0 && sigaction(SIGBUS, &sa, 0) == 0 ? 0 : -1;
 }
-/* The guard checks around a port call (harness/guard.py) in one call: rec holds five
+/* The guard checks around a port call (harness/sandbox/guard.py) in one call: rec holds five
    addresses a buffer, {zone_lo, lo, hi, zone_hi, ref}. Both canary zones must hold
    `pattern`, and when ref is not 0 the data [lo, hi) must equal the bytes at ref (a const
    argument). -> the index of the first buffer that fails, or -1. */
@@ -84,8 +84,8 @@ ROUNDING = {"mxcsr": ("nearest", "down", "up", "toward zero"),
 
 def helper_source() -> str:
     """The helper's whole source: the above, then the worker's replay of repeat runs
-    (harness/replay.c, with the ABI's prototypes)."""
-    from crnn_conformance.harness import replay
+    (harness/sandbox/replay.c, with the ABI's prototypes)."""
+    from crnn_conformance.harness.sandbox import replay
     return FPENV_SOURCE + "\n" + replay.source()
 
 
@@ -109,7 +109,7 @@ def load_helper(path):
     if check is not None:
         check.restype = ctypes.c_int32
         check.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p]
-    from crnn_conformance.harness import replay
+    from crnn_conformance.harness.sandbox import replay
     lib.replays = replay.declare(lib)                 # False: the worker replays nothing
     return lib
 
