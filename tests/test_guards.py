@@ -256,6 +256,23 @@ def test_a_helper_without_the_guard_check_leaves_the_memcmp_way():
         guard.use_helper(None)
 
 
+def test_the_helper_is_built_from_fpenv_c_and_rebuilt_when_it_changes(tmp_path, monkeypatch):
+    """The helper's C is the shipped fpenv.c (then replay.c); the build cache keys it by that
+    text, so an edit of fpenv.c gives another library."""
+    from crnn_conformance.ctypes_kernels.build import BuildError, build_helper
+    from crnn_conformance.harness.sandbox import fpenv
+    c = fpenv.SOURCE.read_text()
+    assert fpenv.SOURCE.name == "fpenv.c" and fpenv.helper_source().startswith(c)
+    monkeypatch.setenv("CRNN_CACHE_DIR", str(tmp_path / "cache"))
+    try:
+        a = build_helper("crnnfpenv", fpenv.helper_source())
+    except BuildError:
+        pytest.skip("no C compiler for the harness helper")
+    assert build_helper("crnnfpenv", fpenv.helper_source()) == a
+    edited = fpenv.helper_source().replace(c, c + "/* edited */\n", 1)
+    assert build_helper("crnnfpenv", edited) != a
+
+
 def test_guard_zones_and_const_checks(checks):
     guard = checks
     arena = guard.Arena()
