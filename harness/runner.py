@@ -163,7 +163,7 @@ class GateSession:
         self.executor = Executor(self.port_path, layers, self.opts.timeout, cases, SETTLE)
         self.executors = [self.executor]
         try:
-            self.isas = _select_isas(self.opts, self.executor.isas)
+            self.isas = select_isas(self.opts, self.executor.isas)
             self._declared_threads(self.executor.info.get("threads"))
             if self.opts.available:
                 self._drop_missing(self.executor.info.get("symbols", []))
@@ -503,10 +503,6 @@ def check_case(opts: GateOptions, executor, module, fixture_path, case, isas) ->
 
 
 def select_isas(opts: GateOptions, available) -> list[str]:
-    return _select_isas(opts, available)
-
-
-def _select_isas(opts, available) -> list[str]:
     wanted = list(dict.fromkeys(i for i, _ in opts.runs)) if opts.runs else opts.isas
     if wanted is None:
         return list(available)
