@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,7 +22,6 @@ from crnn_conformance.harness import fuzz as F
 from crnn_conformance.harness import mutants as M
 from crnn_conformance.harness.fuzz import engine, strategies, values
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
 from testports import build_port  # noqa: E402
 
 EDGE_MUTANTS = [m.name for m in M.CATALOGUE[M.CATALOGUE.index(M.BY_NAME["ctc_libm"]):]]

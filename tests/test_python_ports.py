@@ -16,7 +16,6 @@ import pytest
 from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.harness import pyport
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
 from testports import ROOT, cannot_run, gate  # noqa: E402
 
 DOC = ROOT / "docs" / "python-ports.md"

@@ -5,7 +5,6 @@ replay refuses what it cannot repeat faithfully."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,6 @@ import pytest
 
 from crnn_conformance.harness.sandbox import guard, replay
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
 from testports import build_port, gate  # noqa: E402
 
 LATE = "-DTP_LATE=3"          # the mistake happens only in the run at 3 threads
