@@ -23,7 +23,7 @@ i32, i64, u32, f64 = C.c_int32, C.c_int64, C.c_uint32, C.c_double
 
 # Derived from the one table of entry points (layer_table.py): the ctypes signature of each,
 # its argument names in crnn_port.h's order with a leading * on a pointer the call writes
-# (every other pointer is const; the worker names buffers by them, harness/guard.py), and its
+# (every other pointer is const; the worker names buffers by them, harness/sandbox/guard.py), and its
 # buffers: dtype, shape (an expression in the call's integer arguments and the derived sizes
 # below), role and whether NULL is allowed. Roles: "in" (const), "out" (written whole,
 # poisoned first), "inout" (read and updated in place). BUFFERS is the one description for

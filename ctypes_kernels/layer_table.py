@@ -4,7 +4,7 @@ Every registry that names a layer or an entry point is derived from here: abi.SI
 ARGS, BUFFERS, CORE and LAYER_SYMBOLS, the replay's ENTRIES, harness.layers.LAYERS and each
 layer module's FIXTURES and TIERS, allowance.LAYERS, the fuzzer's CHUNK and AUDIT_EVERY,
 generators/exact.py's EXPECTED, regen's BUILDERS and the contract tier's size rules. Generated
-from it: the replay's enum and switch (harness/replay.py, entries_c) and crnn-run's entry
+from it: the replay's enum and switch (harness/sandbox/replay.py, entries_c) and crnn-run's entry
 table (runner/crnn_entries.h, ctypes_kernels/crossbuild.py). The copies written by hand
 (crnn_port.h's prototypes, results.schema.json's layer enum) are held to it by
 tests/test_layer_table.py. Imports nothing: modules are named by dotted strings.

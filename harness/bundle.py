@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from crnn_conformance.ctypes_kernels import abi
-from crnn_conformance.harness import guard, replay
+from crnn_conformance.harness.sandbox import guard, replay
 
 BUNDLE_MAGIC, RESULTS_MAGIC, VERSION = b"CRNNCB01", b"CRNNRS01", 1
 # results version 1: each written record is a whole buffer; 2: a byte span of it (offset)

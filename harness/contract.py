@@ -12,7 +12,7 @@ ABI documents for it:
     n = 0, an empty target, a NULL dx, ...), which must write every output, and where the
     right values are cheap to state (a dot of 0 terms is +0, y = b when I = 0, ...) give them.
 Every buffer is sized from abi.buffers() (of the base call, unless the change itself resizes
-one, e.g. a longer target) and guarded by the worker's arena (harness/guard.py): an
+one, e.g. a longer target) and guarded by the worker's arena (harness/sandbox/guard.py): an
 out-of-bounds write or a changed const input is named as in the gate. The calls run in the
 worker, one answer each (Executor.contract), so a crash or hang is the failing record of the
 call that caused it. The control functions' calls (crnn_set_isa, crnn_set_threads) go with
@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from crnn_conformance.ctypes_kernels import abi, layer_table
-from crnn_conformance.harness import guard, pyport
+from crnn_conformance.harness import pyport
+from crnn_conformance.harness.sandbox import guard
 from crnn_conformance.harness.compare import Comparison, compare, is_poison
 from crnn_conformance.harness.layers import LAYERS
 from crnn_conformance.harness.records import record
@@ -254,7 +255,7 @@ def _buffers(call: Call) -> list:
 def run(traced, call: Call, base_isa: int) -> tuple:
     """One contract call on guarded buffers -> ("ok", rc, [problem, ...]) or ("skip", why),
     ("fpenv", message), ("exception", traceback). The ISA and threads are the base run's."""
-    from crnn_conformance.harness.fpenv import FpEnvError
+    from crnn_conformance.harness.sandbox.fpenv import FpEnvError
     arena = guard.Arena()
     try:
         abi.check(traced.crnn_set_isa(base_isa), "crnn_set_isa")

@@ -29,10 +29,10 @@ import numpy as np
 from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.generators.h5io import read_fixture
 from crnn_conformance.harness import bundle as B
-from crnn_conformance.harness import guard
+from crnn_conformance.harness.sandbox import guard
 from crnn_conformance.harness import layers as L
 from crnn_conformance.harness import runner
-from crnn_conformance.harness.executor import PortCrash
+from crnn_conformance.harness.sandbox.executor import PortCrash
 from crnn_conformance.harness.provenance import fixture_info, sha256, tool_info
 from crnn_conformance.harness.records import GateOptions, GateResult, _shell_quote
 

@@ -31,7 +31,7 @@ import numpy as np
 from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.ctypes_kernels.build import build_reference
 from crnn_conformance.generators.h5io import Case
-from crnn_conformance.harness import guard, replay
+from crnn_conformance.harness.sandbox import guard, replay
 from crnn_conformance.harness import layers as L
 
 _loaded: dict = {}

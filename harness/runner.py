@@ -24,7 +24,7 @@ from crnn_conformance.harness import pyport
 from crnn_conformance.harness.compare import compare
 from crnn_conformance.harness.discovery import fixture_paths as _fixture_paths
 from crnn_conformance.harness.discovery import layer_paths as _layer_paths
-from crnn_conformance.harness.executor import Executor, PortCrash
+from crnn_conformance.harness.sandbox.executor import Executor, PortCrash
 from crnn_conformance.harness.provenance import (build_info, cpu_info, fixture_info, host_info,
                                                  sha256, tool_info)
 from crnn_conformance.harness.records import (FIXTURES_DIR, THREADS, TIERS, GateOptions,
@@ -163,7 +163,7 @@ class GateSession:
         self.executor = Executor(self.port_path, layers, self.opts.timeout, cases, SETTLE)
         self.executors = [self.executor]
         try:
-            self.isas = _select_isas(self.opts, self.executor.isas)
+            self.isas = select_isas(self.opts, self.executor.isas)
             self._declared_threads(self.executor.info.get("threads"))
             if self.opts.available:
                 self._drop_missing(self.executor.info.get("symbols", []))
@@ -503,10 +503,6 @@ def check_case(opts: GateOptions, executor, module, fixture_path, case, isas) ->
 
 
 def select_isas(opts: GateOptions, available) -> list[str]:
-    return _select_isas(opts, available)
-
-
-def _select_isas(opts, available) -> list[str]:
     wanted = list(dict.fromkeys(i for i, _ in opts.runs)) if opts.runs else opts.isas
     if wanted is None:
         return list(available)

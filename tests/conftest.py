@@ -38,9 +38,6 @@ def isas(lib):
 @pytest.fixture(scope="module")
 def ports(tmp_path_factory):
     """ports("-DTP_SEGV") -> a variant of tests/ports/testport.c, built once per module."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
     from testports import build_port
     d = tmp_path_factory.mktemp("ports")
     return lambda *defines: build_port(d, *defines)

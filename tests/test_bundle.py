@@ -25,8 +25,6 @@ from crnn_conformance.harness import bundle as B
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE / "ports"))
-sys.path.insert(0, str(HERE))
 from testports import build_port, cannot_run, gate  # noqa: E402
 
 import bundle_runner  # noqa: E402

@@ -13,14 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-if __name__ == "__main__":               # the docs table: python tests/test_compilers.py
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.ctypes_kernels import build as B

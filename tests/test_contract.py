@@ -17,7 +17,6 @@ import json
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -25,7 +24,6 @@ from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.harness import contract
 from crnn_conformance.harness.layers import LAYERS
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
 from testports import build_port, gate  # noqa: E402
 
 GATED = [l for l in LAYERS if l != "train3"]

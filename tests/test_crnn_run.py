@@ -19,8 +19,6 @@ import pytest
 
 from crnn_conformance.ctypes_kernels import abi, build, crossbuild
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
 import bundles  # noqa: E402
 from testports import build_port  # noqa: E402
 

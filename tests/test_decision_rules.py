@@ -11,7 +11,6 @@ tier's winners must fail, saying why.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,7 +23,6 @@ from crnn_conformance.harness import allowance
 from crnn_conformance.harness.layers import conv as hconv
 from crnn_conformance.harness.runner import FIXTURES_DIR
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
 from testports import build_port, gate  # noqa: E402
 
 F32 = np.float32

@@ -8,7 +8,6 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -16,8 +15,6 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 from crnn_conformance.generators.spec import detmath  # noqa: E402
 

@@ -1,11 +1,11 @@
-"""The gate's side of the worker (harness/executor.py): batches queued to one worker, answered
+"""The gate's side of the worker (harness/sandbox/executor.py): batches queued to one worker, answered
 run by run, and what happens to the queue when the worker dies."""
 from __future__ import annotations
 
 import time
 
 from crnn_conformance.generators.h5io import read_fixture
-from crnn_conformance.harness.executor import Executor
+from crnn_conformance.harness.sandbox.executor import Executor
 from crnn_conformance.harness.runner import FIXTURES_DIR
 
 LINEAR = FIXTURES_DIR / "linear.h5"

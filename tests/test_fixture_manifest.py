@@ -13,7 +13,6 @@ import h5py
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
 from testports import ROOT, cannot_run, gate  # noqa: E402
 
 from crnn_conformance.generators import h5io  # noqa: E402

@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,7 +22,6 @@ from crnn_conformance.harness import fuzz as F
 from crnn_conformance.harness import mutants as M
 from crnn_conformance.harness.fuzz import engine, strategies, values
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
 from testports import build_port  # noqa: E402
 
 EDGE_MUTANTS = [m.name for m in M.CATALOGUE[M.CATALOGUE.index(M.BY_NAME["ctc_libm"]):]]
@@ -319,7 +317,7 @@ def test_a_failing_meanwhile_does_not_leave_the_batch_answer_unread():
     so the next request gets its own answer, not the stale one."""
     from crnn_conformance.generators.h5io import Case
     from crnn_conformance.harness import runner
-    from crnn_conformance.harness.executor import Executor
+    from crnn_conformance.harness.sandbox.executor import Executor
     a = np.arange(1, 21, dtype=np.float32)
     mk = lambda name, b: Case(name, {"count": 1}, {"a": a, "b": b,           # noqa: E731
                                                     "lengths": np.array([20], np.int64)})

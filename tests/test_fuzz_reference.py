@@ -154,9 +154,6 @@ def test_a_mistake_in_a_run_made_from_the_tape_is_reported_as_the_gate_reports_i
     """A run made from the reference's tape (the first, or a later one at 3 threads) meets
     the mistake: the fuzzer then runs the case as the gate does, and its failing records are
     those of a fuzzer that takes the NumPy spec's bits without any tape (--numpy-spec)."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
     from testports import build_port
     port = build_port(tmp_path, mistake, *late)
     rng = np.random.default_rng(0)

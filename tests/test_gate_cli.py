@@ -17,7 +17,6 @@ from pathlib import Path
 import h5py
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
 from testports import ROOT, cannot_run, gate  # noqa: E402
 
 LAYERS = ["--layers", "dot16,linear"]
@@ -136,7 +135,7 @@ def test_ftz_left_set_by_a_port_call(ports):
 
 def test_ftz_set_in_the_harness_process():
     code = ("import sys\n"
-            "from crnn_conformance.harness.executor import fpenv_helper\n"
+            "from crnn_conformance.harness.sandbox.executor import fpenv_helper\n"
             "h = fpenv_helper(); h.crnn_h_set_fpcsr(h.crnn_h_fpcsr() | 0x8040)\n"
             "sys.argv = ['crnn-conformance', 'gate', '--layers', 'dot16,linear']\n"
             "from crnn_conformance.harness.cli import main; main()\n")

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
 from testports import ROOT, cannot_run, gate  # noqa: E402
 
 LAYERS = ["--layers", "dot16"]

@@ -7,13 +7,11 @@ from __future__ import annotations
 import ctypes
 import json
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
 from testports import ROOT, cannot_run, gate  # noqa: E402
 
 LAYERS = ["--layers", "dot16,linear"]
@@ -118,7 +116,7 @@ def test_port_output_is_captured_and_attached(ports, tmp_path):
 
 
 def test_port_output_is_truncated(ports, tmp_path):
-    from crnn_conformance.harness.executor import OUTPUT_LIMIT
+    from crnn_conformance.harness.sandbox.executor import OUTPUT_LIMIT
     r = gate("--port", str(ports("-DTP_PRINT_BYTES=10000")), "--layers", "linear", "-q",
              "--case", "T16_I37_O37", "--threads", "1", "--report-dir", str(tmp_path))
     assert r.returncode == 0 and "xxx" not in r.stdout, r.stdout
@@ -147,7 +145,7 @@ def test_a_crashed_case_shows_no_result_in_the_table(ports):
 
 
 def test_a_crash_in_one_run_of_a_batch_fails_that_run_only(ports, tmp_path):
-    """The worker runs a case's 16 runs as one batch (harness/executor.py). The port crashes
+    """The worker runs a case's 16 runs as one batch (harness/sandbox/executor.py). The port crashes
     only with 2 threads: each of those runs fails naming the crash, the runs answered before
     it are kept, and the runs after it are redone on a new worker and pass."""
     r = gate("--port", str(ports("-DTP_SEGV_THREADS=2")), *LAYERS, "-q", "--report-dir",
@@ -228,8 +226,8 @@ def test_the_buffer_table_sizes_the_model_as_param_specs_does():
 def checks(request):
     """The guard checks as the worker makes them (one call into the harness's C helper) and
     as they are made without a C compiler (memcmp per zone): the same verdicts."""
-    from crnn_conformance.harness import guard
-    from crnn_conformance.harness.fpenv import fpenv_helper
+    from crnn_conformance.harness.sandbox import guard
+    from crnn_conformance.harness.sandbox.fpenv import fpenv_helper
     helper = fpenv_helper() if request.param == "C helper" else None
     if request.param == "C helper" and helper is None:
         pytest.skip("no C compiler for the harness helper")
@@ -242,7 +240,7 @@ def test_a_helper_without_the_guard_check_leaves_the_memcmp_way():
     """A harness helper built without crnn_h_guard_check (another version's) still loads;
     the guard then checks with memcmp."""
     from crnn_conformance.ctypes_kernels.build import BuildError, build_helper
-    from crnn_conformance.harness import fpenv, guard
+    from crnn_conformance.harness.sandbox import fpenv, guard
     start = fpenv.FPENV_SOURCE.index("int32_t crnn_h_guard_check")
     end = fpenv.FPENV_SOURCE.index("#if defined(__x86_64__) || defined(__i386__)")
     try:
@@ -254,6 +252,23 @@ def test_a_helper_without_the_guard_check_leaves_the_memcmp_way():
         assert guard._CHECK is None
     finally:
         guard.use_helper(None)
+
+
+def test_the_helper_is_built_from_fpenv_c_and_rebuilt_when_it_changes(tmp_path, monkeypatch):
+    """The helper's C is the shipped fpenv.c (then replay.c); the build cache keys it by that
+    text, so an edit of fpenv.c gives another library."""
+    from crnn_conformance.ctypes_kernels.build import BuildError, build_helper
+    from crnn_conformance.harness.sandbox import fpenv
+    c = fpenv.SOURCE.read_text()
+    assert fpenv.SOURCE.name == "fpenv.c" and fpenv.helper_source().startswith(c)
+    monkeypatch.setenv("CRNN_CACHE_DIR", str(tmp_path / "cache"))
+    try:
+        a = build_helper("crnnfpenv", fpenv.helper_source())
+    except BuildError:
+        pytest.skip("no C compiler for the harness helper")
+    assert build_helper("crnnfpenv", fpenv.helper_source()) == a
+    edited = fpenv.helper_source().replace(c, c + "/* edited */\n", 1)
+    assert build_helper("crnnfpenv", edited) != a
 
 
 def test_guard_zones_and_const_checks(checks):
@@ -345,7 +360,7 @@ def test_every_zone_and_every_const_buffer_is_checked(checks):
 
 
 def test_partial_results_are_the_outputs_one_completed_call_wrote():
-    from crnn_conformance.harness import guard
+    from crnn_conformance.harness.sandbox import guard
     arena = guard.Arena()
     guard.activate(arena)
     try:

@@ -32,7 +32,7 @@ def _header_protos() -> dict:
 
 
 def _replay_c() -> Path:
-    from crnn_conformance.harness import replay
+    from crnn_conformance.harness.sandbox import replay
     return Path(replay.__file__).with_name("replay.c")
 
 
@@ -52,7 +52,8 @@ def test_abi_registries_are_the_tables():
 
 
 def test_harness_registries_are_the_tables():
-    from crnn_conformance.harness import allowance, contract, pyport, replay
+    from crnn_conformance.harness import allowance, contract, pyport
+    from crnn_conformance.harness.sandbox import replay
     from crnn_conformance.harness import layers as L
     from crnn_conformance.harness.fuzz import engine, strategies
     names = T.layer_names()
@@ -104,7 +105,7 @@ def test_crnn_port_h_declares_the_tables_prototypes():
 def test_replay_entries_enum_and_switch_follow_the_table():
     """The helper's source holds one enum and one switch of the entry points, both generated:
     replay.c itself names no entry point."""
-    from crnn_conformance.harness import replay
+    from crnn_conformance.harness.sandbox import replay
     kernel = [e for e in T.ENTRIES if not e.control]
     own = _c_text(_replay_c())
     assert "crnn_dot16" not in own and "E_DOT16" not in own and "RP_CASES" in own

@@ -20,7 +20,6 @@ import pytest
 from crnn_conformance.ctypes_kernels.abi import LAYER_SYMBOLS
 from crnn_conformance.harness.layers import LAYERS
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
 from testports import build_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,6 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
 from testports import build_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

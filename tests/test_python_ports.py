@@ -16,7 +16,6 @@ import pytest
 from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.harness import pyport
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
 from testports import ROOT, cannot_run, gate  # noqa: E402
 
 DOC = ROOT / "docs" / "python-ports.md"
@@ -388,8 +387,8 @@ def test_configs_are_the_identity_tiers_isas(tmp_path):
 
 
 def test_the_c_replay_is_off_for_a_python_port(monkeypatch):
-    from crnn_conformance.harness import worker
-    from crnn_conformance.harness.fpenv import fpenv_helper
+    from crnn_conformance.harness.sandbox import worker
+    from crnn_conformance.harness.sandbox.fpenv import fpenv_helper
     helper = fpenv_helper()
     if helper is None or not helper.replays or helper.crnn_h_arch() not in (1, 2):
         pytest.skip("no C replay on this machine")

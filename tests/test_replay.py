@@ -1,19 +1,17 @@
-"""The worker's replay of a batch's repeat runs (harness/replay.py, replay.c): the gate reports
+"""The worker's replay of a batch's repeat runs (harness/sandbox/replay.py, replay.c): the gate reports
 exactly what it reports without it (CRNN_NO_REPLAY=1), for a good port and for a port that
 breaks a rule only in a later run of the batch, where the replay meets it first; and the
 replay refuses what it cannot repeat faithfully."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from crnn_conformance.harness import guard, replay
+from crnn_conformance.harness.sandbox import guard, replay
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "ports"))
 from testports import build_port, gate  # noqa: E402
 
 LATE = "-DTP_LATE=3"          # the mistake happens only in the run at 3 threads

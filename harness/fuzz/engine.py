@@ -33,8 +33,9 @@ from crnn_conformance.ctypes_kernels import abi, layer_table
 from crnn_conformance.generators import exact
 from crnn_conformance.generators.h5io import Case, digest
 from crnn_conformance.harness import layers as L
-from crnn_conformance.harness import pyport, replay, runner
-from crnn_conformance.harness.executor import Executor, same_bytes
+from crnn_conformance.harness import pyport, runner
+from crnn_conformance.harness.sandbox import replay
+from crnn_conformance.harness.sandbox.executor import Executor, same_bytes
 
 from . import strategies, writer
 from .values import Reader

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from crnn_conformance.ctypes_kernels.abi import check
-from crnn_conformance.harness import guard
+from crnn_conformance.harness.sandbox import guard
 
 
 def f32(a) -> np.ndarray:
@@ -17,7 +17,7 @@ def i32(a) -> np.ndarray:
 
 def out(shape, dtype=np.float32) -> np.ndarray:
     """An output buffer filled with the poison value, so an unwritten element fails; in the
-    worker it lies between guard zones (harness/guard.py)."""
+    worker it lies between guard zones (harness/sandbox/guard.py)."""
     return guard.output(shape, dtype)
 
 

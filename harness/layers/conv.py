@@ -15,7 +15,6 @@ computed them and their margin (docs/backward.md, "Convolution block").
 """
 from __future__ import annotations
 
-import inspect
 
 import numpy as np
 
@@ -99,12 +98,6 @@ def heatmap_columns(case, tensor, shape):
     return cols + [taps * C] if taps * C < shape[1] else cols
 
 
-def _heatmap_kw(case, tensor, shape) -> dict:
-    if "heatmap_cols" not in inspect.signature(compare).parameters:
-        return {}
-    return {"heatmap_cols": heatmap_columns(case, tensor, shape)}
-
-
 def compare_tier(case, tier, tensor, ours, ref, tol, floor) -> Comparison:
     if tensor == "winners" and tier == "pytorch":   # dead, twin, near-tie: harness/flips.py
         from crnn_conformance.harness.flips import compare_layer_winners
@@ -112,7 +105,7 @@ def compare_tier(case, tier, tensor, ours, ref, tol, floor) -> Comparison:
     if tensor != "winners" or tier in ("exact", "identity"):
         return compare(ours[tensor], ref[tensor], tier, tol.atol if tol else 0.0,
                        tol.rtol if tol else 0.0, floor or 0.0,
-                       **_heatmap_kw(case, tensor, np.shape(ref[tensor])))
+                       heatmap_cols=heatmap_columns(case, tensor, np.shape(ref[tensor])))
     return compare_winners(case, ours, ref, getattr(tol, "arrays", None))
 
 

@@ -37,7 +37,7 @@
  *   -DTP_PRINT            prints to stdout and stderr when loaded and in every linear call
  *   -DTP_ISA_NONE         crnn_isa_available() returns 0 (no scalar bit)
  *   -DTP_LATE=n           the case above triggers only when run with n threads (a later run
- *                         of the batch: the worker's replay meets the mistake, harness/replay.py)
+ *                         of the batch: the worker's replay meets the mistake, harness/sandbox/replay.py)
  *   -DTP_FTZ_ON_TRIGGER   crnn_linear_backward sets FTZ and DAZ on the case above only
  * and, for the contract tier (harness/contract.py), on every call:
  *   -DTP_NO_ARGCHECK      every argument check removed (crnn_set_isa and crnn_set_threads

@@ -1,7 +1,7 @@
-/* replay.c — the worker's repeat runs of one case, in C (harness/replay.py).
+/* replay.c — the worker's repeat runs of one case, in C (harness/sandbox/replay.py).
  *
  * The worker runs a case on every ISA path x thread count. The first run goes through the
- * layer's Python module, every call checked (harness/worker.py, harness/guard.py), and is
+ * layer's Python module, every call checked (harness/sandbox/worker.py, harness/sandbox/guard.py), and is
  * recorded as a tape: each port call with its arguments, each copy the module made between
  * buffers, the guard checks of each call, and the content each buffer had when the run
  * first used it. crnn_h_replay plays that tape once per further run, on the same buffers:
@@ -12,7 +12,7 @@
  * first run's. A run that differs, or printed, or failed any check, stops the replay: the
  * worker redoes it, and the runs after it, in Python, which gives the exact answer and
  * message the gate reports. This file is appended to the harness helper's source
- * (harness/fpenv.py), after crnn_port.h, so the casts below are checked against the ABI's
+ * (harness/sandbox/fpenv.py), after crnn_port.h, so the casts below are checked against the ABI's
  * prototypes. */
 #include <stdio.h>
 #include <sys/stat.h>

@@ -1,5 +1,5 @@
 """The repeat runs of a batch in C: the first run of a case is recorded as a tape, the others
-replay it (harness/replay.c has the why and the rules).
+replay it (harness/sandbox/replay.c has the why and the rules).
 
 In the worker, a case runs on every ISA path x thread count. The first run goes through the
 layer's Python module with every call checked and is recorded (Tape, through guard.Arena's
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from crnn_conformance.ctypes_kernels import abi, layer_table
-from crnn_conformance.harness import guard
+from crnn_conformance.harness.sandbox import guard
 
 SOURCE = Path(__file__).with_name("replay.c")
 # every entry point but the control functions, in the table's order, which is replay.c's enum

@@ -492,7 +492,7 @@ def output(shape, dtype) -> np.ndarray:
 
 def assign(dst: np.ndarray, src) -> None:
     """dst[...] = src, recorded when the run is (a layer module's copy between the buffers of
-    a run: the replayed runs make it too, harness/replay.py)."""
+    a run: the replayed runs make it too, harness/sandbox/replay.py)."""
     if _ACTIVE is not None and _ACTIVE.tape is not None:
         _ACTIVE.tape.copy(_ACTIVE, dst, src)
     dst[...] = src

@@ -1,4 +1,4 @@
-"""The gate's side of a worker process (harness/worker.py), so a crash or a hang of the port is
+"""The gate's side of a worker process (harness/sandbox/worker.py), so a crash or a hang of the port is
 a reported failure, not the end.
 
 The worker is forked from the gate, so it shares the fixtures the gate read. A call that
@@ -22,7 +22,7 @@ The floating-point environment is checked in the worker before the port is loade
 (a library built with -ffast-math may set flush-to-zero in its initialisation) and before and
 after every port call: finding flush-to-zero, denormals-are-zero, another rounding mode or
 unmasked exceptions is an error of the run (abi.PortError, gate exit 2), not a failure of a
-tensor (harness/fpenv.py).
+tensor (harness/sandbox/fpenv.py).
 """
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ from collections import deque
 from pathlib import Path
 
 from crnn_conformance.ctypes_kernels import abi
-from crnn_conformance.harness import guard
-from crnn_conformance.harness.fpenv import fpenv_helper
-from crnn_conformance.harness.worker import OUTPUT_LIMIT, _Shared, _worker, same_bytes
+from crnn_conformance.harness.sandbox import guard
+from crnn_conformance.harness.sandbox.fpenv import fpenv_helper
+from crnn_conformance.harness.sandbox.worker import OUTPUT_LIMIT, _Shared, _worker, same_bytes
 
 __all__ = ["OUTPUT_LIMIT", "Executor", "PortCrash", "fpenv_helper", "same_bytes"]
 

@@ -1,6 +1,6 @@
 """The worker process: loads the port, runs one layer on one case per request on private
-guarded copies of the inputs (harness/guard.py), and answers with the outputs
-(harness/executor.py is the gate's side).
+guarded copies of the inputs (harness/sandbox/guard.py), and answers with the outputs
+(harness/sandbox/executor.py is the gate's side).
 
 Every port call is checked (_TracedFn): the floating-point environment before and after
 (flush-to-zero, denormals-are-zero, a rounding mode other than to-nearest or unmasked
@@ -28,8 +28,9 @@ import numpy as np
 
 from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.generators.h5io import read_fixture
-from crnn_conformance.harness import guard, pyport, replay
-from crnn_conformance.harness.fpenv import FpEnvError, fp_checker, fp_problem, fpenv, load_helper
+from crnn_conformance.harness import pyport
+from crnn_conformance.harness.sandbox import guard, replay
+from crnn_conformance.harness.sandbox.fpenv import FpEnvError, fp_checker, fp_problem, fpenv, load_helper
 
 _LIBC = ctypes.CDLL(None)
 OUTPUT_LIMIT = 4096              # bytes of a run's port output kept for its records
@@ -85,7 +86,7 @@ class _Traced:
         self.table = b""                     # the guard-page table last written to shared
         python = isinstance(lib, pyport.PyPort)
         self.isa_names = lib.isa_names if python else abi.ISA_NAMES   # crnn_set_isa's indices
-        # the repeat runs of a batch replayed in C (harness/replay.py); CRNN_NO_REPLAY=1: not.
+        # the repeat runs of a batch replayed in C (harness/sandbox/replay.py); CRNN_NO_REPLAY=1: not.
         # A Python port's calls cannot be played from C: every run goes through Python.
         self.replays = (not python and helper is not None and getattr(helper, "replays", False)
                         and helper.crnn_h_arch() in (1, 2)
@@ -110,7 +111,7 @@ class _Traced:
 class _TracedFn:
     """One entry point: the floating-point environment checked before and after, its name in
     the shared buffer while it runs (a crash or hang names it), and the arena's guard and
-    const-input checks around it (harness/guard.py)."""
+    const-input checks around it (harness/sandbox/guard.py)."""
 
     def __init__(self, fn, name: str, traced: _Traced):
         self._fn, self._name, self._bname, self._t = fn, name, name.encode()[:127], traced
@@ -320,7 +321,7 @@ def _serve_batch(conn, traced, shared, cases, settling, layer, fixture_path, cas
     before it passed (Executor._recover). An fpenv answer ends the batch: the environment is
     broken for every run after it.
 
-    The first run is recorded, and the runs after it are replayed in C (harness/replay.py)
+    The first run is recorded, and the runs after it are replayed in C (harness/sandbox/replay.py)
     until one of them differs from the first, prints or fails a check; that one and the rest
     run here, each as the first did.
 
