@@ -39,6 +39,8 @@ import numpy as np
 
 from crnn_conformance import fixtures
 from crnn_conformance.generators import container, lines, model
+from crnn_conformance.generators.torch_layout import (conv_weight_from_torch, conv_weight_to_torch,
+                                                      winners_from_torch)
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_PATH = fixtures.model_path()
@@ -159,33 +161,7 @@ def floor(a32, a64) -> float:
     return float(np.max(np.abs(a32 - a64)))
 
 
-# ------------------------------------------------------------------ layouts
-
-
-def conv_w_to_torch(W, C, kh, kw):
-    """Our W[Out][KPadded] (k = (ky*kw + kx)*C + c) -> torch [Out][C][kh][kw]."""
-    W = np.asarray(W)
-    O = W.shape[0]
-    return np.ascontiguousarray(W[:, :kh * kw * C].reshape(O, kh, kw, C).transpose(0, 3, 1, 2))
-
-
-def conv_w_from_torch(Wt, KPadded, dtype):
-    """torch [Out][C][kh][kw] -> our [Out][KPadded], padding columns exactly zero."""
-    Wt = np.asarray(Wt)
-    O, C, kh, kw = Wt.shape
-    K = kh * kw * C
-    W = np.zeros((O, KPadded), dtype)
-    W[:, :K] = Wt.transpose(0, 2, 3, 1).reshape(O, K)
-    return W
-
-
-def winners_from_torch(idx, Out):
-    """PyTorch's max_pool2d indices [Out][Hp][Wp] (flat h*Wc + w within a channel's conv
-    plane) -> our flat index p*Out + o, [Hp][Wp][Out]. A dead window keeps PyTorch's index
-    (a cell holding 0): the comparison, not the fixture, knows that the spec says -1."""
-    idx = np.asarray(idx, np.int64)
-    o = np.arange(Out)[:, None, None]
-    return np.ascontiguousarray((idx * Out + o).transpose(1, 2, 0)).astype(np.int32)
+# ------------------------------------------------------------------ torch tensors
 
 
 def _np(t, kind):
@@ -214,7 +190,7 @@ def conv_block(x, W, b, geo: dict, dPooled, kind: str, want_dx: bool = True) -> 
     KP = np.shape(W)[1]
     kh, kw, padH, padW = geo["kh"], geo["kw"], geo["padH"], geo["padW"]
     xt = _t(x.transpose(2, 0, 1)[None], kind, grad=want_dx)
-    Wt = _t(conv_w_to_torch(W, C, kh, kw), kind, grad=True)
+    Wt = _t(conv_weight_to_torch(W, C, kh, kw), kind, grad=True)
     bt = _t(b, kind, grad=True)
     conv = F.conv2d(xt, Wt, bt, padding=(padH, padW))
     conv.retain_grad()
@@ -224,7 +200,7 @@ def conv_block(x, W, b, geo: dict, dPooled, kind: str, want_dx: bool = True) -> 
     out = {"conv": _np(conv[0].permute(1, 2, 0).reshape(-1, Out), kind),
            "pooled": _np(pooled[0].permute(1, 2, 0), kind),
            "winners": winners_from_torch(idx[0].numpy(), Out),
-           "dW": conv_w_from_torch(_np(Wt.grad, kind), KP, np_dtype(kind)),
+           "dW": conv_weight_from_torch(_np(Wt.grad, kind), KP, np_dtype(kind)),
            "db": _np(bt.grad, kind)}
     if want_dx:
         out["dx"] = _np(xt.grad[0].permute(1, 2, 0), kind)
@@ -317,7 +293,7 @@ class Model:
         self.conv = []
         C = config["input_channels"]
         for n, blk in enumerate(config["blocks"]):
-            W = _t(conv_w_to_torch(params[f"conv{n}.W"], C, blk["kh"], blk["kw"]), kind, True)
+            W = _t(conv_weight_to_torch(params[f"conv{n}.W"], C, blk["kh"], blk["kw"]), kind, True)
             b = _t(params[f"conv{n}.b"], kind, True)
             self.conv.append((W, b, np.shape(params[f"conv{n}.W"])[1]))
             C = blk["out"]
@@ -402,7 +378,7 @@ class Model:
         kind = self.kind
         out = {}
         for n, (W, b, KP) in enumerate(self.conv):
-            out[f"conv{n}.W"] = conv_w_from_torch(_np(W.grad, kind), KP, np_dtype(kind))
+            out[f"conv{n}.W"] = conv_weight_from_torch(_np(W.grad, kind), KP, np_dtype(kind))
             out[f"conv{n}.b"] = _np(b.grad, kind)
         for layer, m in enumerate(self.lstm):
             for d, sfx in (("fwd", "_l0"), ("rev", "_l0_reverse")):
@@ -418,7 +394,7 @@ class Model:
         kind = self.kind
         out = {}
         for n, (W, b, KP) in enumerate(self.conv):
-            out[f"conv{n}.W"] = conv_w_from_torch(_np(W, kind), KP, np_dtype(kind))
+            out[f"conv{n}.W"] = conv_weight_from_torch(_np(W, kind), KP, np_dtype(kind))
             out[f"conv{n}.b"] = _np(b, kind)
         for layer, m in enumerate(self.lstm):
             for d, sfx in (("fwd", "_l0"), ("rev", "_l0_reverse")):
