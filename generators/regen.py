@@ -50,7 +50,7 @@ BUILDERS = {
     "step_edges": "crnn_conformance.generators.cases.step_edges",
     "clip_edges": "crnn_conformance.generators.cases.clip_edges",
     "adamw_edges": "crnn_conformance.generators.cases.adamw_edges",
-    # the pytorch tier (generators/pytorch_ref.py): the trained crnn-v0 in PyTorch fp32 with
+    # the pytorch tier (generators/pytorch_ref/): the trained crnn-v0 in PyTorch fp32 with
     # float64 Floors; each file is read by its layer's harness module (FIXTURES)
     "pytorch_conv": "crnn_conformance.generators.cases.pytorch_conv",
     "pytorch_lstm": "crnn_conformance.generators.cases.pytorch_lstm",
@@ -155,13 +155,14 @@ def _cannot_write(root: Path, e: OSError):
 
 def _retrain(out_dir: Path | None, quiet: bool) -> None:
     """Run the trainer, then point the pytorch-tier builders at the new model."""
-    from crnn_conformance.generators import pytorch_ref, train
-    path = (out_dir / "model" / "crnn-v0.h5") if out_dir else pytorch_ref.MODEL_PATH
+    from crnn_conformance.generators import train
+    from crnn_conformance.generators.pytorch_ref import data
+    path = (out_dir / "model" / "crnn-v0.h5") if out_dir else data.MODEL_PATH
     path.parent.mkdir(parents=True, exist_ok=True)
     if not quiet:
         click.echo(f"regen-fixtures: retraining crnn-v0 into {path}", err=True)
     train.main(["--out", str(path)])
-    pytorch_ref.MODEL_PATH = path
+    data.MODEL_PATH = path
 
 
 class _Plain:

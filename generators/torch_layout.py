@@ -1,5 +1,5 @@
 """Our layouts <-> PyTorch's: the one conversion of each, shared by the PyTorch references
-(generators/pytorch_ref.py), the PyTorch model (generators/torch_model.py) and the Python
+(generators/pytorch_ref/), the PyTorch model (generators/torch_model.py) and the Python
 API (harness/api/layers.py). NumPy only (no torch import), and values are only moved.
 
 - conv weights: ours [Out][KPadded] channels-last, k = (ky*kw + kx)*C + c, zero columns
