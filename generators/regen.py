@@ -30,7 +30,7 @@ FIXTURES_DIR = fixtures.directory()
 # fixture name -> builder module (generators/cases/<name>.py), from the layer table; the order
 # is the write order: each layer's fixtures with float64 tiers (and dot16's order cases), then
 # the edge cases (exact tier only, docs/edge-cases.md), then the pytorch tier
-# (generators/pytorch_ref.py: the trained crnn-v0 in PyTorch fp32 with float64 Floors)
+# (generators/pytorch_ref/: the trained crnn-v0 in PyTorch fp32 with float64 Floors)
 BUILDERS = layer_table.builders()
 
 
@@ -127,13 +127,14 @@ def _cannot_write(root: Path, e: OSError):
 
 def _retrain(out_dir: Path | None, quiet: bool) -> None:
     """Run the trainer, then point the pytorch-tier builders at the new model."""
-    from crnn_conformance.generators import pytorch_ref, train
-    path = (out_dir / "model" / "crnn-v0.h5") if out_dir else pytorch_ref.MODEL_PATH
+    from crnn_conformance.generators import train
+    from crnn_conformance.generators.pytorch_ref import data
+    path = (out_dir / "model" / "crnn-v0.h5") if out_dir else data.MODEL_PATH
     path.parent.mkdir(parents=True, exist_ok=True)
     if not quiet:
         click.echo(f"regen-fixtures: retraining crnn-v0 into {path}", err=True)
     train.main(["--out", str(path)])
-    pytorch_ref.MODEL_PATH = path
+    data.MODEL_PATH = path
 
 
 class _Plain:

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from crnn_conformance.generators import model
+from crnn_conformance.generators.torch_layout import conv_weight_from_torch, conv_weight_to_torch
 
 _NP = {torch.float32: np.float32, torch.float64: np.float64}
 
@@ -94,9 +95,8 @@ def load_params(module: CRNN, params: dict[str, np.ndarray]) -> CRNN:
         C = config["input_channels"]
         for n, (conv, blk) in enumerate(zip(module.convs, config["blocks"])):
             kh, kw, O = blk["kh"], blk["kw"], blk["out"]
-            W = np.asarray(params[f"conv{n}.W"])[:, :kh * kw * C]
-            Wt = W.reshape(O, kh, kw, C).transpose(0, 3, 1, 2)
-            conv.weight.copy_(torch.from_numpy(np.ascontiguousarray(Wt)))
+            Wt = conv_weight_to_torch(params[f"conv{n}.W"], C, kh, kw)
+            conv.weight.copy_(torch.from_numpy(Wt))
             conv.bias.copy_(torch.from_numpy(np.asarray(params[f"conv{n}.b"])))
             C = O
         for s in specs:
@@ -134,11 +134,8 @@ def to_params(module: CRNN, dtype=np.float32) -> dict[str, np.ndarray]:
     C = config["input_channels"]
     for n, (conv, blk) in enumerate(zip(module.convs, config["blocks"])):
         kh, kw, O = blk["kh"], blk["kw"], blk["out"]
-        K = kh * kw * C
         Wt = conv.weight.detach().cpu().numpy()          # [O][C][kh][kw]
-        W = np.zeros((O, model.kpadded(K)), dtype)
-        W[:, :K] = Wt.transpose(0, 2, 3, 1).reshape(O, K)
-        out[f"conv{n}.W"] = W
+        out[f"conv{n}.W"] = conv_weight_from_torch(Wt, model.kpadded(kh * kw * C), dtype)
         out[f"conv{n}.b"] = conv.bias.detach().cpu().numpy().astype(dtype)
         C = O
     for s in model.param_specs(config):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from crnn_conformance.generators import pytorch_ref as R
+from crnn_conformance.generators.pytorch_ref import data as R_data
 from crnn_conformance.generators.spec import conv as spec_conv
 from crnn_conformance.harness import flips as FL
 
@@ -424,19 +425,19 @@ def test_retrain_then_regenerates_from_the_new_model(tmp_path, monkeypatch):
     def fake_train(argv):
         out = argv[argv.index("--out") + 1]
         calls.append(out)
-        shutil.copy(R.MODEL_PATH, out)
+        shutil.copy(R_data.MODEL_PATH, out)
         with h5py.File(out, "r+") as f:                       # a visibly different model
             d = f["params/fc.b"]
             d[0] = d[0] + np.float16(0.5)
         return 0
 
     monkeypatch.setattr(train, "main", fake_train)
-    monkeypatch.setattr(R, "MODEL_PATH", R.MODEL_PATH)       # restored after the test
+    monkeypatch.setattr(R_data, "MODEL_PATH", R_data.MODEL_PATH)   # restored after the test
     r = CliRunner().invoke(regen.main, ["--retrain", "--out", str(tmp_path), "--only",
                                         "pytorch_ctc", "-q"])
     assert r.exit_code == 0, r.output
     assert calls == [str(tmp_path / "model" / "crnn-v0.h5")]
-    assert R.MODEL_PATH == tmp_path / "model" / "crnn-v0.h5"
+    assert R_data.MODEL_PATH == tmp_path / "model" / "crnn-v0.h5"
     diff = regen.differences(R.ROOT / "fixtures" / "pytorch_ctc.h5", tmp_path / "pytorch_ctc.h5")
     # the logits (and with the same torch and CPU the outputs, Floors and counts) and the
     # recorded model path differ; nothing else does

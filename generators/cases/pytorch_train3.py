@@ -10,7 +10,7 @@ each step's fp32 batch gradient, kept as "grad<t>.<name>" with its Floor (floor 
 
 Expected (pytorch tier): the weights after the third step, by parameter name. The harness
 compares them only where |grad<t>| >= 50 * Floor(grad<t>) in every step t
-(crnn_conformance.generators.pytorch_ref.train_mask); each weight's Floor is max |fp32 - float64| over those
+(crnn_conformance.generators.pytorch_ref.training.train_mask); each weight's Floor is max |fp32 - float64| over those
 compared elements (elsewhere the sign of Adam's first steps is decided by rounding, and the
 two trajectories legitimately differ by up to about 2*lr per step).
 """

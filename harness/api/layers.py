@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 from crnn_conformance.generators import model as _model
+from crnn_conformance.generators import torch_layout as _layout
 from crnn_conformance.generators.geometry import conv_size
 from crnn_conformance.generators.float64 import adamw as _adamw64
 from crnn_conformance.generators.float64 import conv as _conv64
@@ -109,11 +110,7 @@ def from_torch_conv_weight(W) -> np.ndarray:
     W = _numpy(W)
     if W.ndim != 4:
         raise ValueError(f"expected a [Out][C][kh][kw] weight, got shape {tuple(W.shape)}")
-    Out, C, kh, kw = W.shape
-    K = kh * kw * C
-    out = np.zeros((Out, _model.kpadded(K)), W.dtype)
-    out[:, :K] = W.transpose(0, 2, 3, 1).reshape(Out, K)
-    return out
+    return _layout.conv_weight_from_torch(W)
 
 
 def to_torch_conv_weight(W, C: int, kh: int, kw: int) -> np.ndarray:
@@ -123,7 +120,7 @@ def to_torch_conv_weight(W, C: int, kh: int, kw: int) -> np.ndarray:
     K = kh * kw * C
     if W.ndim != 2 or W.shape[1] < K:
         raise ValueError(f"W has shape {tuple(W.shape)}, expected (Out, >= {K})")
-    return np.ascontiguousarray(W[:, :K].reshape(W.shape[0], kh, kw, C).transpose(0, 3, 1, 2))
+    return _layout.conv_weight_to_torch(W, C, kh, kw)
 
 
 class _ConvBlock(_Op):

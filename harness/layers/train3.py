@@ -97,8 +97,9 @@ def compare_tier(case, tier, tensor, ours, ref, tol, floor):
 
 def pytorch_mask(case, tensor):
     """pytorch_train3: compared where |grad<t>| >= 50 Floors of grad<t> in every step t (the
-    kept PyTorch fp32 gradients and their Floors; crnn_conformance.generators.pytorch_ref.train_mask)."""
-    from crnn_conformance.generators.pytorch_ref import MASK_FACTOR, train_mask
+    kept PyTorch fp32 gradients and their Floors;
+    crnn_conformance.generators.pytorch_ref.training.train_mask)."""
+    from crnn_conformance.generators.pytorch_ref.training import MASK_FACTOR, train_mask
     steps = int(case.params["steps"])
     mask = train_mask([case.inputs[f"grad{t}.{tensor}"] for t in range(steps)],
                       [case.floor[f"inputs/grad{t}.{tensor}"] for t in range(steps)])

@@ -301,9 +301,9 @@ static void kn_rows(int64_t M, int64_t K, const float *A, int64_t a_i, int64_t a
 }
 
 void CAT(crnn_gemm16_kn, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
-                                    const float *A, int64_t a_i, int64_t a_k,
-                                    const float *B, int64_t b_k, int64_t b_j,
-                                    float *C, int64_t ldc)
+                                     const float *A, int64_t a_i, int64_t a_k,
+                                     const float *B, int64_t b_k, int64_t b_j,
+                                     float *C, int64_t ldc)
 {
     if (M <= 0 || N <= 0) return;
     const int64_t nvec = (N + VW - 1) / VW;

@@ -4,8 +4,8 @@
 /* kn with B already packed (core.h, crnn_gemm16_kn_packed): panels of 16 columns, each the
  * rows of lane 0, then lane 1, ..., 16 floats a row, zeros past N. */
 void CAT(crnn_gemm16_kn_packed, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
-                                     const float *A, int64_t a_i, int64_t a_k,
-                                     const float *Bp, float *C, int64_t ldc)
+                                            const float *A, int64_t a_i, int64_t a_k,
+                                            const float *Bp, float *C, int64_t ldc)
 {
     if (M <= 0 || N <= 0) return;
     const int64_t npanel = (N + 15) / 16;

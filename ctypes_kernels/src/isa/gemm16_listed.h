@@ -10,7 +10,7 @@
 #define LISTED_CHUNKS (VW == 16 ? 9 : VW == 8 ? 5 : 3)
 
 AI void listed_lane(const int NCH, const crnn_term *t, int32_t n, const float *B,
-                const int32_t *coff, float *out)
+                    const int32_t *coff, float *out)
 {
     vec_t acc[LISTED_CHUNKS * NV];
     UNROLL
@@ -29,7 +29,7 @@ AI void listed_lane(const int NCH, const crnn_term *t, int32_t n, const float *B
 }
 
 static void listed_lanes(int nch, const crnn_term *terms, const int32_t *start, const int32_t *len,
-                     const float *B, const int32_t *coff, float *lb)
+                         const float *B, const int32_t *coff, float *lb)
 {
     for (int l = 0; l < 16; l++) {
         const crnn_term *t = terms + start[l];
@@ -50,8 +50,8 @@ static void listed_lanes(int nch, const crnn_term *terms, const int32_t *start, 
 }
 
 void CAT(crnn_gemm16_listed, ISA_SUFFIX)(int64_t M, int64_t nb, const crnn_term *terms,
-                                    const int32_t *start, const int32_t *len, const float *B,
-                                    const int32_t *coff, float *C, int64_t ldc, int32_t *negz)
+                                         const int32_t *start, const int32_t *len, const float *B,
+                                         const int32_t *coff, float *C, int64_t ldc, int32_t *negz)
 {
     float lb[16 * LISTED_CHUNKS * 16];          /* [lane][column of the pass] */
     for (int64_t i = 0; i < M; i++) {

@@ -108,8 +108,8 @@ void crnn_gemm16_scalar(int64_t M, int64_t N, int64_t K,
 }
 
 void crnn_gemm16_kn_scalar(int64_t M, int64_t N, int64_t K,
-                          const float *A, int64_t a_i, int64_t a_k,
-                          const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
+                           const float *A, int64_t a_i, int64_t a_k,
+                           const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
 {
     if (a_k == 1 && b_k == 1 && K >= 64) {   /* long dots along k: one output at a time */
         (crnn_cpu_has_fma3() ? nt_fma3 : nt_generic)(M, N, K, A, a_i, B, b_j, C, ldc);
@@ -138,8 +138,8 @@ void crnn_gemm16_scalar_variant(int variant, int64_t M, int64_t N, int64_t K,
 
 /* kn with B packed (core.h): back to rows [K][N], then the same walk. */
 void crnn_gemm16_kn_packed_scalar(int64_t M, int64_t N, int64_t K,
-                           const float *A, int64_t a_i, int64_t a_k, const float *Bp,
-                           float *C, int64_t ldc)
+                                  const float *A, int64_t a_i, int64_t a_k, const float *Bp,
+                                  float *C, int64_t ldc)
 {
     float *B = crnn_scratch(CRNN_SCRATCH_PACK_B, sizeof(float) * (size_t)(K * N + 1));
     if (!B) {   /* no memory: read the packing in place, one output at a time */
@@ -169,8 +169,8 @@ void crnn_gemm16_kn_packed_scalar(int64_t M, int64_t N, int64_t K,
 /* Listed terms (core.h, crnn_gemm16_listed): the definition for 16 columns at a time —
  * each lane's listed fmas in order from +0, a -0 lane partial reported, the tree. */
 AI void listed_def(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
-               const int32_t *len, const float *B, const int32_t *coff, float *C, int64_t ldc,
-               int32_t *negz)
+                   const int32_t *len, const float *B, const int32_t *coff, float *C, int64_t ldc,
+                   int32_t *negz)
 {
     for (int64_t i = 0; i < M; i++) {
         int neg = 0;
@@ -195,8 +195,8 @@ AI void listed_def(int64_t M, int64_t nb, const crnn_term *terms, const int32_t 
 }
 
 static void listed_generic(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
-                       const int32_t *len, const float *B, const int32_t *coff, float *C,
-                       int64_t ldc, int32_t *negz)
+                           const int32_t *len, const float *B, const int32_t *coff, float *C,
+                           int64_t ldc, int32_t *negz)
 {
     listed_def(M, nb, terms, start, len, B, coff, C, ldc, negz);
 }
@@ -204,8 +204,8 @@ static void listed_generic(int64_t M, int64_t nb, const crnn_term *terms, const 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 __attribute__((target("fma")))
 static void listed_fma3(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
-                    const int32_t *len, const float *B, const int32_t *coff, float *C,
-                    int64_t ldc, int32_t *negz)
+                        const int32_t *len, const float *B, const int32_t *coff, float *C,
+                        int64_t ldc, int32_t *negz)
 {
     listed_def(M, nb, terms, start, len, B, coff, C, ldc, negz);
 }
@@ -214,8 +214,8 @@ static void listed_fma3(int64_t M, int64_t nb, const crnn_term *terms, const int
 #endif
 
 void crnn_gemm16_listed_scalar(int64_t M, int64_t nb, const crnn_term *terms, const int32_t *start,
-                          const int32_t *len, const float *B, const int32_t *coff, float *C,
-                          int64_t ldc, int32_t *negz)
+                               const int32_t *len, const float *B, const int32_t *coff, float *C,
+                               int64_t ldc, int32_t *negz)
 {
     (crnn_cpu_has_fma3() ? listed_fma3 : listed_generic)(M, nb, terms, start, len, B, coff, C, ldc, negz);
 }
@@ -224,7 +224,7 @@ void crnn_gemm16_listed_scalar(int64_t M, int64_t nb, const crnn_term *terms, co
 /* Sparse rows of A (core.h, crnn_gemm16_sparse_rows): the definition with the ±0 terms of A
  * skipped, 16 outputs at a time, every lane through the whole tree (an empty lane is +0). */
 AI void sparse_rows_def(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
-               int64_t ldb, float *C, int64_t ldc, int32_t *flag)
+                        int64_t ldb, float *C, int64_t ldc, int32_t *flag)
 {
     for (int64_t i = 0; i < M; i++) {
         flag[i] = 0;
@@ -248,7 +248,7 @@ AI void sparse_rows_def(int64_t M, int64_t N, int64_t K, const float *A, int64_t
 }
 
 static void sparse_rows_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                       const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag)
+                                const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag)
 {
     sparse_rows_def(M, N, K, A, lda, B, ldb, C, ldc, flag);
 }
@@ -256,7 +256,7 @@ static void sparse_rows_generic(int64_t M, int64_t N, int64_t K, const float *A,
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 __attribute__((target("fma")))
 static void sparse_rows_fma3(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                    const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag)
+                             const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag)
 {
     sparse_rows_def(M, N, K, A, lda, B, ldb, C, ldc, flag);
 }
@@ -265,7 +265,7 @@ static void sparse_rows_fma3(int64_t M, int64_t N, int64_t K, const float *A, in
 #endif
 
 void crnn_gemm16_sparse_rows_scalar(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                          const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag)
+                                    const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag)
 {
     (crnn_cpu_has_fma3() ? sparse_rows_fma3 : sparse_rows_generic)(M, N, K, A, lda, B, ldb, C, ldc, flag);
 }

@@ -6,8 +6,8 @@
  * branches), each lane's fmas into its row of a lane buffer (N floats; only lanes with
  * terms are written), the tree over the lanes that have terms, +0 when any lane had none. */
 void CAT(crnn_gemm16_sparse_rows, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K, const float *A,
-                                    int64_t lda, const float *B, int64_t ldb, float *C,
-                                    int64_t ldc, int32_t *flag)
+                                              int64_t lda, const float *B, int64_t ldb, float *C,
+                                              int64_t ldc, int32_t *flag)
 {
     float *lb = crnn_scratch(CRNN_SCRATCH_PACK_B, sizeof(float) * (size_t)(16 * N));
     int32_t ek[CRNN_SPARSE_MAXK];
