@@ -124,7 +124,7 @@ def _mutant_patch(mutant: str | None) -> str:
     the mutant when its patch is missing."""
     if not mutant or mutant in MUTANT_FLAGS:
         return ""
-    from crnn_conformance.harness.mutants import patches
+    from ..harness.mutants import patches
     try:
         return patches.read_patch(mutant)
     except patches.MutantPatchError as e:
@@ -231,7 +231,7 @@ def _stage(tmp: Path, mutant: str | None, patch: str) -> list[str]:
     shutil.copy2(HERE / "crnn_port.h", tmp / "crnn_port.h")
     changed: list[str] = []
     if patch:
-        from crnn_conformance.harness.mutants import patches
+        from ..harness.mutants import patches
         try:
             changed = patches.apply(mutant, tmp, patch)
         except patches.MutantPatchError as e:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators.float64 import exactsum as xs
-from crnn_conformance.generators.float64.elementary import tanh
-from crnn_conformance.generators.float64.lstm import sigmoid as _sig
-from crnn_conformance.generators.geometry import conv_size
+from .float64 import exactsum as xs
+from .float64.elementary import tanh
+from .float64.lstm import sigmoid as _sig
+from .geometry import conv_size
 
 U = 2.0 ** -24            # binary32 unit roundoff
 EPS_SIGMOID = 9.0e-8      # max abs error of the sigmoid approximation, all 2^32 inputs (8.93e-8)

@@ -26,7 +26,7 @@ import os
 
 import numpy as np
 
-from crnn_conformance.generators import model
+from . import model
 
 CONTAINER_VERSION = 1
 FORMAT = "crnn-container"

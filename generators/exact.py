@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import layer_table
-from crnn_conformance.generators.spec import activations, adamw, clip, conv, ctc, detmath
-from crnn_conformance.generators.spec import dot16, linear, lstm
-from crnn_conformance.generators.spec import step as step_spec
+from ..ctypes_kernels import layer_table
+from .spec import activations, adamw, clip, conv, ctc, detmath
+from .spec import dot16, linear, lstm
+from .spec import step as step_spec
 
 F32 = np.float32
 CONV_GEOMETRY = ("kh", "kw", "padH", "padW", "poolH", "poolW")
@@ -92,8 +92,8 @@ def _ctc(params, inputs):
 
 
 def _step(params, inputs):
-    from crnn_conformance.generators import model
-    from crnn_conformance.generators.cases.step import case_inputs
+    from . import model
+    from .cases.step import case_inputs
 
     class _C:   # case_inputs reads .params and .inputs
         pass
@@ -187,7 +187,7 @@ def _adamw(params, inputs):
 
 def _train3(params, inputs):
     """Per batch: the batch gradient, clipping, AdamW on every tensor (harness/layers/train3.py)."""
-    from crnn_conformance.generators import model
+    from . import model
     names, config = params["names"], params["config"]
     lr, beta1, beta2, eps, wd = (float(v) for v in inputs["hparams"])
     limit, enabled = float(inputs["clip"][0]), int(inputs["clip"][1])
@@ -225,5 +225,5 @@ def expected(layer: str, params: dict, inputs: dict) -> dict:
 
 def case(layer: str, name: str, params: dict, inputs: dict):
     """A fixture Case whose only tier is the exact one (the gate adds identity)."""
-    from crnn_conformance.generators.h5io import Case
+    from .h5io import Case
     return Case(name, params, inputs, {"exact": expected(layer, params, inputs)})

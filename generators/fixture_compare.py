@@ -39,7 +39,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from crnn_conformance.generators.h5io import MANIFEST_ATTRS
+from .h5io import MANIFEST_ATTRS
 
 # root attributes that say who wrote a file, not what it holds (numpy_version and h5py_version
 # are no longer written; `generator` names the builder module, which the move under one
@@ -133,7 +133,7 @@ def _floor_rule(name, a, b, floor_old, floor_new, mask=None) -> list[str]:
 
 def _pytorch_expected(fo, fn, module) -> list[str]:
     """The expected/pytorch datasets of every case under a torch or CPU change."""
-    from crnn_conformance.generators import pytorch_ref as R
+    from . import pytorch_ref as R
     rerun = getattr(module, "rerun", None)
     compared = getattr(module, "compared", None)
     out = []

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from crnn_conformance.generators.model import default_config
+from .model import default_config
 
 ALPHABET = default_config()["alphabet"]
 HEIGHT = default_config()["input_height"]

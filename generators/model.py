@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crnn_conformance.generators.geometry import conv_size
+from .geometry import conv_size
 
 CRNN_V0 = {
     "name": "crnn-v0",

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import click
 
-from crnn_conformance import fixtures
-from crnn_conformance.ctypes_kernels import layer_table
-from crnn_conformance.generators.fixture_compare import differences, torch_env_change
-from crnn_conformance.generators.h5io import FixtureError, write_fixture
+from .. import fixtures
+from ..ctypes_kernels import layer_table
+from .fixture_compare import differences, torch_env_change
+from .h5io import FixtureError, write_fixture
 
 __all__ = ["BUILDERS", "differences", "fixture_path", "main", "regenerate", "torch_env_change"]
 
@@ -127,8 +127,8 @@ def _cannot_write(root: Path, e: OSError):
 
 def _retrain(out_dir: Path | None, quiet: bool) -> None:
     """Run the trainer, then point the pytorch-tier builders at the new model."""
-    from crnn_conformance.generators import train
-    from crnn_conformance.generators.pytorch_ref import data
+    from . import train
+    from .pytorch_ref import data
     path = (out_dir / "model" / "crnn-v0.h5") if out_dir else data.MODEL_PATH
     path.parent.mkdir(parents=True, exist_ok=True)
     if not quiet:

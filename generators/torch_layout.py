@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators.model import kpadded
+from .model import kpadded
 
 
 def conv_weight_to_torch(W, C: int, kh: int, kw: int) -> np.ndarray:

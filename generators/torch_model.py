@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from crnn_conformance.generators import model
-from crnn_conformance.generators.torch_layout import conv_weight_from_torch, conv_weight_to_torch
+from . import model
+from .torch_layout import conv_weight_from_torch, conv_weight_to_torch
 
 _NP = {torch.float32: np.float32, torch.float64: np.float64}
 

@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from crnn_conformance.generators import container, lines, model
+from . import container, lines, model
 
 HELDOUT_SEED = 900_001          # held-out lines: make_batch(HELDOUT_SEED + seed, n)
 TRAIN_SEED_BASE = 1_000_000     # training batch i: SeedSequence(TRAIN_SEED_BASE + seed, (i,))
@@ -53,7 +53,7 @@ def evaluate(config: dict, params: dict, n: int, seed: int) -> tuple[float, list
     """CER of greedy decoding with `params` (fp32 torch) on n held-out natural-width lines."""
     import torch
 
-    from crnn_conformance.generators import torch_model as tm
+    from . import torch_model as tm
 
     m = tm.build(config, params).eval()
     imgs, tgts = lines.make_batch(HELDOUT_SEED + seed, n)
@@ -71,7 +71,7 @@ def train(seed: int = 0, minutes_budget: float = 10, out_path: str = "fixtures/m
           threads: int = 2) -> dict:
     import torch
 
-    from crnn_conformance.generators import torch_model as tm
+    from . import torch_model as tm
 
     t0 = time.time()
     jobs = ((seed, i, batch) for i in range(steps))

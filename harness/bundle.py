@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import abi
-from crnn_conformance.harness.sandbox import guard, replay
+from ..ctypes_kernels import abi
+from .sandbox import guard, replay
 
 BUNDLE_MAGIC, RESULTS_MAGIC, VERSION = b"CRNNCB01", b"CRNNRS01", 1
 # results version 1: each written record is a whole buffer; 2: a byte span of it (offset)
@@ -124,7 +124,7 @@ class BundleCase:
 def record_case(lib, module, case) -> tuple[list, list, list]:
     """Runs `case` through `module` on `lib` (the reference port) with a tape recording it ->
     (buffers, ops, the buffers' bytes after the run). Raises Refused."""
-    from crnn_conformance.harness.reference import _Recorder
+    from .reference import _Recorder
     arena = guard.Arena()
     tape = arena.tape = replay.Tape()
     guard.activate(arena)

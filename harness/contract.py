@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import abi, layer_table
-from crnn_conformance.harness import pyport
-from crnn_conformance.harness.sandbox import guard
-from crnn_conformance.harness.compare import Comparison, compare, is_poison
-from crnn_conformance.harness.layers import LAYERS
-from crnn_conformance.harness.records import record
+from ..ctypes_kernels import abi, layer_table
+from . import pyport
+from .sandbox import guard
+from .compare import Comparison, compare, is_poison
+from .layers import LAYERS
+from .records import record
 
 TIER = "contract"
 FIXTURE = "contract"     # the fixture and case name of every contract record
@@ -255,7 +255,7 @@ def _buffers(call: Call) -> list:
 def run(traced, call: Call, base_isa: int) -> tuple:
     """One contract call on guarded buffers -> ("ok", rc, [problem, ...]) or ("skip", why),
     ("fpenv", message), ("exception", traceback). The ISA and threads are the base run's."""
-    from crnn_conformance.harness.sandbox.fpenv import FpEnvError
+    from .sandbox.fpenv import FpEnvError
     arena = guard.Arena()
     try:
         abi.check(traced.crnn_set_isa(base_isa), "crnn_set_isa")
@@ -401,7 +401,7 @@ def verdict(call: Call, answer: tuple) -> Comparison | None:
 
 def repro(opts, layer: str) -> str:
     """The command that reruns the contract tier of `layer` alone."""
-    from crnn_conformance.harness.records import _shell_quote
+    from .records import _shell_quote
     cmd = ["crnn-conformance", "gate"]
     if opts.port:
         cmd += ["--port", str(opts.port)]

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from crnn_conformance.generators.h5io import FixtureError
-from crnn_conformance.harness import layers as L
-from crnn_conformance.harness.records import FIXTURES_DIR
+from ..generators.h5io import FixtureError
+from . import layers as L
+from .records import FIXTURES_DIR
 
 
 def _standard(module) -> list[str]:

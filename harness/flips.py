@@ -41,8 +41,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from crnn_conformance.generators import model
-from crnn_conformance.harness.compare import Comparison, compare, within
+from ..generators import model
+from .compare import Comparison, compare, within
 
 DEAD, TWIN, NEAR, FLIP = "dead", "twin", "near-tie", "flip"
 
@@ -347,7 +347,7 @@ def port_pool_outputs(lib, case) -> dict:
     weights. The ABI's step does not return its winners; its conv forward is this same entry
     point on the same data, so these are its decisions. -> {"winners": int32, "conv_out":
     float32}, concatenated line by line, block by block (layout())."""
-    from crnn_conformance.harness.layers._ffi import call, f32, out, ptr
+    from .layers._ffi import call, f32, out, ptr
 
     config = case.params["config"]
     params = model.unflatten(config, f32(case.inputs["params"]))
@@ -376,7 +376,7 @@ def legal_fn(arrays, n_cells: int, window_at: int = 0, cell_at: int = 0):
     of the arrays' flat indexing; None when the arrays have none."""
     if not arrays or "winners.cells" not in arrays:
         return None
-    from crnn_conformance.harness.allowance.conv import legal
+    from .allowance.conv import legal
 
     def fn(windows, winners):
         w = np.asarray(winners, np.int64)
@@ -399,7 +399,7 @@ def compare_layer_winners(case, ours: dict, ref: dict, arrays=None) -> Compariso
     x = np.asarray(case.inputs["x"], np.float32)
     x = x[:, :, None] if x.ndim == 2 else x
     if arrays is None or "winners.cells" not in arrays:
-        from crnn_conformance.harness.allowance import allowances
+        from .allowance import allowances
         arrays = allowances("conv", case)
     v = Verdict(classify_block(ow, pw, ref["pooled"], ours["conv"], x, geo, int(p.get("line", 0)),
                                int(p.get("block", 1)) - 1, lambda a, b: float("nan"),

@@ -26,15 +26,15 @@ from pathlib import Path
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import abi
-from crnn_conformance.generators.h5io import read_fixture
-from crnn_conformance.harness import bundle as B
-from crnn_conformance.harness.sandbox import guard
-from crnn_conformance.harness import layers as L
-from crnn_conformance.harness import runner
-from crnn_conformance.harness.sandbox.executor import PortCrash
-from crnn_conformance.harness.provenance import fixture_info, sha256, tool_info
-from crnn_conformance.harness.records import GateOptions, GateResult, _shell_quote
+from ..ctypes_kernels import abi
+from ..generators.h5io import read_fixture
+from . import bundle as B
+from .sandbox import guard
+from . import layers as L
+from . import runner
+from .sandbox.executor import PortCrash
+from .provenance import fixture_info, sha256, tool_info
+from .records import GateOptions, GateResult, _shell_quote
 
 
 @dataclass
@@ -277,7 +277,7 @@ def grade(opts: GradeOptions, progress=None) -> GateResult:
         _prefetch(opts, jobs, not_implemented)
         records = _records(opts, jobs, source, runs, isas, threads, not_implemented, progress)
     finally:
-        from crnn_conformance.harness import allowance
+        from . import allowance
         allowance.shutdown()
     meta = _meta(opts, bundle, results, isas, layer_names, fixtures, not_implemented, started,
                  time.perf_counter() - t0)
@@ -288,7 +288,7 @@ def _prefetch(opts, jobs, not_implemented) -> None:
     """As the gate: the error model's allowances the cache lacks start computing now."""
     if not any(t in opts.tiers for t in ("float64", "pytorch")):
         return
-    from crnn_conformance.harness import allowance
+    from . import allowance
     allowance.prefetch([(m.LAYER, path, case) for m, path, case, _ in jobs
                         if m.LAYER not in not_implemented
                         and any(t in case.expected for t in ("float64", "pytorch"))])

@@ -30,7 +30,7 @@ def fixture_info(f) -> dict:
 
 
 def build_info() -> dict | None:
-    from crnn_conformance.ctypes_kernels import build
+    from ..ctypes_kernels import build
     try:
         d = build.describe()
     except build.BuildError:

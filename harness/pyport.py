@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import abi
+from ..ctypes_kernels import abi
 
 _FILE_FORM = re.compile(r"^(?P<path>.+\.py):(?P<obj>[A-Za-z_][A-Za-z0-9_.]*)$")
 _MODULE_FORM = re.compile(r"^py:(?P<mod>[A-Za-z_][A-Za-z0-9_.]*):(?P<obj>[A-Za-z_][A-Za-z0-9_.]*)$")

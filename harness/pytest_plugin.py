@@ -78,16 +78,16 @@ def _active(config) -> bool:
 
 def _options(config):
     import click
-    from crnn_conformance.ctypes_kernels import abi
-    from crnn_conformance.harness import layers as L
-    from crnn_conformance.harness import pyport
-    from crnn_conformance.harness.cli.common import _split, parse_timeout
-    from crnn_conformance.harness.runner import (
-        FIXTURES_DIR,
-        THREADS,
-        TIERS,
-        GateOptions,
-    )
+    from ..ctypes_kernels import abi
+    from . import layers as L
+    from . import pyport
+    from .cli.common import _split, parse_timeout
+    from .runner import (
+FIXTURES_DIR,
+THREADS,
+TIERS,
+GateOptions,
+)
     layers = config.getoption("crnn_layers")
     available = layers is not None and layers.strip() == "available"
     try:
@@ -110,7 +110,7 @@ class _State:
     """Per pytest process: the gate session (opened on first use) and records per case."""
 
     def __init__(self, config):
-        from crnn_conformance.harness.runner import GateSession
+        from .runner import GateSession
         self.config = config
         self.opts = _options(config)
         self.session = _cannot_run_as_usage_error(lambda: GateSession(self.opts))
@@ -135,7 +135,7 @@ class _State:
 
     def contract_for(self, layer: str, core: bool) -> list:
         """The contract tier's records of `layer` (harness/contract.py), made once."""
-        from crnn_conformance.harness import contract
+        from . import contract
         if layer not in self.contract:
             self.open()
             self.contract[layer] = [r.to_dict() for r in
@@ -148,8 +148,8 @@ class _State:
 
 
 def _cannot_run_as_usage_error(fn):
-    from crnn_conformance.ctypes_kernels.abi import PortError
-    from crnn_conformance.generators.h5io import FixtureError
+    from ..ctypes_kernels.abi import PortError
+    from ..generators.h5io import FixtureError
     try:
         return fn()
     except (PortError, FixtureError, ValueError) as e:
@@ -216,7 +216,7 @@ def _contract_nodes(parent, state):
     """crnn-conformance::contract::contract::<call>[contract]: the contract tier's calls of
     each layer (the layer a keyword; the control functions' with the first layer), as the
     gate's records name them (fixture and case `contract`), when the tier is selected."""
-    from crnn_conformance.harness import contract
+    from . import contract
     if not contract.selected(state.opts):
         return
     layers = [(layer, contract.calls(layer, core=i == 0))
@@ -229,7 +229,7 @@ def _contract_nodes(parent, state):
 
 class ContractNode(pytest.Collector):
     def collect(self):
-        from crnn_conformance.harness import contract
+        from . import contract
         yield ContractCase.from_parent(self, name=contract.FIXTURE, layers=self.layers)
 
 
@@ -255,7 +255,7 @@ class ContractItem(pytest.Item):
         self.label, self.layer, self.core = label, layer, core
 
     def runtest(self):
-        from crnn_conformance.reports.console import failure_line
+        from ..reports.console import failure_line
         state, layer = self.config.stash[_STATE], self.layer
         recs = state.contract_for(layer, self.core)
         reason = state.session.not_implemented.get(layer)
@@ -325,7 +325,7 @@ class CheckItem(pytest.Item):
         self.job, self.tensor, self.tier = job, tensor, tier
 
     def runtest(self):
-        from crnn_conformance.reports.console import failure_line
+        from ..reports.console import failure_line
         state = self.config.stash[_STATE]
         all_recs = state.records_for(self.job)
         reason = state.session.not_implemented.get(self.job.layer)

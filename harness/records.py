@@ -7,8 +7,8 @@ import shlex
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from crnn_conformance import fixtures
-from crnn_conformance.harness.compare import Comparison
+from .. import fixtures
+from .compare import Comparison
 
 FIXTURES_DIR = fixtures.directory()
 TIERS = ("exact", "float64", "pytorch", "identity", "contract")

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import abi
-from crnn_conformance.ctypes_kernels.build import build_reference
-from crnn_conformance.generators.h5io import Case
-from crnn_conformance.harness.sandbox import guard, replay
-from crnn_conformance.harness import layers as L
+from ..ctypes_kernels import abi
+from ..ctypes_kernels.build import build_reference
+from ..generators.h5io import Case
+from .sandbox import guard, replay
+from . import layers as L
 
 _loaded: dict = {}
 

@@ -16,20 +16,20 @@ from pathlib import Path
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import abi
-from crnn_conformance.generators.h5io import read_fixture
-from crnn_conformance.harness import contract
-from crnn_conformance.harness import layers as L
-from crnn_conformance.harness import pyport
-from crnn_conformance.harness.compare import compare
-from crnn_conformance.harness.discovery import fixture_paths as _fixture_paths
-from crnn_conformance.harness.discovery import layer_paths as _layer_paths
-from crnn_conformance.harness.sandbox.executor import Executor, PortCrash
-from crnn_conformance.harness.provenance import (build_info, cpu_info, fixture_info, host_info,
-                                                 sha256, tool_info)
-from crnn_conformance.harness.records import (FIXTURES_DIR, THREADS, TIERS, GateOptions,
-                                              GateResult, Record, failure, record, repro_command)
-from crnn_conformance.harness.tolerances import elementwise, lookup
+from ..ctypes_kernels import abi
+from ..generators.h5io import read_fixture
+from . import contract
+from . import layers as L
+from . import pyport
+from .compare import compare
+from .discovery import fixture_paths as _fixture_paths
+from .discovery import layer_paths as _layer_paths
+from .sandbox.executor import Executor, PortCrash
+from .provenance import (build_info, cpu_info, fixture_info, host_info,
+                         sha256, tool_info)
+from .records import (FIXTURES_DIR, THREADS, TIERS, GateOptions,
+                      GateResult, Record, failure, record, repro_command)
+from .tolerances import elementwise, lookup
 
 __all__ = ["FIXTURES_DIR", "THREADS", "TIERS", "GateOptions", "GateResult", "GateSession", "Job",
            "Record", "check_case", "cpu_info", "host_info", "repro_command", "run_gate",
@@ -60,7 +60,7 @@ def tier_tolerance(layer: str, case, tier: str, tensor: str, shape=None, arrays=
 
 def _model_allowances(layer: str, case) -> dict:
     """{tensor: the error model's per-element Atol} of a case ({} for a layer without one)."""
-    from crnn_conformance.harness import allowance
+    from . import allowance
     return allowance.allowances(layer, case) if layer in allowance.LAYERS else {}
 
 
@@ -205,14 +205,14 @@ class GateSession:
         """Starts computing the error model's allowances the cache lacks (harness/allowance)."""
         if not any(t in self.opts.tiers for t in ("float64", "pytorch")):
             return
-        from crnn_conformance.harness import allowance
+        from . import allowance
         allowance.prefetch([(j.layer, j.fixture, j.case) for j in self.jobs
                             if any(t in j.case.expected for t in ("float64", "pytorch"))])
 
     def close(self, force: bool = False) -> None:
         for ex in self.executors:
             ex.close(force)
-        from crnn_conformance.harness import allowance
+        from . import allowance
         allowance.shutdown()
 
     def __enter__(self):
@@ -514,7 +514,7 @@ def select_isas(opts: GateOptions, available) -> list[str]:
 
 
 def _bundled() -> Path:
-    from crnn_conformance.ctypes_kernels.build import build
+    from ..ctypes_kernels.build import build
     return build()
 
 

@@ -28,7 +28,7 @@ def gate_rows(port=None, layers=None) -> list[dict]:
     """Runs the base run of the gate (first ISA, 1 thread, the tolerance tiers) and returns
     one row per record of a floating-point tensor: layer, case, tensor, tier, usage,
     resolution (the record's: harness/compare.resolution), elements, passed."""
-    from crnn_conformance.harness.runner import GateOptions, GateSession
+    from ..harness.runner import GateOptions, GateSession
     opts = GateOptions(port=port, tiers=TOLERANCE_TIERS, threads=(1,), layers=layers)
     rows = []
     with GateSession(opts) as s:

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators import exact
-from crnn_conformance.generators.edge_values import (binades, float_specials, nan32_variants,
-                                                     neighbours)
-from crnn_conformance.generators.spec import activations as A
+from .. import exact
+from ..edge_values import (binades, float_specials, nan32_variants,
+                           neighbours)
+from ..spec import activations as A
 
 NAME = "activations"
 LAYER = "lstm"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators import model
-from crnn_conformance.generators.float64 import adamw as ref
-from crnn_conformance.generators.h5io import Case
-from crnn_conformance.generators.spec import adamw as spec
+from .. import model
+from ..float64 import adamw as ref
+from ..h5io import Case
+from ..spec import adamw as spec
 
 NAME = "adamw"
 LAYER = "adamw"

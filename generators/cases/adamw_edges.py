@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators import exact
+from .. import exact
 
 NAME = "adamw_edges"
 LAYER = "adamw"

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators import model
-from crnn_conformance.generators.float64 import clip as ref
-from crnn_conformance.generators.h5io import Case
-from crnn_conformance.generators.spec import clip as spec
+from .. import model
+from ..float64 import clip as ref
+from ..h5io import Case
+from ..spec import clip as spec
 
 NAME = "clip"
 LAYER = "clip"

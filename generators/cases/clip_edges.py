@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators import exact
-from crnn_conformance.generators.spec import clip as spec
+from .. import exact
+from ..spec import clip as spec
 
 NAME = "clip_edges"
 LAYER = "clip"

@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators.float64 import conv as ref
-from crnn_conformance.generators.float64 import exactsum as xs
-from crnn_conformance.generators.geometry import conv_size
-from crnn_conformance.generators.h5io import Case
-from crnn_conformance.generators.spec import conv as spec
+from ..float64 import conv as ref
+from ..float64 import exactsum as xs
+from ..geometry import conv_size
+from ..h5io import Case
+from ..spec import conv as spec
 
 NAME = "conv"
 LAYER = "conv"

@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators import exact
-from crnn_conformance.generators.cases.conv import kpadded
-from crnn_conformance.generators.edge_values import qnan32, tiny
-from crnn_conformance.generators.geometry import conv_size
-from crnn_conformance.generators.spec import conv as spec
+from .. import exact
+from .conv import kpadded
+from ..edge_values import qnan32, tiny
+from ..geometry import conv_size
+from ..spec import conv as spec
 
 NAME = "conv_edges"
 LAYER = "conv"

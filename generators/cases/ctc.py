@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators.float64 import ctc as ref
-from crnn_conformance.generators.h5io import Case
-from crnn_conformance.generators.spec import ctc as spec
+from ..float64 import ctc as ref
+from ..h5io import Case
+from ..spec import ctc as spec
 
 NAME = "ctc"
 LAYER = "ctc"

@@ -27,7 +27,7 @@ import itertools
 
 import numpy as np
 
-from crnn_conformance.generators import exact
+from .. import exact
 
 NAME = "ctc_edges"
 LAYER = "ctc"
@@ -96,7 +96,7 @@ def rounding_lines(rng, want=120):
     """(0, d) lines whose loss log(1 + e^d) changes when exp and log are correctly rounded
     (the spec's loss of such a line is exactly DetMath's log(1 + exp(d)))."""
     import mpmath
-    from crnn_conformance.generators.spec import detmath
+    from ..spec import detmath
     mpmath.mp.prec = 120
     cr_exp = lambda x: float(mpmath.exp(mpmath.mpf(float(x))))            # noqa: E731
     cr_log = lambda x: float(mpmath.log(mpmath.mpf(float(x))))            # noqa: E731

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators import exact
-from crnn_conformance.generators.edge_values import binades, float_specials, nan64_variants, neighbours
-from crnn_conformance.generators.spec import detmath as D
+from .. import exact
+from ..edge_values import binades, float_specials, nan64_variants, neighbours
+from ..spec import detmath as D
 
 NAME = "detmath"
 LAYER = "ctc"

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators import exact
-from crnn_conformance.generators.edge_values import tiny
+from .. import exact
+from ..edge_values import tiny
 
 NAME = "dot16_edges"
 LAYER = "dot16"

@@ -20,8 +20,8 @@ import math
 
 import numpy as np
 
-from crnn_conformance.generators.h5io import Case
-from crnn_conformance.generators.spec.dot16 import dot16
+from ..h5io import Case
+from ..spec.dot16 import dot16
 
 NAME = "dot16_zeros"
 LAYER = "dot16"

@@ -5,9 +5,9 @@ import itertools
 
 import numpy as np
 
-from crnn_conformance.generators.float64 import linear as ref
-from crnn_conformance.generators.h5io import Case
-from crnn_conformance.generators.spec import linear as spec
+from ..float64 import linear as ref
+from ..h5io import Case
+from ..spec import linear as spec
 
 NAME = "linear"
 LAYER = "linear"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators import exact
-from crnn_conformance.generators.edge_values import tiny
+from .. import exact
+from ..edge_values import tiny
 
 NAME = "linear_edges"
 LAYER = "linear"

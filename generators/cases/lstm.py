@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators.float64 import lstm as ref
-from crnn_conformance.generators.h5io import Case
-from crnn_conformance.generators.spec import lstm as spec
+from ..float64 import lstm as ref
+from ..h5io import Case
+from ..spec import lstm as spec
 
 NAME = "lstm"
 LAYER = "lstm"

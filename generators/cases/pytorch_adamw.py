@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators import model
-from crnn_conformance.generators import pytorch_ref as R
-from crnn_conformance.generators.h5io import Case
+from .. import model
+from .. import pytorch_ref as R
+from ..h5io import Case
 
 NAME = "pytorch_adamw"
 LAYER = "adamw"

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators import pytorch_ref as R
-from crnn_conformance.generators.geometry import conv_size
-from crnn_conformance.generators.h5io import Case
+from .. import pytorch_ref as R
+from ..geometry import conv_size
+from ..h5io import Case
 
 NAME = "pytorch_conv"
 LAYER = "conv"

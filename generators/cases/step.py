@@ -19,14 +19,14 @@ import tempfile
 
 import numpy as np
 
-from crnn_conformance.generators import model
-from crnn_conformance.generators.float64 import conv as conv64
-from crnn_conformance.generators.float64 import step as ref
-from crnn_conformance.generators.geometry import conv_size
-from crnn_conformance.generators.h5io import Case
-from crnn_conformance.generators.bounds import (U, col2im, colsum, lstm_backward, lstm_forward, m_of,
-                                                mm, round_up)
-from crnn_conformance.generators.spec import step as spec
+from .. import model
+from ..float64 import conv as conv64
+from ..float64 import step as ref
+from ..geometry import conv_size
+from ..h5io import Case
+from ..bounds import (U, col2im, colsum, lstm_backward, lstm_forward, m_of,
+                      mm, round_up)
+from ..spec import step as spec
 
 NAME = "step"
 LAYER = "step"
@@ -36,7 +36,7 @@ SEED = 9009
 def fp16_params(config, params):
     """The weights as the fp16 container stores them, widened back to fp32 master copies."""
     try:
-        from crnn_conformance.generators import container
+        from .. import container
     except ImportError:
         container = None
     if container is None:
@@ -99,7 +99,7 @@ def make_case(name, config, params, images, targets, note) -> Case:
 
 
 def crnn_v0_batch(rng, config):
-    from crnn_conformance.generators import lines
+    from .. import lines
     texts = ["hello", lines.random_text(rng, 6, 6), "aabbxy7700zz", lines.random_text(rng, 13, 13)]
     images, targets = [], []
     for text, width in zip(texts, (64, 100, 257, 48)):
@@ -148,7 +148,7 @@ def _line(config, P, image, target, scale, s, winners=None):
     """One line in float64 with every local error at its bound of sign s (s = 0: the plain
     float64 model). winners: the reference's pool decisions (None: decide here).
     -> (loss, grads, winners)."""
-    from crnn_conformance.generators.float64 import ctc as ctc64
+    from ..float64 import ctc as ctc64
     r = lambda v: v + s * U * np.abs(v)
     x = np.asarray(image, np.float64)
     x = x[:, :, None] if x.ndim == 2 else x

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators import exact, model
+from .. import exact, model
 
 NAME = "step_edges"
 LAYER = "step"

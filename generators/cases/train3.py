@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators import model
-from crnn_conformance.generators.cases import step as step_cases
-from crnn_conformance.generators.float64 import adamw as adamw64
-from crnn_conformance.generators.float64 import clip as clip64
-from crnn_conformance.generators.float64 import step as step64
-from crnn_conformance.generators.h5io import Case
-from crnn_conformance.generators.spec import adamw as adamw_spec
-from crnn_conformance.generators.spec import clip as clip_spec
-from crnn_conformance.generators.spec import step as step_spec
+from .. import model
+from . import step as step_cases
+from ..float64 import adamw as adamw64
+from ..float64 import clip as clip64
+from ..float64 import step as step64
+from ..h5io import Case
+from ..spec import adamw as adamw_spec
+from ..spec import clip as clip_spec
+from ..spec import step as step_spec
 
 NAME = "train3"
 LAYER = "train3"
@@ -38,7 +38,7 @@ MASK_FACTOR = 50.0
 
 
 def make_batches(rng):
-    from crnn_conformance.generators import lines
+    from .. import lines
     batches = []
     for widths in WIDTHS:
         images, targets = [], []

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators.float64 import exactsum as xs
-from crnn_conformance.generators.geometry import conv_size
+from . import exactsum as xs
+from ..geometry import conv_size
 
 
 def _as_hwc(x):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators.float64 import exactsum as xs
-from crnn_conformance.generators.float64.elementary import exp, log, logaddexp
+from . import exactsum as xs
+from .elementary import exp, log, logaddexp
 
 NEG_INF = -np.inf
 

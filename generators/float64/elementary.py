@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators.spec import detmath
+from ..spec import detmath
 
 exp = detmath.exp
 log = detmath.log

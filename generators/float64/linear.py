@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators.float64 import exactsum as xs
+from . import exactsum as xs
 
 
 def forward(x, W, b):

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators.float64 import exactsum as xs
-from crnn_conformance.generators.float64.elementary import sigmoid, tanh
+from . import exactsum as xs
+from .elementary import sigmoid, tanh
 
 __all__ = ["sigmoid", "tanh", "forward", "backward"]
 

@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 
-from crnn_conformance.generators import model
-from crnn_conformance.generators.float64 import conv, ctc, linear, lstm
+from .. import model
+from . import conv, ctc, linear, lstm
 
 
 def _lstm_weights(params, layer):

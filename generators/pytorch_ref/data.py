@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance import fixtures
-from crnn_conformance.generators import container, lines
+from ... import fixtures
+from .. import container, lines
 
 from .network import Model
 from .torch_env import deterministic

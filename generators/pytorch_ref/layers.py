@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators.torch_layout import (conv_weight_from_torch, conv_weight_to_torch,
-                                                      winners_from_torch)
+from ..torch_layout import (conv_weight_from_torch, conv_weight_to_torch,
+                            winners_from_torch)
 
 from .torch_env import _np, _t, _torch, np_dtype, tdtype
 

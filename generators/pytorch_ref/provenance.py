@@ -7,7 +7,7 @@ import platform
 import subprocess
 from pathlib import Path
 
-from crnn_conformance.generators import container
+from .. import container
 
 from . import data
 from .torch_env import _torch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators import model
+from .. import model
 
 from . import data
 from .network import Model

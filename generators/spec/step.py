@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators import model
+from .. import model
 from . import conv, ctc, linear, lstm
 
 F32 = np.float32

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import layer_table
+from ...ctypes_kernels import layer_table
 
 from . import params
 
@@ -51,7 +51,7 @@ def model_version() -> str:
 
 
 def case_key(layer: str, case) -> str:
-    from crnn_conformance.generators.h5io import digest
+    from ...generators.h5io import digest
     h = hashlib.sha256()
     h.update(f"{layer}\0{case.name}\0{model_version()}\0".encode())
     h.update(json.dumps(case.params, sort_keys=True, default=str).encode())
@@ -63,7 +63,7 @@ def case_key(layer: str, case) -> str:
 
 def cache_dir() -> Path:
     """allowance/<model version>/ under the build cache's root."""
-    from crnn_conformance.ctypes_kernels.build import cache_dir as build_dir
+    from ...ctypes_kernels.build import cache_dir as build_dir
     return build_dir().parent / "allowance" / model_version()
 
 
@@ -189,7 +189,7 @@ _FIXTURES: dict = {}
 
 
 def _worker(layer: str, path: str, name: str) -> None:
-    from crnn_conformance.generators.h5io import read_fixture
+    from ...generators.h5io import read_fixture
     if path not in _FIXTURES:
         _FIXTURES.clear()
         _FIXTURES[path] = {c.name: c for c in read_fixture(path).cases}

@@ -16,8 +16,8 @@ between twin cells of the `b*_ties_*` cases, which a port's own rounding may ord
 from __future__ import annotations
 
 import numpy as np
-from crnn_conformance.generators.float64 import conv as conv64
-from crnn_conformance.generators.geometry import conv_size
+from ...generators.float64 import conv as conv64
+from ...generators.geometry import conv_size
 
 from . import params
 from .errors import ULP, Err, where

@@ -14,7 +14,7 @@ exactly by forward-mode differentiation of the float64 recursion, and the loss b
 from __future__ import annotations
 
 import numpy as np
-from crnn_conformance.generators.float64 import ctc as ctc64
+from ...generators.float64 import ctc as ctc64
 
 from .errors import TINY2, U2, ULP, ULP_TINY, Err
 

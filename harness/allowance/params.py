@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
-from crnn_conformance.harness.tolerances import parameters
+from ..tolerances import parameters
 
 from . import tails
 

@@ -11,7 +11,7 @@ errors of their own (the second and third step of train3).
 from __future__ import annotations
 
 import numpy as np
-from crnn_conformance.generators import model
+from ...generators import model
 
 from . import conv, ctc, linear, lstm
 from .errors import Err, concat, stack
@@ -128,7 +128,7 @@ def decision_arrays(decisions) -> dict:
 
 def case_errors(case) -> dict:
     """{tensor: Err} of a step case, and the pool's legal decisions (decision_arrays)."""
-    from crnn_conformance.generators.cases.step import case_inputs
+    from ...generators.cases.step import case_inputs
     config, params, images, targets = case_inputs(case)
     dec = []
     out = batch(config, {k: Err.exact(v) for k, v in params.items()}, images, targets,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from crnn_conformance.generators import model
+from ...generators import model
 
 from . import adamw, clip, step
 from .errors import Err
@@ -28,7 +28,7 @@ class _Batch:
 
 
 def _batch_data(case, t):
-    from crnn_conformance.generators.cases.step import case_inputs
+    from ...generators.cases.step import case_inputs
     config, _, images, targets = case_inputs(_Batch(case, t))
     return config, images, targets
 

@@ -7,26 +7,26 @@ import warnings
 from types import SimpleNamespace
 
 import numpy as np
-from crnn_conformance.generators import model as _model
-from crnn_conformance.generators import torch_layout as _layout
-from crnn_conformance.generators.geometry import conv_size
-from crnn_conformance.generators.float64 import adamw as _adamw64
-from crnn_conformance.generators.float64 import conv as _conv64
-from crnn_conformance.generators.float64 import ctc as _ctc64
-from crnn_conformance.generators.float64 import linear as _linear64
-from crnn_conformance.generators.float64 import lstm as _lstm64
-from crnn_conformance.generators.spec import adamw as _adamw32
-from crnn_conformance.generators.spec import conv as _conv32
-from crnn_conformance.generators.spec import ctc as _ctc32
-from crnn_conformance.generators.spec import linear as _linear32
-from crnn_conformance.generators.spec import lstm as _lstm32
-from crnn_conformance.harness.allowance import adamw as _m_adamw
-from crnn_conformance.harness.allowance import conv as _m_conv
-from crnn_conformance.harness.allowance import ctc as _m_ctc
-from crnn_conformance.harness.allowance import linear as _m_linear
-from crnn_conformance.harness.allowance import lstm as _m_lstm
-from crnn_conformance.harness.allowance import params as _params
-from crnn_conformance.harness.allowance.errors import Err
+from ...generators import model as _model
+from ...generators import torch_layout as _layout
+from ...generators.geometry import conv_size
+from ...generators.float64 import adamw as _adamw64
+from ...generators.float64 import conv as _conv64
+from ...generators.float64 import ctc as _ctc64
+from ...generators.float64 import linear as _linear64
+from ...generators.float64 import lstm as _lstm64
+from ...generators.spec import adamw as _adamw32
+from ...generators.spec import conv as _conv32
+from ...generators.spec import ctc as _ctc32
+from ...generators.spec import linear as _linear32
+from ...generators.spec import lstm as _lstm32
+from ..allowance import adamw as _m_adamw
+from ..allowance import conv as _m_conv
+from ..allowance import ctc as _m_ctc
+from ..allowance import linear as _m_linear
+from ..allowance import lstm as _m_lstm
+from ..allowance import params as _params
+from ..allowance.errors import Err
 
 from .inputs import _f32, _grad, _labels, _numpy, _pair, _scalar_grad, _shape
 from .result import Result, _gradient_names, _Op

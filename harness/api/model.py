@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
-from crnn_conformance.generators import model as _model
+from ...generators import model as _model
 
 from .inputs import _f32, _labels, _scalar_grad, _shape
 from .result import Result, _gradient_names, _Op
@@ -43,8 +43,8 @@ class _ModelStep(_Op):
 
     def __call__(self, params, images, targets, *, config=None,
                  allow_float16: bool = False) -> Result:
-        from crnn_conformance.generators.spec import ctc as ctc32
-        from crnn_conformance.generators.spec import step as step32
+        from ...generators.spec import ctc as ctc32
+        from ...generators.spec import step as step32
         config, P, images, targets = self._inputs(params, images, targets, config, allow_float16)
         states = [step32.line_forward(config, P, im) for im in images]
         losses = np.array([ctc32.ctc(st["logits"], t, 1.0)[0] for st, t in zip(states, targets)])
@@ -65,8 +65,8 @@ class _ModelStep(_Op):
         return self._backward(config, P, images, targets, None, grad)
 
     def _backward(self, config, P, images, targets, states, grad):
-        from crnn_conformance.generators.spec import ctc as ctc32
-        from crnn_conformance.generators.spec import step as step32
+        from ...generators.spec import ctc as ctc32
+        from ...generators.spec import step as step32
         g = _scalar_grad(grad, "batch_loss")
         B = len(images)
         scale = g / B       # 1/B at grad = 1, as the spec's batch_gradient
@@ -92,15 +92,15 @@ class _ModelStep(_Op):
 
 def _model_errors(config, P, images, targets, scale) -> dict:
     """The whole model's per-element Atol (harness/allowance/step.py, the gate's model)."""
-    from crnn_conformance.harness.allowance import params, step
-    from crnn_conformance.harness.allowance.errors import Err
+    from ..allowance import params, step
+    from ..allowance.errors import Err
     E = step.batch(config, {k: Err.exact(np.asarray(v, np.float64)) for k, v in P.items()},
                    [np.asarray(im, np.float64) for im in images], targets, scale)
     return {k: np.asarray(v.allowance(params.lam), np.float64) for k, v in E.items()}
 
 
 def _step64_line(config, P, image, target, scale):
-    from crnn_conformance.generators.float64 import step as step64
+    from ...generators.float64 import step as step64
     P64 = {k: v.astype(np.float64) for k, v in P.items()}
     return step64.line_forward_backward(config, P64, image.astype(np.float64), target, scale)
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-from crnn_conformance.harness import tolerances as _tolerances
-from crnn_conformance.harness.compare import Comparison
-from crnn_conformance.harness.compare import compare as _compare
-from crnn_conformance.harness.compare import within as _within
+from .. import tolerances as _tolerances
+from ..compare import Comparison
+from ..compare import compare as _compare
+from ..compare import within as _within
 
 from .inputs import _numpy
 

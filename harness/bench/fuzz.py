@@ -17,7 +17,7 @@ def against_target(layers: dict, target: float = TARGET_PER_S) -> tuple[list, li
 def fuzz_rates(port=None, seconds: float = 2.0, jobs: int = 2, layers=None, progress=None) -> dict:
     """{layer: {"cases", "seconds", "per_s", "found"}} for `seconds` of fuzzing each layer
     alone (no database, seed 1: the same cases every run)."""
-    from crnn_conformance.harness import fuzz as F
+    from .. import fuzz as F
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for layer in layers or F.strategies.available():

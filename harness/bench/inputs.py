@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from crnn_conformance import fixtures
-from crnn_conformance.generators import model
+from ... import fixtures
+from ...generators import model
 
 MODEL_PATH = fixtures.model_path()
 CLIP_LIMIT = 5.0
@@ -29,9 +29,9 @@ class Inputs:
 def make_inputs(width: int = 256, batch: int = 4, seed: int = 1) -> Inputs:
     """crnn-v0 with the bundled trained weights (random ones if the container is absent)
     and `batch` synthetic text lines of 32 x width."""
-    from crnn_conformance.generators import lines
+    from ...generators import lines
     if MODEL_PATH.exists():
-        from crnn_conformance.generators.container import load_container
+        from ...generators.container import load_container
         config, params = load_container(str(MODEL_PATH))
         where = f"the trained model ({MODEL_PATH.name})"
     else:

@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crnn_conformance.ctypes_kernels import abi
-from crnn_conformance.harness.runner import cpu_info
+from ...ctypes_kernels import abi
+from ..runner import cpu_info
 
 from .inputs import make_inputs, step_macs
 from .memory import step_memory
@@ -46,7 +46,7 @@ class BenchResult:
 def run(isas=None, threads=(1, 2), width=256, batch=4, reps=10, warmup=3, port=None,
         cc=None, opt=None, with_torch=True, layers=True, memory=True, gate=True,
         progress=None, fuzz_seconds=0.0, fuzz_jobs=2) -> BenchResult:
-    from crnn_conformance.ctypes_kernels import build as B
+    from ...ctypes_kernels import build as B
     opt = opt or B.DEFAULT_OPT
     path = Path(port) if port else B.build(cc=cc, opt=opt)
     lib = abi.load(path, layers=("conv", "lstm", "linear", "ctc", "step", "clip", "adamw"))

@@ -77,7 +77,7 @@ def step_memory(path, isa: str, width: int, batch: int, threads: int = 1) -> dic
     caller-owned buffer (weights, gradients, images, optimizer state); then the peak of heap
     bytes in use during the step above that baseline ("peak") and what the step keeps for
     the next one ("kept": the per-thread scratch buffers). None where it cannot be measured."""
-    from crnn_conformance.ctypes_kernels.build import BuildError, build_helper
+    from ...ctypes_kernels.build import BuildError, build_helper
     try:
         counter = build_helper("crnnheapcount", HEAP_COUNTER_SOURCE)
     except BuildError:

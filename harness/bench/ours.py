@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import numpy as np
-from crnn_conformance.ctypes_kernels import abi
-from crnn_conformance.generators import model
+from ...ctypes_kernels import abi
+from ...generators import model
 
 from .inputs import ADAMW, CLIP_LIMIT, Inputs
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
-from crnn_conformance.generators import model
+from ...generators import model
 
 from .inputs import ADAMW, CLIP_LIMIT, Inputs
 
@@ -10,7 +10,7 @@ from .inputs import ADAMW, CLIP_LIMIT, Inputs
 class TorchStep:
     def __init__(self, inp: Inputs, threads: int):
         import torch
-        from crnn_conformance.generators import torch_model
+        from ...generators import torch_model
         self.torch = torch
         torch.set_num_threads(threads)
         cfg = inp.config

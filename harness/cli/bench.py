@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from crnn_conformance.ctypes_kernels import abi
+from ...ctypes_kernels import abi
 
 from .common import _split, cannot_run
 
@@ -40,7 +40,7 @@ def bench(isa, threads, width, batch, reps, warmup, port, cc, opt, against, seco
     """Time the whole training step per ISA path x threads, side by side with PyTorch fp32."""
     import json
 
-    from crnn_conformance.harness import bench as B
+    from .. import bench as B
     try:
         isas = _split(isa, abi.ISA_NAMES, "ISA")
         ths = _split(threads, None, "thread count", int)
@@ -55,7 +55,7 @@ def bench(isa, threads, width, batch, reps, warmup, port, cc, opt, against, seco
         if not Path(against).is_file():
             cannot_run(f"--against: {against} not found")
         try:
-            from crnn_conformance.ctypes_kernels import build as KB
+            from ...ctypes_kernels import build as KB
             base = Path(port) if port else KB.build(cc=cc, opt=opt or KB.DEFAULT_OPT)
             rows = B.paired(against, base, isas, tuple(ths), width, batch, seconds)
         except (abi.PortError, ValueError) as e:

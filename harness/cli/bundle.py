@@ -9,10 +9,10 @@ from pathlib import Path
 
 import click
 
-from crnn_conformance.ctypes_kernels import abi
-from crnn_conformance.generators.h5io import FixtureError, read_fixture
-from crnn_conformance.harness import layers as L
-from crnn_conformance.harness.runner import FIXTURES_DIR, TIERS, GateOptions
+from ...ctypes_kernels import abi
+from ...generators.h5io import FixtureError, read_fixture
+from .. import layers as L
+from ..runner import FIXTURES_DIR, TIERS, GateOptions
 
 from .common import (EXIT_PASS, cannot_run, finish, report_options, _split, stdout_bytes_as_given,
                      writable_dir, writable_file)
@@ -33,10 +33,10 @@ GRADE_TIERS = tuple(t for t in TIERS if t != "contract")
 def export(out_dir, layers, case, fixtures, quiet):
     """Write the selected cases as a case bundle: each case's calls, arguments and input
     bytes, no expected outputs; exit 0, 2 cannot run."""
-    from crnn_conformance.harness import bundle as B
-    from crnn_conformance.harness import reference
-    from crnn_conformance.harness.discovery import fixture_paths
-    from crnn_conformance.harness.provenance import sha256, tool_info
+    from .. import bundle as B
+    from .. import reference
+    from ..discovery import fixture_paths
+    from ..provenance import sha256, tool_info
     t0 = time.perf_counter()
     try:
         names = _split(layers, L.LAYERS, "layer") or L.available()
@@ -96,8 +96,8 @@ def grade(bundle_dir, results, fixtures, layers, case, tiers, isa, threads, repo
           junit_path, json_path, quiet, verbose):
     """Judge a runner's results files of a case bundle as the gate judges a port: exit 0
     pass, 1 fail, 2 cannot run."""
-    from crnn_conformance.harness import grade as G
-    from crnn_conformance.harness.bundle import BundleError
+    from .. import grade as G
+    from ..bundle import BundleError
     stdout_bytes_as_given()
     available = layers is not None and layers.strip() == "available"
     if "contract" in (_split(tiers) or []):
@@ -120,7 +120,7 @@ def grade(bundle_dir, results, fixtures, layers, case, tiers, isa, threads, repo
         result = G.grade(opts)
     except (BundleError, FixtureError, ValueError, abi.PortError) as e:
         cannot_run(str(e))
-    from crnn_conformance.reports import json_report
+    from ...reports import json_report
     doc = json_report.to_json(result)
     refused = result.meta["bundle"].get("refused") or []
     if refused:                     # cases the gate runs that the bundle could not carry

@@ -111,7 +111,7 @@ def report_options(cmd):
 def finish(doc, passed: bool, report_dir, junit_path, json_path, quiet, verbose) -> None:
     """gate's and grade's end: the console table, the reports, the exit code (0 pass, 1 fail;
     2 when a report cannot be written and everything passed: a FAIL stays exit 1)."""
-    from crnn_conformance.reports import console
+    from ...reports import console
     click.echo(console.render(doc, quiet, verbose))
     code = EXIT_PASS if passed else EXIT_FAIL
     try:
@@ -125,7 +125,7 @@ def finish(doc, passed: bool, report_dir, junit_path, json_path, quiet, verbose)
 
 
 def write_reports(doc, html_dir, junit_path, results: bool, json_path=None) -> list[Path]:
-    from crnn_conformance.reports import html, json_report, junit
+    from ...reports import html, json_report, junit
     written = [json_report.write_file(doc, json_path)] if json_path else []
     if html_dir:
         if results:
@@ -179,7 +179,7 @@ def last_resort(command: str):
 
 
 def _log_traceback(command: str) -> str | None:
-    from crnn_conformance.ctypes_kernels.build import cache_dir
+    from ...ctypes_kernels.build import cache_dir
     text = f"crnn-conformance {command}: {' '.join(map(os.fsdecode, sys.argv))}\n" + traceback.format_exc()
     name = f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
     for d in (cache_dir().parent / "logs", Path(tempfile.gettempdir())):

@@ -20,7 +20,7 @@ CC_HELP = "the C compiler, e.g. aarch64-linux-gnu-gcc for a cross build (default
 def build_runner(cc, out, verbose):
     """Build crnn-run (ctypes_kernels/runner/crnn_run.c, -O2 -ffp-contract=off), the case
     bundle runner for a port the gate cannot load here."""
-    from crnn_conformance.ctypes_kernels import build, crossbuild
+    from ...ctypes_kernels import build, crossbuild
     writable_file(out, "--out")
     try:
         path = crossbuild.build_runner(out, cc=cc, verbose=verbose)
@@ -38,7 +38,7 @@ def build_runner(cc, out, verbose):
 def build_port(cc, out, verbose):
     """Build the bundled port (ctypes_kernels/src/) as a shared library, natively or with a
     cross compiler (on a machine other than x86-64: its scalar path)."""
-    from crnn_conformance.ctypes_kernels import build, crossbuild
+    from ...ctypes_kernels import build, crossbuild
     writable_file(out, "--out")
     try:
         cc = build.find_compiler(cc)

@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 import click
-from crnn_conformance.ctypes_kernels import abi
-from crnn_conformance.generators.h5io import FixtureError
-from crnn_conformance.harness import pyport
-from crnn_conformance.harness.runner import THREADS
+from ...ctypes_kernels import abi
+from ...generators.h5io import FixtureError
+from .. import pyport
+from ..runner import THREADS
 
 from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run, default_workers
 
@@ -45,8 +45,8 @@ from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run, default_workers
 def fuzz(port, layers, seconds, seed, jobs, out, isa, threads, timeout, shrink_seconds,
          stop_at_first, no_database, numpy_spec):
     """Fuzz a port against the executable spec; exit 0 nothing found, 1 found, 2 cannot run."""
-    from crnn_conformance.harness import fuzz as F
-    from crnn_conformance.harness.fuzz import strategies
+    from .. import fuzz as F
+    from ..fuzz import strategies
     try:
         opts = F.FuzzOptions(
             port=port, layers=_split(layers, strategies.available(), "layer"),

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
-from crnn_conformance.ctypes_kernels import abi
-from crnn_conformance.generators.h5io import FixtureError
-from crnn_conformance.harness import pyport
-from crnn_conformance.harness import layers as L
-from crnn_conformance.harness.runner import FIXTURES_DIR, THREADS, TIERS, GateOptions, run_gate
+from ...ctypes_kernels import abi
+from ...generators.h5io import FixtureError
+from .. import pyport
+from .. import layers as L
+from ..runner import FIXTURES_DIR, THREADS, TIERS, GateOptions, run_gate
 
 from .common import (cannot_run, default_workers, finish, parse_timeout, report_options, _split,
                      stdout_bytes_as_given, writable_dir, writable_file)
@@ -83,7 +83,7 @@ def gate(port, fixtures, isa, threads, runs, tiers, layers, case, report_dir, ju
         result = run_gate(opts, progress)
     except (abi.PortError, FixtureError, ValueError) as e:
         cannot_run(str(e))
-    from crnn_conformance.reports import json_report
+    from ...reports import json_report
     doc = json_report.to_json(result)
     if not doc["tensors"] and doc["meta"].get("not_implemented"):
         cannot_run(f"no check ran: port {result.meta['port']} implements none of the layers "
@@ -115,7 +115,7 @@ def _select_runs(opts: GateOptions, text: str, isa) -> None:
 
 def _build_bundled() -> None:
     """Builds the bundled kernels first, saying so on stderr when the cache is cold."""
-    from crnn_conformance.ctypes_kernels import build
+    from ...ctypes_kernels import build
     build.build(notify=lambda: click.echo("building the bundled kernels (first run)...", err=True))
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from crnn_conformance.ctypes_kernels import abi
-from crnn_conformance.harness import layers as L
-from crnn_conformance.harness import pyport
+from ...ctypes_kernels import abi
+from .. import layers as L
+from .. import pyport
 
 from .common import cannot_run
 
@@ -18,7 +18,7 @@ from .common import cannot_run
               help="describe this port instead of the bundled kernels")
 def info(port):
     """ISA paths of this CPU, the compiler and flags, the ABI version and the cache path."""
-    from crnn_conformance.ctypes_kernels import build
+    from ...ctypes_kernels import build
     try:
         if port is None:
             d = build.describe()
@@ -28,7 +28,7 @@ def info(port):
         lib = pyport.load(port, ()) if pyport.is_python_port(port) else abi.load(path, layers=())
     except abi.PortError as e:
         cannot_run(str(e))
-    from crnn_conformance.harness.runner import cpu_info
+    from ..runner import cpu_info
     click.echo(f"cpu:          {platform.processor() or platform.machine()} ({cpu_info()['model']})")
     click.echo(f"port:         {path}")
     click.echo(f"abi version:  {lib.crnn_abi_version()} (harness speaks {abi.ABI_VERSION})")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from crnn_conformance.ctypes_kernels import abi
-from crnn_conformance.generators.h5io import FixtureError
-from crnn_conformance.harness.runner import FIXTURES_DIR
+from ...ctypes_kernels import abi
+from ...generators.h5io import FixtureError
+from ..runner import FIXTURES_DIR
 
 from .common import EXIT_FAIL, EXIT_PASS, cannot_run, parse_timeout
 
@@ -38,7 +38,7 @@ def mutants(only, jobs, full, skip_clean, fixtures, timeout, json_path, list_onl
     import json
     import os
 
-    from crnn_conformance.harness import mutants as M
+    from .. import mutants as M
     if list_only:
         for m in M.CATALOGUE:
             click.echo(f"{m.name:<24} {','.join(m.expect):<22} {m.mistake}")

@@ -16,5 +16,5 @@ def regen_fixtures(args):
 def standalone(args=None, prog_name=None):
     """The `regen-fixtures` entry point: generators.regen's command under the CLI's
     last-resort handler (one line and exit 2 for an unexpected error, 128 + N on a signal)."""
-    from crnn_conformance.generators.regen import main as regen_main
+    from ...generators.regen import main as regen_main
     return guarded(regen_main).main(args=args, prog_name=prog_name or "regen-fixtures")

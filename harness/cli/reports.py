@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from crnn_conformance.harness.runner import TIERS
+from ..runner import TIERS
 
 from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run, write_reports
 
@@ -21,7 +21,7 @@ from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run, write_reports
 def report(results, html_dir, junit_path, quiet, verbose):
     """Re-render the reports from a saved results.json: the console table when no output is
     asked for, else index.html and/or JUnit XML; exit 0 whatever the verdict."""
-    from crnn_conformance.reports import console, json_report
+    from ...reports import console, json_report
     try:
         doc = json_report.load(results)
     except json_report.ReportError as e:
@@ -51,8 +51,8 @@ def diff(old, new, fail_on_increase, tiers, show_all, limit):
     Usage is |diff| / allowance for the float64 and pytorch tiers and the max ulp distance for
     exact and identity. Exit 0, or 1 with --fail-on-increase X when any usage grew by more
     than X; 2 when a file cannot be read."""
-    from crnn_conformance.reports import diff as D
-    from crnn_conformance.reports import json_report
+    from ...reports import diff as D
+    from ...reports import json_report
     try:
         wanted = _split(tiers, TIERS, "tier")
     except click.BadParameter as e:

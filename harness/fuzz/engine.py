@@ -29,13 +29,13 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import strategies as hst
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from crnn_conformance.ctypes_kernels import abi, layer_table
-from crnn_conformance.generators import exact
-from crnn_conformance.generators.h5io import Case, digest
-from crnn_conformance.harness import layers as L
-from crnn_conformance.harness import pyport, runner
-from crnn_conformance.harness.sandbox import replay
-from crnn_conformance.harness.sandbox.executor import Executor, same_bytes
+from ...ctypes_kernels import abi, layer_table
+from ...generators import exact
+from ...generators.h5io import Case, digest
+from .. import layers as L
+from .. import pyport, runner
+from ..sandbox import replay
+from ..sandbox.executor import Executor, same_bytes
 
 from . import strategies, writer
 from .values import Reader
@@ -128,7 +128,7 @@ def chunk_seed(seed: int, layer: str, round_: int) -> int:
 
 
 def database_dir() -> Path:
-    from crnn_conformance.ctypes_kernels.build import cache_dir
+    from ...ctypes_kernels.build import cache_dir
     return cache_dir().parent / "fuzz" / "hypothesis"
 
 
@@ -140,7 +140,7 @@ def _reference(opts):
     """harness.reference when its port can be built and the options allow it, else None."""
     if opts.numpy_spec:
         return None
-    from crnn_conformance.harness import reference
+    from .. import reference
     return reference if reference.available() else None
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from crnn_conformance.generators.h5io import write_fixture
+from ...generators.h5io import write_fixture
 
 GENERATOR = "crnn_conformance.harness.fuzz"
 
@@ -46,7 +46,7 @@ def gate_command(out: Path, finding, port: str | None) -> str:
 def report(finding, port: str | None, out: Path, limit: int = 5) -> list[str]:
     """The lines printed for a finding: what, when, where written, then the gate's failure
     lines (their __REPRO: commands point at the written fixture)."""
-    from crnn_conformance.reports.console import failure_line
+    from ...reports.console import failure_line
     lines = [f"FOUND {finding.layer} after {finding.found_s:.1f} s ({finding.cases_before} "
              f"{finding.layer} cases), shrunk in {finding.shrunk_s:.1f} s: {finding.path}",
              f"  rerun it: {gate_command(out, finding, port)}"]

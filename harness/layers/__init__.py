@@ -11,7 +11,7 @@ sub-case's parameters) for the record's `worst` (docs/report-schema.md); {} for 
 """
 import importlib
 
-from crnn_conformance.ctypes_kernels import layer_table
+from ...ctypes_kernels import layer_table
 
 # In the gate's order (the table's: the order of README.md's "Names").
 LAYERS = layer_table.layer_names()
@@ -61,7 +61,7 @@ def check_fixture(mod, fx, role: str | None = None):
     """Refuses (FixtureError) a fixture that is not the one the harness asked for: its root
     `layer` attribute must be the module's layer, and every case must hold the tiers of the
     file's role (tiers_for) and the inputs the module reads. Returns the fixture."""
-    from crnn_conformance.generators.h5io import FixtureError
+    from ...generators.h5io import FixtureError
     role = role or fx.path.stem
     layer = fx.attrs.get("layer")
     if layer != mod.LAYER:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels.abi import check
-from crnn_conformance.harness.sandbox import guard
+from ...ctypes_kernels.abi import check
+from ..sandbox import guard
 
 
 def f32(a) -> np.ndarray:

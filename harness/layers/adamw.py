@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import layer_table
+from ...ctypes_kernels import layer_table
 
 from ._ffi import call, copy, f32, ptr, zeros
 
@@ -37,7 +37,7 @@ def worst_context(case, tensor, flat) -> dict:
     hyper-parameters, and the element's index within it; nothing for a case of one tensor."""
     if case.params.get("kind") != "many":
         return {}
-    from crnn_conformance.generators.exact import adamw_problems
+    from ...generators.exact import adamw_problems
     problems = list(adamw_problems(case.inputs))
     at = 0
     for n, (p, grads, hp, decay) in enumerate(problems):
@@ -55,7 +55,7 @@ def run(lib, case) -> dict:
     p = copy(f32(case.inputs["p"]))
     m, v = zeros(p.shape), zeros(p.shape)
     if case.params.get("kind") == "many":   # one p, m, v for all the tensors, each on its part
-        from crnn_conformance.generators.exact import adamw_problems
+        from ...generators.exact import adamw_problems
         at = 0
         for q, grads, hp, decay in adamw_problems(case.inputs):
             n = q.size

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import layer_table
+from ...ctypes_kernels import layer_table
 
 from ._ffi import call, copy, f32, out, ptr
 
@@ -48,7 +48,7 @@ def worst_context(case, tensor, flat) -> dict:
     case of one problem."""
     if case.params.get("kind") != "many":
         return {}
-    from crnn_conformance.generators.exact import clip_problems
+    from ...generators.exact import clip_problems
     problems = list(clip_problems(case.inputs))
     n, element, at = flat, [], 0
     if tensor == "grads":      # every problem's tensors one after another

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import layer_table
-from crnn_conformance.generators.float64.conv import relu_maxpool
-from crnn_conformance.generators.geometry import conv_size
-from crnn_conformance.harness.compare import Comparison, compare
+from ...ctypes_kernels import layer_table
+from ...generators.float64.conv import relu_maxpool
+from ...generators.geometry import conv_size
+from ..compare import Comparison, compare
 
 from ._ffi import call, f32, i32, out, ptr
 
@@ -100,7 +100,7 @@ def heatmap_columns(case, tensor, shape):
 
 def compare_tier(case, tier, tensor, ours, ref, tol, floor) -> Comparison:
     if tensor == "winners" and tier == "pytorch":   # dead, twin, near-tie: harness/flips.py
-        from crnn_conformance.harness.flips import compare_layer_winners
+        from ..flips import compare_layer_winners
         return compare_layer_winners(case, ours, ref, getattr(tol, "arrays", None))
     if tensor != "winners" or tier in ("exact", "identity"):
         return compare(ours[tensor], ref[tensor], tier, tol.atol if tol else 0.0,
@@ -126,7 +126,7 @@ def compare_winners(case, ours, ref, arrays=None) -> Comparison:
     each that differs from the reference's a legal decision of the error model (module
     docstring). usage: max over the windows decided otherwise of (ref_w - ref_c)/(A_w + A_c),
     the share of the two conv allowances the reference's gap between them takes (0 for twins)."""
-    from crnn_conformance.harness.allowance import allowances, conv as model
+    from ..allowance import allowances, conv as model
     c = compare(ours["winners"], ref["winners"], "exact")
     ow, rw = np.asarray(ours["winners"]), np.asarray(ref["winners"])
     if ow.shape != rw.shape:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import layer_table
-from crnn_conformance.harness.compare import json_value
+from ...ctypes_kernels import layer_table
+from ..compare import json_value
 
 from ._ffi import call, f32, i32, out, ptr
 
@@ -35,7 +35,7 @@ def run_many(lib, case) -> dict:
     """One output buffer per tensor for all the lines, each line writing its own part (a
     write past a part lands in the next line's, which that line's call then overwrites, or,
     after the last, in the guard zone; a buffer each would cost more than the lines)."""
-    from crnn_conformance.generators.exact import ctc_lines
+    from ...generators.exact import ctc_lines
     lines = list(ctc_lines(case.inputs))
     loss = out(len(lines), np.float64)
     dlogits = out(sum(z.size for z, _, _ in lines))
@@ -65,7 +65,7 @@ def worst_context(case, tensor, flat) -> dict:
         return {"input": {"x": json_value(case.inputs[f"x_{tensor}"], flat)}}
     if kind != "many":
         return {}
-    from crnn_conformance.generators.exact import ctc_lines
+    from ...generators.exact import ctc_lines
     lines = list(ctc_lines(case.inputs))
     n, element, at = flat, [], 0
     if tensor == "dlogits":    # the lines' [T][K] gradients one after another

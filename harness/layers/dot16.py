@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import layer_table
+from ...ctypes_kernels import layer_table
 
 from ._ffi import call, f32, out, ptr
 

@@ -1,7 +1,7 @@
 """The linear layer through a port: forward y, backward dx, dW, db."""
 from __future__ import annotations
 
-from crnn_conformance.ctypes_kernels import layer_table
+from ...ctypes_kernels import layer_table
 
 from ._ffi import call, f32, out, ptr
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import layer_table
-from crnn_conformance.harness.compare import json_value
+from ...ctypes_kernels import layer_table
+from ..compare import json_value
 
 from ._ffi import call, f32, out, ptr
 

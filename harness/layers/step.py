@@ -8,8 +8,8 @@ import math
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import layer_table
-from crnn_conformance.ctypes_kernels.abi import PortCallError
+from ...ctypes_kernels import layer_table
+from ...ctypes_kernels.abi import PortCallError
 
 from ._ffi import call, f32, i32, out, ptr
 
@@ -68,7 +68,7 @@ def run(lib, case) -> dict:
     result["losses"] = losses
     result["batch_loss"] = batch_loss
     if "pytorch" in getattr(case, "expected", {}):   # the flip rule: the port's pool decisions
-        from crnn_conformance.harness.flips import port_pool_outputs
+        from ..flips import port_pool_outputs
         result.update(port_pool_outputs(lib, case))
     return result
 
@@ -83,8 +83,8 @@ def outputs(case) -> list[str]:
 def compare_tier(case, tier, tensor, ours, ref, tol, floor):
     """The pytorch tier judges pool flips (harness/flips.py); every other tier compares as usual."""
     if tier == "pytorch" and "winners" in ref:
-        from crnn_conformance.harness.flips import compare_step
+        from ..flips import compare_step
         return compare_step(case, tensor, ours, ref, tol, floor)
-    from crnn_conformance.harness.compare import compare
+    from ..compare import compare
     return compare(ours[tensor], ref[tensor], tier, tol.atol if tol else 0.0,
                    tol.rtol if tol else 0.0, floor or 0.0)

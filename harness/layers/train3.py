@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import layer_table
-from crnn_conformance.harness.compare import compare
+from ...ctypes_kernels import layer_table
+from ..compare import compare
 
 from . import step as step_layer
 from ._ffi import assign, call, copy, f32, i32, out, ptr, zeros
@@ -99,7 +99,7 @@ def pytorch_mask(case, tensor):
     """pytorch_train3: compared where |grad<t>| >= 50 Floors of grad<t> in every step t (the
     kept PyTorch fp32 gradients and their Floors;
     crnn_conformance.generators.pytorch_ref.training.train_mask)."""
-    from crnn_conformance.generators.pytorch_ref.training import MASK_FACTOR, train_mask
+    from ...generators.pytorch_ref.training import MASK_FACTOR, train_mask
     steps = int(case.params["steps"])
     mask = train_mask([case.inputs[f"grad{t}.{tensor}"] for t in range(steps)],
                       [case.floor[f"inputs/grad{t}.{tensor}"] for t in range(steps)])

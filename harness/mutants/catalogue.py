@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from crnn_conformance.harness.runner import FIXTURES_DIR, THREADS, TIERS
+from ..runner import FIXTURES_DIR, THREADS, TIERS
 
 # The order of "most tolerant first": the tier a mistake is reported as caught by is the
 # first of these that failed it.

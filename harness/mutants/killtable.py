@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from crnn_conformance.harness.runner import TIERS
+from ..runner import TIERS
 
 from .catalogue import BY_NAME, MARGIN, TOLERANT_FIRST
 

@@ -17,9 +17,9 @@ import time
 import traceback
 from pathlib import Path
 
-from crnn_conformance.ctypes_kernels import abi
-from crnn_conformance.generators.h5io import FixtureError
-from crnn_conformance.harness.runner import FIXTURES_DIR, GateOptions, run_gate
+from ...ctypes_kernels import abi
+from ...generators.h5io import FixtureError
+from ..runner import FIXTURES_DIR, GateOptions, run_gate
 
 from .catalogue import BY_NAME, CATALOGUE, MARGIN, MARGIN_REASONS, plan
 from .killtable import Kill, _finite, _summarise
@@ -46,7 +46,7 @@ def check_is_mutant(path: Path, name: str) -> None:
 def run_mutant(name: str, fixtures: Path = FIXTURES_DIR, full: bool = False,
                timeout: float = 120.0) -> Kill:
     """Builds the mutant and gates it in this process."""
-    from crnn_conformance.ctypes_kernels.build import build
+    from ...ctypes_kernels.build import build
     m = BY_NAME[name]
     t0 = time.perf_counter()
     try:
@@ -67,7 +67,7 @@ def run_mutant(name: str, fixtures: Path = FIXTURES_DIR, full: bool = False,
 def preflight(fixtures: Path = FIXTURES_DIR) -> None:
     """Raises abi.PortError / FixtureError / ValueError when nothing can be gated: no compiler
     for the bundled kernels, or a missing, corrupt or stale fixture."""
-    from crnn_conformance.harness.runner import GateSession
+    from ..runner import GateSession
     GateSession(GateOptions(fixtures=Path(fixtures)))   # builds the port, reads every fixture
 
 

@@ -33,10 +33,10 @@ import time
 from collections import deque
 from pathlib import Path
 
-from crnn_conformance.ctypes_kernels import abi
-from crnn_conformance.harness.sandbox import guard
-from crnn_conformance.harness.sandbox.fpenv import fpenv_helper
-from crnn_conformance.harness.sandbox.worker import OUTPUT_LIMIT, _Shared, _worker, same_bytes
+from ...ctypes_kernels import abi
+from . import guard
+from .fpenv import fpenv_helper
+from .worker import OUTPUT_LIMIT, _Shared, _worker, same_bytes
 
 __all__ = ["OUTPUT_LIMIT", "Executor", "PortCrash", "fpenv_helper", "same_bytes"]
 

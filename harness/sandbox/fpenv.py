@@ -25,13 +25,13 @@ ROUNDING = {"mxcsr": ("nearest", "down", "up", "toward zero"),
 def helper_source() -> str:
     """The helper's whole source: fpenv.c, then the worker's replay of repeat runs
     (harness/sandbox/replay.c, with the ABI's prototypes)."""
-    from crnn_conformance.harness.sandbox import replay
+    from . import replay
     return FPENV_SOURCE + "\n" + replay.source()
 
 
 def fpenv_helper():
     """The helper library (ctypes), or None when it cannot be built (no C compiler)."""
-    from crnn_conformance.ctypes_kernels.build import BuildError, build_helper
+    from ...ctypes_kernels.build import BuildError, build_helper
     try:
         return load_helper(build_helper("crnnfpenv", helper_source()))
     except (BuildError, OSError):
@@ -49,7 +49,7 @@ def load_helper(path):
     if check is not None:
         check.restype = ctypes.c_int32
         check.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p]
-    from crnn_conformance.harness.sandbox import replay
+    from . import replay
     lib.replays = replay.declare(lib)                 # False: the worker replays nothing
     return lib
 

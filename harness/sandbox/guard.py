@@ -36,8 +36,8 @@ from functools import cache
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import abi
-from crnn_conformance.harness.compare import poisoned
+from ...ctypes_kernels import abi
+from ..compare import poisoned
 
 CANARY = 256                  # bytes of canary on each side (a multiple of ALIGN)
 ALIGN = 64                    # data alignment (what NumPy's allocator gives)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import abi, layer_table
-from crnn_conformance.harness.sandbox import guard
+from ...ctypes_kernels import abi, layer_table
+from . import guard
 
 SOURCE = Path(__file__).with_name("replay.c")
 # every entry point but the control functions, in the table's order, which is replay.c's enum

@@ -26,11 +26,11 @@ from collections import deque
 
 import numpy as np
 
-from crnn_conformance.ctypes_kernels import abi
-from crnn_conformance.generators.h5io import read_fixture
-from crnn_conformance.harness import pyport
-from crnn_conformance.harness.sandbox import guard, replay
-from crnn_conformance.harness.sandbox.fpenv import FpEnvError, fp_checker, fp_problem, fpenv, load_helper
+from ...ctypes_kernels import abi
+from ...generators.h5io import read_fixture
+from .. import pyport
+from . import guard, replay
+from .fpenv import FpEnvError, fp_checker, fp_problem, fpenv, load_helper
 
 _LIBC = ctypes.CDLL(None)
 OUTPUT_LIMIT = 4096              # bytes of a run's port output kept for its records
@@ -229,7 +229,7 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
 def _serve_contract(conn, traced, shared, calls, isa: str) -> None:
     """The contract tier's calls on the base run's ISA (a Python port's config: its name's
     index in the port's own list, as crnn_set_isa takes it)."""
-    from crnn_conformance.harness import contract
+    from .. import contract
     base_isa = traced.isa_names.index(isa)
     os.ftruncate(shared.out_fd, 0)
     for call in calls:
@@ -448,7 +448,7 @@ def _same_outputs(answer, first) -> bool:
 
 
 def _run_one(lib, arena, cases, layer, fixture_path, case_name, isa, threads, tape=None) -> tuple:
-    from crnn_conformance.harness import layers as L
+    from .. import layers as L
     lib.where = f"{layer}, case {case_name}, {isa} x {threads} thread(s)"
     case = None
     guard.activate(arena)

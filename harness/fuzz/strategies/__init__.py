@@ -9,7 +9,7 @@ once), the first, ordinary family and the smallest shapes and plainest arrays at
 that Hypothesis, which shrinks bytes towards 0, shrinks a case towards them."""
 import importlib
 
-from crnn_conformance.harness import layers as L
+from ... import layers as L
 
 
 def module(layer: str):

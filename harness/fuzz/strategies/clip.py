@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators.spec.dot16 import gemm16
+from ....generators.spec.dot16 import gemm16
 
 from ..values import Choice, Reader, array, cases as from_bytes, f32_specials, recipe_bytes
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators.geometry import conv_size
-from crnn_conformance.generators.model import kpadded
+from ....generators.geometry import conv_size
+from ....generators.model import kpadded
 
 from ..values import Choice, Reader, array, cases as from_bytes, f32_specials, rng
 

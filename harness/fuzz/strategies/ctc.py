@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators.edge_values import nan64_variants
-from crnn_conformance.generators.spec import detmath as D
+from ....generators.edge_values import nan64_variants
+from ....generators.spec import detmath as D
 
 from ..values import Choice, Reader, array, cases as from_bytes, picks, rng
 

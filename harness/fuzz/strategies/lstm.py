@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators.edge_values import nan32_variants
-from crnn_conformance.generators.spec import activations as A
+from ....generators.edge_values import nan32_variants
+from ....generators.spec import activations as A
 
 from ..values import KINDS, Choice, Reader, array, cases as from_bytes, f32_specials, picks
 

@@ -15,9 +15,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from crnn_conformance.generators import model
-from crnn_conformance.generators.geometry import conv_extent
-from crnn_conformance.generators.model import kpadded
+from ....generators import model
+from ....generators.geometry import conv_extent
+from ....generators.model import kpadded
 
 from ..values import Choice, Reader, array, cases as from_bytes, recipe_bytes, rng
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crnn_conformance.generators import model
+from ....generators import model
 
 from ..values import Choice, Reader, cases as from_bytes
 from . import step
