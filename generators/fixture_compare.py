@@ -53,6 +53,13 @@ TORCH_ENV_ATTRS = ("torch_version", "cpu_flags")
 F64_AGREEMENT = 2.0 ** -19
 
 
+def _generator(name: str):
+    """The builder module a fixture names in its `generator` attribute ("generators.cases.x",
+    the folder's name), imported as the installed package's module."""
+    prefix = "crnn_conformance."
+    return importlib.import_module(name if name.startswith(prefix) else prefix + name)
+
+
 def _attr(f, k):
     v = f.attrs.get(k)
     return v.decode() if isinstance(v, bytes) else (None if v is None else str(v))
@@ -205,7 +212,7 @@ def differences(old: Path, new: Path) -> list[str]:
                 out += _attr_differences(f"{n}: ", dict(fo[n].attrs), dict(fn[n].attrs))
         out += [f"{n}: no longer generated" for n in _datasets(fo) if n not in fn]
         if env:
-            out += _pytorch_expected(fo, fn, importlib.import_module(_attr(fn, "generator")))
+            out += _pytorch_expected(fo, fn, _generator(_attr(fn, "generator")))
     return out
 
 
