@@ -12,7 +12,7 @@ refused or does not replay is reported, not dropped.
 Grade: a run's outputs are rebuilt by the gate's own layer module, `run(lib, case)`, on a
 shim lib whose entry points, called in the bundle's order, copy the bytes the runner recorded
 after call k into the buffers they are given and return its rc (ResultsSource: an executor
-for runner._run_case). The gate's per-case path then makes the records.
+for case_checks._run_case). The gate's per-case path then makes the records.
 
     write_bundle(out_dir, cases)          # cases: recorded with record_case
     b = read_bundle(dir)                  # BundleError: one line, exit 2

@@ -1,5 +1,5 @@
 """`grade`: a case bundle's results, made by a runner on another machine, judged by the gate's
-own per-case path (runner._run_case), so the records are the gate's: the same tiers,
+own per-case path (case_checks._run_case), so the records are the gate's: the same tiers,
 allowances, worst elements and reports (docs/case-bundle.md).
 
 A run's outputs are rebuilt in this process: the layer module's `run(lib, case)` runs on the
@@ -8,7 +8,7 @@ points, called in the bundle's order, check that the call is the bundle's call k
 entry point, integers, doubles, buffers and offsets), copy the bytes the runner recorded
 after call k into the buffers given and return its rc. A run that ended early (a crash, a
 hang, a missing symbol, a failed check) raises at the call where it ended what the gate's
-worker raises there. ResultsSource answers runner._run_case as an Executor does.
+worker raises there. ResultsSource answers case_checks._run_case as an Executor does.
 
 Runs are named by machine and ISA ("x86_64:avx2"): identity compares every run of every
 results file with the base run (the first file's first ISA, 1 thread), bit for bit.
@@ -31,7 +31,7 @@ from ..generators.h5io import read_fixture
 from . import bundle as B
 from .sandbox import guard
 from . import layers as L
-from . import runner
+from . import case_checks, runner
 from .sandbox.executor import PortCrash
 from .provenance import fixture_info, sha256, tool_info
 from .records import GateOptions, GateResult, _shell_quote
@@ -171,7 +171,7 @@ def rebuild(module, case, bc: B.BundleCase, run: B.Run) -> dict:
 
 
 class ResultsSource:
-    """Answers runner._run_case as an Executor does, from the recorded runs."""
+    """Answers case_checks._run_case as an Executor does, from the recorded runs."""
 
     def __init__(self, bundle: B.Bundle, runs: dict, modules: dict):
         self.bundle, self.runs, self.modules = bundle, runs, modules
@@ -307,9 +307,9 @@ def _records(opts, jobs, source, runs, isas, threads, not_implemented, progress)
         mine = sorted({(i, t) for (c, i, t) in runs if c == bc.index and (i, t) != (base, 1)},
                       key=lambda r: (order[r[0]], threads.index(r[1])))
         try:
-            recs = runner._run_case(opts, source, m, path, case,
+            recs = case_checks._run_case(opts, source, m, path, case,
                                     [(base, 1)] + (mine if "identity" in opts.tiers else []))
-        except runner.NotImplementedByPort as e:
+        except case_checks.NotImplementedByPort as e:
             not_implemented.setdefault(m.LAYER, str(e))
             continue
         for r in recs:

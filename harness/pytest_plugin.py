@@ -82,12 +82,7 @@ def _options(config):
     from . import layers as L
     from . import pyport
     from .cli.common import _split, parse_timeout
-    from .runner import (
-FIXTURES_DIR,
-THREADS,
-TIERS,
-GateOptions,
-)
+    from .runner import FIXTURES_DIR, THREADS, TIERS, GateOptions
     layers = config.getoption("crnn_layers")
     available = layers is not None and layers.strip() == "available"
     try:

@@ -18,7 +18,8 @@ from crnn_conformance.harness import allowance
 from crnn_conformance.harness import layers as L
 from crnn_conformance.harness.allowance import params, tails
 from crnn_conformance.harness.compare import compare
-from crnn_conformance.harness.runner import FIXTURES_DIR, tier_tolerance
+from crnn_conformance.harness.runner import FIXTURES_DIR
+from crnn_conformance.harness.case_checks import tier_tolerance
 
 F32 = np.float32
 

@@ -19,7 +19,8 @@ from crnn_conformance.generators.h5io import read_fixture
 from crnn_conformance.harness import api
 from crnn_conformance.harness import layers as L
 from crnn_conformance.harness.compare import POISON_F32, POISON_F64, compare
-from crnn_conformance.harness.runner import GateOptions, _tier_records
+from crnn_conformance.harness.runner import GateOptions
+from crnn_conformance.harness.case_checks import _tier_records
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "python-api.md"
@@ -29,7 +30,7 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 # ---------------------------------------------------------------- the gate's view of a tensor
 
 def gate_records(layer, params, inputs, exact, float64, ours) -> dict:
-    """The gate's records (runner._tier_records: the layer's compare hook or compare(), the
+    """The gate's records (case_checks._tier_records: the layer's compare hook or compare(), the
     per-element allowances of the error model on these inputs and the tolerance table) of the
     port outputs `ours` against the references, by (tensor, tier)."""
     case = SimpleNamespace(name="api", params=params, inputs=inputs, floor={},

@@ -13,7 +13,7 @@ from crnn_conformance.generators.cases import ctc as cases
 from crnn_conformance.generators.float64 import ctc as ref
 from crnn_conformance.generators.spec import ctc as spec
 from crnn_conformance.harness.compare import compare
-from crnn_conformance.harness.runner import tier_tolerance
+from crnn_conformance.harness.case_checks import tier_tolerance
 
 
 def c_ctc(lib, logits, target, scale):

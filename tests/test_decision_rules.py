@@ -216,7 +216,7 @@ def test_step_near_tie_does_not_use_the_one_flip(lib):
     is not a second one (which would fail the record)."""
     from crnn_conformance.harness import flips as FL
     from crnn_conformance.harness.layers import step
-    from crnn_conformance.harness.runner import tier_tolerance
+    from crnn_conformance.harness.case_checks import tier_tolerance
     case = read_fixture(FIXTURES_DIR / "pytorch_step.h5").cases[0]
     ours = dict(step.run(lib, case))
     ref = dict(case.expected["pytorch"])

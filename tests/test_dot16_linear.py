@@ -12,7 +12,7 @@ from crnn_conformance.generators.spec import linear as spec
 from crnn_conformance.generators.spec.dot16 import dot16, gemm16
 from crnn_conformance.harness.compare import compare
 from crnn_conformance.harness.layers import linear as linear_layer
-from crnn_conformance.harness.runner import tier_tolerance
+from crnn_conformance.harness.case_checks import tier_tolerance
 
 from crnn_conformance.harness.runner import THREADS
 

@@ -22,7 +22,7 @@ from crnn_conformance.generators.spec import lstm as spec
 from crnn_conformance.harness.compare import compare
 from crnn_conformance.harness.layers import lstm as lstm_layer
 from crnn_conformance.harness.runner import FIXTURES_DIR, THREADS
-from crnn_conformance.harness.runner import tier_tolerance
+from crnn_conformance.harness.case_checks import tier_tolerance
 
 TENSORS = cases.TENSORS
 

@@ -213,7 +213,7 @@ def step_ours(lib, step_case):
 
 def _records(case, ours, ref):
     from crnn_conformance.harness.layers import step
-    from crnn_conformance.harness.runner import tier_tolerance
+    from crnn_conformance.harness.case_checks import tier_tolerance
     return {t: step.compare_tier(case, "pytorch", t, ours, ref,
                                  tier_tolerance("step", case, "pytorch", t),
                                  case.floor.get(t, 0.0)) for t in ref}

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from crnn_conformance.generators.h5io import read_fixture
 from crnn_conformance.harness.compare import compare
-from crnn_conformance.harness.runner import FIXTURES_DIR, tier_tolerance
+from crnn_conformance.harness.runner import FIXTURES_DIR
+from crnn_conformance.harness.case_checks import tier_tolerance
 
 
 def _case(tensor="dW"):

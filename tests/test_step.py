@@ -16,7 +16,7 @@ from crnn_conformance.generators.cases import step as cases
 from crnn_conformance.generators.h5io import read_fixture
 from crnn_conformance.generators.spec import step as spec
 from crnn_conformance.harness.runner import FIXTURES_DIR, THREADS
-from crnn_conformance.harness.runner import tier_tolerance
+from crnn_conformance.harness.case_checks import tier_tolerance
 
 ISA_IDS = {"scalar": 0, "sse": 1, "avx2": 2, "avx512": 3}
 

@@ -33,7 +33,7 @@ from ...ctypes_kernels import abi, layer_table
 from ...generators import exact
 from ...generators.h5io import Case, digest
 from .. import layers as L
-from .. import pyport, runner
+from .. import case_checks, pyport, runner
 from ..sandbox import replay
 from ..sandbox.executor import Executor, same_bytes
 
@@ -190,7 +190,7 @@ class Fuzzer:
                 return case, []
         elif not self._check_on_reference(layer, case):
             return case, []
-        records = runner.check_case(self.gate, self.executor, L.module(layer), INLINE, case,
+        records = case_checks.check_case(self.gate, self.executor, L.module(layer), INLINE, case,
                                     self.isas)
         return case, [r for r in records if not r.passed]
 

@@ -1,0 +1,181 @@
+"""One case's checks: the base run against each tier the case holds and every other ISA x
+thread count against the base run bit for bit, as records (the gate's runner schedules the
+cases; the fuzzer and the grader call check_case / _run_case directly)."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..ctypes_kernels import abi
+from .compare import compare
+from .records import Record, failure, record, repro_command
+from .sandbox.executor import PortCrash
+from .tolerances import elementwise, lookup
+
+def tier_tolerance(layer: str, case, tier: str, tensor: str, shape=None, arrays=None):
+    """The allowance of one tensor in a tolerance tier: the error model's per-element Atol on
+    the case's inputs (harness/allowance/) joined with the table's entry; None for the bit
+    tiers. `shape`: the reference's, when it holds the model's elements in another shape
+    (the Python API's 0-d loss against the fixtures' [1]); `arrays`: the case's
+    _model_allowances(), when the caller has them."""
+    if tier not in ("float64", "pytorch"):
+        return None
+    arrays = _model_allowances(layer, case) if arrays is None else arrays
+    model = arrays.get(tensor)
+    if model is not None and shape is not None and model.size == int(np.prod(shape)):
+        model = model.reshape(shape)
+    return elementwise(lookup(layer, tensor), model, arrays)
+
+
+def _model_allowances(layer: str, case) -> dict:
+    """{tensor: the error model's per-element Atol} of a case ({} for a layer without one)."""
+    from . import allowance
+    return allowance.allowances(layer, case) if layer in allowance.LAYERS else {}
+
+
+def _tier_records(opts, module, case, tier, ours, isa, threads=1) -> list[Record]:
+    out = []
+    ref = case.expected[tier]
+    hook = getattr(module, "compare_tier", None)
+    # once per case and tier: finding them keys the cache with a digest of every input
+    arrays = _model_allowances(module.LAYER, case) if tier in ("float64", "pytorch") else None
+    for tensor, r in ref.items():
+        if tensor not in ours:
+            continue
+        tol = tier_tolerance(module.LAYER, case, tier, tensor, np.shape(r), arrays)
+        floor = float(case.floor.get(tensor, 0.0)) if tier == "pytorch" else None
+        if hook is not None:
+            c = hook(case, tier, tensor, ours, ref, tol, floor)
+        else:
+            c = compare(ours[tensor], r, tier, tol.atol if tol else 0.0, tol.rtol if tol else 0.0,
+                        floor or 0.0, heatmap_cols=_heatmap_cols(module, case, tensor, r))
+        _worst_context(module, case, tensor, np.shape(r), c)
+        rec = record(opts, module.LAYER, case.name, tensor, tier, isa, threads, c, tol, floor)
+        if getattr(c, "flips", None) is not None:   # harness/flips.py: pool flips of this case
+            rec.flips = list(c.flips)                # (not a Record field: meta["flips"] holds them)
+        out.append(rec)
+    return out
+
+
+class NotImplementedByPort(Exception):
+    """Under --layers available: the base run of a case returned CRNN_E_UNSUPPORTED."""
+
+
+def _share(records, seconds: float) -> list[Record]:
+    """Splits the wall time of one port run and its comparisons over the checks it made."""
+    for r in records:
+        r.seconds += seconds / len(records)   # (no records: nothing to share)
+    return records
+
+
+def _attempt(ex, layer, fixture_path, case, isa, threads):
+    """One run -> (outputs, error or None, the port's output text, its seconds); on an error,
+    the outputs are those of the calls that completed (e.g. the forward's when the backward
+    failed)."""
+    try:
+        outputs, error = ex.run(layer, fixture_path, case, isa, threads), None
+    except (PortCrash, abi.PortCallError) as e:
+        outputs, error = getattr(e, "partial", {}), e
+    return outputs, error, ex.last_output, ex.last_seconds
+
+
+def _with_output(records: list, text: str) -> list:
+    if records and text:
+        records[0].output = text
+    return records
+
+
+def _run_case(opts, ex, m, fixture_path, case, runs) -> list[Record]:
+    base_run = runs[0]
+    base, error, text, seconds = _attempt(ex, m.LAYER, fixture_path, case.name, *base_run)
+    if error is not None and opts.available and getattr(error, "code", None) == abi.E_UNSUPPORTED:
+        raise NotImplementedByPort(str(error)) from None
+    # The identity runs first: meanwhile the error model may still be computing the
+    # allowances of the tolerance tiers (harness/allowance.prefetch). The records keep the
+    # tiers' order.
+    identity = [] if error is not None else _identity_records(opts, ex, m, fixture_path, case,
+                                                              runs, base)
+    t0 = time.perf_counter()
+    records = []
+    for tier in case.expected:
+        if tier in opts.tiers:
+            records += _tier_records(opts, m, case, tier, base, *base_run)
+    if error is not None:   # no (complete) base run: every tier of the case fails
+        records += [failure(opts, m.LAYER, case.name, t, *base_run, str(error))
+                    for t in case.expected if t in opts.tiers]
+        if "identity" in opts.tiers and len(runs) > 1:
+            rec = failure(opts, m.LAYER, case.name, "identity", *base_run, str(error))
+            rec.repro = (repro_command(opts, m.LAYER, case.name, "identity", *base_run, runs=runs)
+                         if opts.runs else
+                         repro_command(opts, m.LAYER, case.name, "identity",
+                                       ",".join(dict.fromkeys(i for i, _ in runs)),
+                                       ",".join(map(str, opts.threads))))
+            records.append(rec)
+    return _share(_with_output(records, text), seconds + time.perf_counter() - t0) + identity
+
+
+def _identity_records(opts, ex, m, fixture_path, case, runs, base) -> list[Record]:
+    """Every run after the first compared bit for bit with the first (the base); a failing
+    record names both runs and its repro reruns exactly those two (`--runs BASE,RUN`)."""
+    records = []
+    if "identity" not in opts.tiers:
+        return records
+    for isa, threads in runs[1:]:
+        pair = [runs[0], (isa, threads)]
+        t0 = time.perf_counter()
+        other, error, text, seconds = _attempt(ex, m.LAYER, fixture_path, case.name, isa, threads)
+        run = []
+        for tensor, a in base.items():
+            if tensor not in other:
+                continue
+            c = compare(other[tensor], a, "identity", heatmap_cols=_heatmap_cols(m, case, tensor, a))
+            if not c.passed:
+                c.note = ((c.note + "; " if c.note else "")
+                          + f"{run_name(isa, threads)} differs from {run_name(*runs[0])}")
+            _worst_context(m, case, tensor, np.shape(a), c)
+            run.append(record(opts, m.LAYER, case.name, tensor, "identity", isa, threads, c))
+        if error is not None:
+            run.append(failure(opts, m.LAYER, case.name, "identity", isa, threads, str(error)))
+        for rec in run:
+            if not rec.passed:
+                rec.repro = repro_command(opts, m.LAYER, case.name, "identity", isa, threads,
+                                          runs=pair)
+        records += _share(_with_output(run, text), seconds + time.perf_counter() - t0)
+    return records
+
+
+def run_name(isa: str, threads: int) -> str:
+    """`avx2 x 7 threads`, `scalar x 1 thread`: one ISA x threads run in words."""
+    return f"{isa} x {threads} thread{'' if threads == 1 else 's'}"
+
+
+def run_list(opts: GateOptions, isas) -> list[tuple]:
+    """The (isa, threads) runs of a case, the base run first: `opts.runs` as given (gate
+    --runs), else the first ISA x 1 thread then every other ISA x thread count of `isas` x
+    opts.threads; the base run alone when the identity tier is not asked for."""
+    runs = ([tuple(r) for r in opts.runs] if opts.runs else
+            [(isas[0], 1)] + [(i, t) for i in isas for t in opts.threads if (i, t) != (isas[0], 1)])
+    return runs if "identity" in opts.tiers else runs[:1]
+
+
+def _worst_context(module, case, tensor, shape, c) -> None:
+    """Adds to c.worst what the layer module knows of that element (its worst_context(case,
+    tensor, flat index), e.g. an element-wise case's input, a packed case's sub-case)."""
+    fn = getattr(module, "worst_context", None)
+    index = c.worst.get("index") if c.worst else None
+    if fn is not None and index is not None and len(index) == len(shape) and shape:
+        c.worst.update(fn(case, tensor, int(np.ravel_multi_index(index, shape))))
+
+
+def check_case(opts: GateOptions, executor, module, fixture_path, case, isas) -> list[Record]:
+    """The gate's records of one case (every tier it holds, identity over isas x threads):
+    what run_gate does per case, for a caller with its own cases (harness/fuzz)."""
+    return _run_case(opts, executor, module, fixture_path, case, run_list(opts, isas))
+
+
+def _heatmap_cols(module, case, tensor, ref):
+    """A layer module may define heatmap_columns(case, tensor, shape) -> column group starts
+    (e.g. one group per conv tap) so its heat maps follow its layout; else compare's default."""
+    fn = getattr(module, "heatmap_columns", None)
+    return fn(case, tensor, getattr(ref, "shape", ())) if fn else None
