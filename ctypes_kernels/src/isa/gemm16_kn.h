@@ -1,37 +1,32 @@
 /* gemm16_kn.h — crnn_gemm16_kn (C[i][j] = sum_k A(i,k) B[k][j], B read down its columns, any
  * strides) on one ISA's vectors. A register holds lane l of VW consecutive outputs j. The
- * lanes are computed four at a time (a, a+8, a+4, a+12 for a = 0, 2, 1, 3: each lane's terms
- * k = l, l+16, ... in ascending order, four independent chains) and combined as soon as the
- * tree allows, so the tree is vertical adds in its own order. A block is MR rows x NR
- * registers of outputs; the last register of a row may be partial (masked loads and stores).
+ * lanes are computed two at a time (a and a+8: each lane's terms k = l, l+16, ... in
+ * ascending order, two independent chains) and combined as soon as the tree allows, so the
+ * tree is vertical adds in its own order. A block is MR rows x NR registers of outputs; the
+ * last register of a row may be partial (masked loads and stores).
  * gemm16_kn_packed.h builds on the blocks defined here. */
 #include "gemm16_common.h"
 
-/* kn blocks: at most KN_MAX_REGS output registers, each with KN_LANE_GROUP accumulators
- * while a group of KN_LANE_GROUP lanes runs (enough independent fma chains to cover the
- * latency); KN_NR_PREFERRED output registers per row of a block when M allows.
- * 512-bit (32 registers): the fma takes A's splat from memory for free, so blocks are rows
- * of A (up to 4 x 1: one load of B per 4 fmas), four lanes at a time.
- * 256-bit (16 registers): a splat is an instruction of its own, so blocks are 2 x 2 (one
- * splat and one load per 2 fmas), two lanes at a time; 128-bit: 1 x 3, four lanes at a time.
- * Two block variants chosen at run time, each measured faster on its paths (paired warm
- * A/B of the training step, docs/performance.md): KN_A_CONTIG_VARIANT, for A unpacked with
- * a_k = 1 (its four lanes one pointer, a known step: the loop needs fewer registers);
- * KN_CONST_K_VARIANT (256-bit), K = 16, 32, 64 as constants. */
+/* kn blocks: at most KN_MAX_REGS output registers, each with two accumulators while a pair
+ * of lanes (a, a+8) runs (2 * KN_MAX_REGS independent fma chains cover the latency);
+ * KN_NR_PREFERRED output registers per row of a block when M allows. Per term of a pair, a
+ * block of MR x NR registers loads NR rows of B and MR splats of A for MR * NR fmas:
+ * 512-bit (32 registers), 4 x 2 blocks (6 loads per 8 fmas, 16 accumulators); 256- and
+ * 128-bit (16 registers), 2 x 3 blocks (5 loads per 6 fmas, 12 accumulators, B and a splat
+ * in the other registers). Measured against the earlier shapes (4 x 1 with four lanes at a
+ * time on 512-bit, 2 x 2 on 256-bit, 1 x 3 with four lanes on 128-bit) by paired warm A/B of
+ * the training step (docs/performance.md).
+ * Two block variants chosen at run time, each measured faster on its paths:
+ * KN_A_CONTIG_VARIANT, for A unpacked with a_k = 1 (its lanes one pointer, a known step: the
+ * loop needs fewer registers); KN_CONST_K_VARIANT (256-bit), K = 16, 32, 64 as constants. */
 #define KN_A_CONTIG_VARIANT 1
 #define KN_CONST_K_VARIANT (VW == 8)
 #if VW == 16
-#define KN_MAX_REGS 4
-#define KN_NR_PREFERRED 1
-#define KN_LANE_GROUP 4
-#elif VW == 8
-#define KN_MAX_REGS 4
+#define KN_MAX_REGS 8
 #define KN_NR_PREFERRED 2
-#define KN_LANE_GROUP 2
 #else
-#define KN_MAX_REGS 3
+#define KN_MAX_REGS 6
 #define KN_NR_PREFERRED 3
-#define KN_LANE_GROUP 4
 #endif
 
 /* Where lane l's terms are: operand X's term k = l + 16m is at X + off[l] + m*step (row
@@ -63,47 +58,6 @@ AI void kn_term(const int MR, const int NR, const float *a, int64_t ars, const f
         UNROLL
         for (int v = 0; v < NR; v++) x[r * NR + v] = VFMA(av, bv[v], x[r * NR + v]);
     }
-}
-
-/* Lanes a, a+8, a+4, a+12 (a < 4) together — four independent fma chains per output
- * register, enough to cover the fma latency — each lane's terms k = l, l+16, ... in
- * ascending order from +0; then the first two tree levels of that group:
- * y = (p[a] + p[a+8]) + (p[a+4] + p[a+12]). */
-AI void kn_group(const int MR, const int NR, const int A_CONTIG, int a, int64_t K,
-                 const kn_operand *A, const kn_operand *B, int last, vec_t *y)
-{
-    enum { Q = KN_MAX_REGS };
-    vec_t x0[Q], x8[Q], x4[Q], x12[Q];
-    UNROLL
-    for (int q = 0; q < MR * NR; q++) x0[q] = x8[q] = x4[q] = x12[q] = VZERO();
-    /* terms per lane: ceil((K - l) / 16); lane a has the most, a+12 the fewest (one less
-     * at most), so all four run together for the fewest and the others finish alone */
-    const int64_t n12 = K > a + 12 ? (K - a - 12 + 15) / 16 : 0;
-    const int64_t n8 = K > a + 8 ? (K - a - 8 + 15) / 16 : 0;
-    const int64_t n4 = K > a + 4 ? (K - a - 4 + 15) / 16 : 0;
-    const int64_t n0 = K > a ? (K - a + 15) / 16 : 0;
-    /* A_CONTIG: A's lanes are consecutive floats (a_k = 1, unpacked): one pointer for all four,
-     * a known step (fewer registers in the loop) */
-    const float *pa0 = A->p + (A_CONTIG ? a : A->off[a]);
-    const float *pa8 = A_CONTIG ? pa0 + 8 : A->p + A->off[a + 8];
-    const float *pa4 = A_CONTIG ? pa0 + 4 : A->p + A->off[a + 4];
-    const float *pa12 = A_CONTIG ? pa0 + 12 : A->p + A->off[a + 12];
-    const float *pb0 = B->p + B->off[a], *pb8 = B->p + B->off[a + 8];
-    const float *pb4 = B->p + B->off[a + 4], *pb12 = B->p + B->off[a + 12];
-    const int64_t as = A_CONTIG ? 16 : A->step, bs = B->step, ars = A->rs, bvs = B->vs;
-    int64_t m = 0;
-    for (; m < n12; m++) {
-        kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, bvs, last, x0);
-        kn_term(MR, NR, pa8 + m * as, ars, pb8 + m * bs, bvs, last, x8);
-        kn_term(MR, NR, pa4 + m * as, ars, pb4 + m * bs, bvs, last, x4);
-        kn_term(MR, NR, pa12 + m * as, ars, pb12 + m * bs, bvs, last, x12);
-    }
-    if (n0 > m) kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, bvs, last, x0);
-    if (n8 > m) kn_term(MR, NR, pa8 + m * as, ars, pb8 + m * bs, bvs, last, x8);
-    if (n4 > m) kn_term(MR, NR, pa4 + m * as, ars, pb4 + m * bs, bvs, last, x4);
-    UNROLL
-    for (int q = 0; q < MR * NR; q++)
-        y[q] = VADD(VADD(x0[q], x8[q]), VADD(x4[q], x12[q]));
 }
 
 /* Lanes a and a+8 together (two fma chains per output register), each lane's terms in
@@ -141,14 +95,6 @@ AI void kn_block(const int MR, const int NR, const int A_CONTIG, int64_t K, cons
     vec_t u0[Q], u1[Q], t[Q];
     const int lastload = masked ? last : VW;
 #define VSUM(d, a, b) UNROLL for (int q = 0; q < MR * NR; q++) d[q] = VADD(a[q], b[q])
-#if KN_LANE_GROUP == 4
-    kn_group(MR, NR, A_CONTIG, 0, K, A, B, lastload, u0);        /* r0 */
-    kn_group(MR, NR, A_CONTIG, 2, K, A, B, lastload, t);         /* r2 */
-    VSUM(u0, u0, t);
-    kn_group(MR, NR, A_CONTIG, 1, K, A, B, lastload, u1);        /* r1 */
-    kn_group(MR, NR, A_CONTIG, 3, K, A, B, lastload, t);         /* r3 */
-    VSUM(u1, u1, t);
-#else
     vec_t r[Q];
     for (int h = 0; h < 2; h++) {                          /* u_h from lanes h, h+2, ... */
         vec_t *u = h ? u1 : u0;
@@ -160,7 +106,6 @@ AI void kn_block(const int MR, const int NR, const int A_CONTIG, int64_t K, cons
         VSUM(u, u, t);                                     /* r_{h+2} */
         VSUM(u, r, u);                                     /* u_h = r_h + r_{h+2} */
     }
-#endif
 #undef VSUM
     UNROLL
     for (int r = 0; r < MR; r++)
@@ -195,24 +140,48 @@ KN_SHAPE(2, 1)
 KN_SHAPE(1, 2)
 KN_SHAPE(3, 1)
 KN_SHAPE(1, 3)
-#if KN_MAX_REGS >= 4
 KN_SHAPE(4, 1)
 KN_SHAPE(2, 2)
 KN_SHAPE(1, 4)
+KN_SHAPE(5, 1)
+KN_SHAPE(6, 1)
+KN_SHAPE(3, 2)
+KN_SHAPE(2, 3)
+KN_SHAPE(1, 5)
+KN_SHAPE(1, 6)
+#if KN_MAX_REGS >= 8
+KN_SHAPE(7, 1)
+KN_SHAPE(8, 1)
+KN_SHAPE(4, 2)
+KN_SHAPE(2, 4)
+KN_SHAPE(1, 7)
+KN_SHAPE(1, 8)
 #endif
 
 static kn_block_fn kn_shape(int mr, int nr)
 {
-    switch (mr * 8 + nr) {
-    case 1 * 8 + 1: return kn_1x1;
-    case 2 * 8 + 1: return kn_2x1;
-    case 1 * 8 + 2: return kn_1x2;
-    case 3 * 8 + 1: return kn_3x1;
-    case 1 * 8 + 3: return kn_1x3;
-#if KN_MAX_REGS >= 4
-    case 4 * 8 + 1: return kn_4x1;
-    case 2 * 8 + 2: return kn_2x2;
-    case 1 * 8 + 4: return kn_1x4;
+    switch (mr * 16 + nr) {
+    case 1 * 16 + 1: return kn_1x1;
+    case 2 * 16 + 1: return kn_2x1;
+    case 1 * 16 + 2: return kn_1x2;
+    case 3 * 16 + 1: return kn_3x1;
+    case 1 * 16 + 3: return kn_1x3;
+    case 4 * 16 + 1: return kn_4x1;
+    case 2 * 16 + 2: return kn_2x2;
+    case 1 * 16 + 4: return kn_1x4;
+    case 5 * 16 + 1: return kn_5x1;
+    case 6 * 16 + 1: return kn_6x1;
+    case 3 * 16 + 2: return kn_3x2;
+    case 2 * 16 + 3: return kn_2x3;
+    case 1 * 16 + 5: return kn_1x5;
+    case 1 * 16 + 6: return kn_1x6;
+#if KN_MAX_REGS >= 8
+    case 7 * 16 + 1: return kn_7x1;
+    case 8 * 16 + 1: return kn_8x1;
+    case 4 * 16 + 2: return kn_4x2;
+    case 2 * 16 + 4: return kn_2x4;
+    case 1 * 16 + 7: return kn_1x7;
+    case 1 * 16 + 8: return kn_1x8;
 #endif
     default: return 0;
     }
@@ -282,7 +251,7 @@ static void kn_rows(int64_t M, int64_t K, const float *A, int64_t a_i, int64_t a
     for (int64_t i = 0; i < M; ) {
         int mr = KN_MAX_REGS / nr;
         if (M - i < mr) mr = (int)(M - i);
-        if (mr == 3 && nr > 1) mr = 1;
+        if (mr == 3 && nr > 1 && KN_MAX_REGS < 6) mr = 1;
         kn_operand Ao;
         if (ap) {
             Ao.p = ap + (i / KN_MAX_REGS) * KN_MAX_REGS * K + i % KN_MAX_REGS;
