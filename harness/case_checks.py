@@ -35,27 +35,39 @@ def _model_allowances(layer: str, case) -> dict:
 
 
 def _tier_records(opts, module, case, tier, ours, isa, threads=1) -> list[Record]:
+    """The base run's records in one tier: each tensor the case holds a reference for,
+    compared under its allowance (tolerance tiers) or bit for bit."""
     out = []
     ref = case.expected[tier]
-    hook = getattr(module, "compare_tier", None)
     # once per case and tier: finding them keys the cache with a digest of every input
     arrays = _model_allowances(module.LAYER, case) if tier in ("float64", "pytorch") else None
+    compare_tensor = _tensor_comparer(module, case, tier, ours, ref, arrays)
     for tensor, r in ref.items():
         if tensor not in ours:
             continue
         tol = tier_tolerance(module.LAYER, case, tier, tensor, np.shape(r), arrays)
         floor = float(case.floor.get(tensor, 0.0)) if tier == "pytorch" else None
-        if hook is not None:
-            c = hook(case, tier, tensor, ours, ref, tol, floor)
-        else:
-            c = compare(ours[tensor], r, tier, tol.atol if tol else 0.0, tol.rtol if tol else 0.0,
-                        floor or 0.0, heatmap_cols=_heatmap_cols(module, case, tensor, r))
+        c = compare_tensor(tensor, tol, floor)
         _worst_context(module, case, tensor, np.shape(r), c)
-        rec = record(opts, module.LAYER, case.name, tensor, tier, isa, threads, c, tol, floor)
-        if getattr(c, "flips", None) is not None:   # harness/flips.py: pool flips of this case
-            rec.flips = list(c.flips)                # (not a Record field: meta["flips"] holds them)
-        out.append(rec)
+        out.append(record(opts, module.LAYER, case.name, tensor, tier, isa, threads, c, tol, floor))
     return out
+
+
+def _tensor_comparer(module, case, tier, ours, ref, arrays):
+    """fn(tensor, tol, floor) -> the Comparison of one tensor of this case and tier: the layer
+    module's compare_tier when it has one, given what it judges once for the whole case and
+    tier (tier_verdict: the step's pool-flip verdict, which every gradient may draw on), else
+    compare() with the layer's heat map columns."""
+    hook = getattr(module, "compare_tier", None)
+    if hook is None:
+        return lambda tensor, tol, floor: compare(
+            ours[tensor], ref[tensor], tier, tol.atol if tol else 0.0, tol.rtol if tol else 0.0,
+            floor or 0.0, heatmap_cols=_heatmap_cols(module, case, tensor, ref[tensor]))
+    judge_case = getattr(module, "tier_verdict", None)
+    if judge_case is None:
+        return lambda tensor, tol, floor: hook(case, tier, tensor, ours, ref, tol, floor)
+    verdict = judge_case(case, tier, ours, ref, arrays)
+    return lambda tensor, tol, floor: hook(case, tier, tensor, ours, ref, tol, floor, verdict)
 
 
 class NotImplementedByPort(Exception):
