@@ -4,11 +4,12 @@ cases; the fuzzer and the grader call check_case / _run_case directly)."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from ..ctypes_kernels import abi
-from .compare import compare
+from .compare import Comparison, compare
 from .records import Record, failure, record, repro_command
 from .sandbox.executor import PortCrash
 from .tolerances import elementwise, lookup
@@ -47,8 +48,7 @@ def _tier_records(opts, module, case, tier, ours, isa, threads=1) -> list[Record
             continue
         tol = tier_tolerance(module.LAYER, case, tier, tensor, np.shape(r), arrays)
         floor = float(case.floor.get(tensor, 0.0)) if tier == "pytorch" else None
-        c = compare_tensor(tensor, tol, floor)
-        _worst_context(module, case, tensor, np.shape(r), c)
+        c = _worst_context(module, case, tensor, np.shape(r), compare_tensor(tensor, tol, floor))
         out.append(record(opts, module.LAYER, case.name, tensor, tier, isa, threads, c, tol, floor))
     return out
 
@@ -117,14 +117,18 @@ def _run_case(opts, ex, m, fixture_path, case, runs) -> list[Record]:
         records += [failure(opts, m.LAYER, case.name, t, *base_run, str(error))
                     for t in case.expected if t in opts.tiers]
         if "identity" in opts.tiers and len(runs) > 1:
-            rec = failure(opts, m.LAYER, case.name, "identity", *base_run, str(error))
-            rec.repro = (repro_command(opts, m.LAYER, case.name, "identity", *base_run, runs=runs)
-                         if opts.runs else
-                         repro_command(opts, m.LAYER, case.name, "identity",
-                                       ",".join(dict.fromkeys(i for i, _ in runs)),
-                                       ",".join(map(str, opts.threads))))
-            records.append(rec)
+            records.append(failure(opts, m.LAYER, case.name, "identity", *base_run, str(error),
+                                   repro=_every_run_repro(opts, m.LAYER, case.name, runs)))
     return _share(_with_output(records, text), seconds + time.perf_counter() - t0) + identity
+
+
+def _every_run_repro(opts, layer, case, runs) -> str:
+    """The repro of an identity check that had no base run: it reruns every run of the case
+    (`--runs` as given, else each ISA of `runs` over the gate's thread counts)."""
+    if opts.runs:
+        return repro_command(opts, layer, case, "identity", *runs[0], runs=runs)
+    return repro_command(opts, layer, case, "identity", ",".join(dict.fromkeys(i for i, _ in runs)),
+                         ",".join(map(str, opts.threads)))
 
 
 def _identity_records(opts, ex, m, fixture_path, case, runs, base) -> list[Record]:
@@ -143,16 +147,14 @@ def _identity_records(opts, ex, m, fixture_path, case, runs, base) -> list[Recor
                 continue
             c = compare(other[tensor], a, "identity", heatmap_cols=_heatmap_cols(m, case, tensor, a))
             if not c.passed:
-                c.note = ((c.note + "; " if c.note else "")
-                          + f"{run_name(isa, threads)} differs from {run_name(*runs[0])}")
-            _worst_context(m, case, tensor, np.shape(a), c)
-            run.append(record(opts, m.LAYER, case.name, tensor, "identity", isa, threads, c))
+                c = replace(c, note=(c.note + "; " if c.note else "")
+                            + f"{run_name(isa, threads)} differs from {run_name(*runs[0])}")
+            c = _worst_context(m, case, tensor, np.shape(a), c)
+            run.append(record(opts, m.LAYER, case.name, tensor, "identity", isa, threads, c,
+                              runs=pair))
         if error is not None:
-            run.append(failure(opts, m.LAYER, case.name, "identity", isa, threads, str(error)))
-        for rec in run:
-            if not rec.passed:
-                rec.repro = repro_command(opts, m.LAYER, case.name, "identity", isa, threads,
-                                          runs=pair)
+            run.append(failure(opts, m.LAYER, case.name, "identity", isa, threads, str(error),
+                               runs=pair))
         records += _share(_with_output(run, text), seconds + time.perf_counter() - t0)
     return records
 
@@ -171,13 +173,15 @@ def run_list(opts: GateOptions, isas) -> list[tuple]:
     return runs if "identity" in opts.tiers else runs[:1]
 
 
-def _worst_context(module, case, tensor, shape, c) -> None:
-    """Adds to c.worst what the layer module knows of that element (its worst_context(case,
-    tensor, flat index), e.g. an element-wise case's input, a packed case's sub-case)."""
+def _worst_context(module, case, tensor, shape, c: Comparison) -> Comparison:
+    """c with what the layer module knows of its worst element added to c.worst (the module's
+    worst_context(case, tensor, flat index), e.g. an element-wise case's input, a packed
+    case's sub-case): the record names the element in the case's own terms."""
     fn = getattr(module, "worst_context", None)
     index = c.worst.get("index") if c.worst else None
-    if fn is not None and index is not None and len(index) == len(shape) and shape:
-        c.worst.update(fn(case, tensor, int(np.ravel_multi_index(index, shape))))
+    if fn is None or index is None or len(index) != len(shape) or not shape:
+        return c
+    return replace(c, worst={**c.worst, **fn(case, tensor, int(np.ravel_multi_index(index, shape)))})
 
 
 def check_case(opts: GateOptions, executor, module, fixture_path, case, isas) -> list[Record]:
