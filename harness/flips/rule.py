@@ -184,28 +184,53 @@ def classify_block(ours_w, pt_w, pt_pooled, conv, x, geo: dict, line: int, block
     out = [DeadWindows(line, block, n_dead)] if n_dead else []
     if not differ.any():
         return out
-    Out = conv.shape[1]
-    pat = None
-    val = lambda w: 0.0 if w < 0 else float(conv.flat[w])
+    twins = _Twins(x, geo, conv.shape[1])
     for idx in zip(*np.nonzero(differ)):
         a, b = int(ours_w[idx]), int(pt_eff[idx])
-        va, vb = val(a), val(b)
-        kind = FLIP
-        if a >= 0 and b >= 0:
-            if pat is None:
-                pat = patches(x, geo["kh"], geo["kw"], geo["padH"], geo["padW"])
-            Wc = pat.shape[1]
-            pa, pb = a // Out, b // Out
-            if np.array_equal(pat[pa // Wc, pa % Wc].view(np.uint32),
-                              pat[pb // Wc, pb % Wc].view(np.uint32)):
-                kind = TWIN
-        if kind == FLIP and legal_fn is not None and legal_fn(
-                [np.ravel_multi_index(idx, ours_w.shape)], [a])[0]:
-            kind = NEAR
-        margin = 0.0 if kind == TWIN else abs(va - vb)
-        out.append(WindowDiff(kind, line, block, [int(i) for i in idx], int(idx[2]), a, b, va, vb,
-                              float(pt_pooled[idx]), margin, float(bound_fn(a, b))))
+        kind = _kind(a, b, twins, legal_fn, idx, ours_w.shape)
+        out.append(_window_diff(kind, line, block, idx, a, b, conv, float(pt_pooled[idx]),
+                                bound_fn))
     return out
+
+
+class _Twins:
+    """twins(a, b): whether conv cells a and b (flat p*Out + o) read the same input window bit
+    for bit, so either is the same function of every weight. The block's patches are made on
+    the first question only: most blocks have no two live cells to tell apart."""
+
+    def __init__(self, x, geo: dict, out: int):
+        self.x, self.geo, self.out, self.pat = x, geo, out, None
+
+    def __call__(self, a: int, b: int) -> bool:
+        if self.pat is None:
+            g = self.geo
+            self.pat = patches(self.x, g["kh"], g["kw"], g["padH"], g["padW"])
+        Wc = self.pat.shape[1]
+        pa, pb = a // self.out, b // self.out
+        return np.array_equal(self.pat[pa // Wc, pa % Wc].view(np.uint32),
+                              self.pat[pb // Wc, pb % Wc].view(np.uint32))
+
+
+def _kind(a: int, b: int, twins: _Twins, legal_fn, idx, shape) -> str:
+    """A differing window's class (dead ones are counted apart): twin when both winners are
+    cells reading the same input, near when the error model allows the port's winner there,
+    else flip."""
+    if a >= 0 and b >= 0 and twins(a, b):
+        return TWIN
+    if legal_fn is not None and legal_fn([np.ravel_multi_index(idx, shape)], [a])[0]:
+        return NEAR
+    return FLIP
+
+
+def _window_diff(kind: str, line: int, block: int, idx, a: int, b: int, conv, pt_value: float,
+                 bound_fn) -> WindowDiff:
+    """The entry of one differing window: both candidates' conv values in the port (0 for
+    'none'), their margin (none between twins) and the rounding bound of the pair."""
+    val = lambda w: 0.0 if w < 0 else float(conv.flat[w])
+    va, vb = val(a), val(b)
+    margin = 0.0 if kind == TWIN else abs(va - vb)
+    return WindowDiff(kind, line, block, [int(i) for i in idx], int(idx[2]), a, b, va, vb,
+                      pt_value, margin, float(bound_fn(a, b)))
 
 
 def conv_bound_fn(conv_floor: float, atol):
