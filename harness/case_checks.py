@@ -4,11 +4,12 @@ cases; the fuzzer and the grader call check_case / _run_case directly)."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from ..ctypes_kernels import abi
-from .compare import compare
+from .compare import Comparison, compare
 from .records import Record, failure, record, repro_command
 from .sandbox.executor import PortCrash
 from .tolerances import elementwise, lookup
@@ -35,27 +36,38 @@ def _model_allowances(layer: str, case) -> dict:
 
 
 def _tier_records(opts, module, case, tier, ours, isa, threads=1) -> list[Record]:
+    """The base run's records in one tier: each tensor the case holds a reference for,
+    compared under its allowance (tolerance tiers) or bit for bit."""
     out = []
     ref = case.expected[tier]
-    hook = getattr(module, "compare_tier", None)
     # once per case and tier: finding them keys the cache with a digest of every input
     arrays = _model_allowances(module.LAYER, case) if tier in ("float64", "pytorch") else None
+    compare_tensor = _tensor_comparer(module, case, tier, ours, ref, arrays)
     for tensor, r in ref.items():
         if tensor not in ours:
             continue
         tol = tier_tolerance(module.LAYER, case, tier, tensor, np.shape(r), arrays)
         floor = float(case.floor.get(tensor, 0.0)) if tier == "pytorch" else None
-        if hook is not None:
-            c = hook(case, tier, tensor, ours, ref, tol, floor)
-        else:
-            c = compare(ours[tensor], r, tier, tol.atol if tol else 0.0, tol.rtol if tol else 0.0,
-                        floor or 0.0, heatmap_cols=_heatmap_cols(module, case, tensor, r))
-        _worst_context(module, case, tensor, np.shape(r), c)
-        rec = record(opts, module.LAYER, case.name, tensor, tier, isa, threads, c, tol, floor)
-        if getattr(c, "flips", None) is not None:   # harness/flips.py: pool flips of this case
-            rec.flips = list(c.flips)                # (not a Record field: meta["flips"] holds them)
-        out.append(rec)
+        c = _worst_context(module, case, tensor, np.shape(r), compare_tensor(tensor, tol, floor))
+        out.append(record(opts, module.LAYER, case.name, tensor, tier, isa, threads, c, tol, floor))
     return out
+
+
+def _tensor_comparer(module, case, tier, ours, ref, arrays):
+    """fn(tensor, tol, floor) -> the Comparison of one tensor of this case and tier: the layer
+    module's compare_tier when it has one, given what it judges once for the whole case and
+    tier (tier_verdict: the step's pool-flip verdict, which every gradient may draw on), else
+    compare() with the layer's heat map columns."""
+    hook = getattr(module, "compare_tier", None)
+    if hook is None:
+        return lambda tensor, tol, floor: compare(
+            ours[tensor], ref[tensor], tier, tol.atol if tol else 0.0, tol.rtol if tol else 0.0,
+            floor or 0.0, heatmap_cols=_heatmap_cols(module, case, tensor, ref[tensor]))
+    judge_case = getattr(module, "tier_verdict", None)
+    if judge_case is None:
+        return lambda tensor, tol, floor: hook(case, tier, tensor, ours, ref, tol, floor)
+    verdict = judge_case(case, tier, ours, ref, arrays)
+    return lambda tensor, tol, floor: hook(case, tier, tensor, ours, ref, tol, floor, verdict)
 
 
 class NotImplementedByPort(Exception):
@@ -105,14 +117,18 @@ def _run_case(opts, ex, m, fixture_path, case, runs) -> list[Record]:
         records += [failure(opts, m.LAYER, case.name, t, *base_run, str(error))
                     for t in case.expected if t in opts.tiers]
         if "identity" in opts.tiers and len(runs) > 1:
-            rec = failure(opts, m.LAYER, case.name, "identity", *base_run, str(error))
-            rec.repro = (repro_command(opts, m.LAYER, case.name, "identity", *base_run, runs=runs)
-                         if opts.runs else
-                         repro_command(opts, m.LAYER, case.name, "identity",
-                                       ",".join(dict.fromkeys(i for i, _ in runs)),
-                                       ",".join(map(str, opts.threads))))
-            records.append(rec)
+            records.append(failure(opts, m.LAYER, case.name, "identity", *base_run, str(error),
+                                   repro=_every_run_repro(opts, m.LAYER, case.name, runs)))
     return _share(_with_output(records, text), seconds + time.perf_counter() - t0) + identity
+
+
+def _every_run_repro(opts, layer, case, runs) -> str:
+    """The repro of an identity check that had no base run: it reruns every run of the case
+    (`--runs` as given, else each ISA of `runs` over the gate's thread counts)."""
+    if opts.runs:
+        return repro_command(opts, layer, case, "identity", *runs[0], runs=runs)
+    return repro_command(opts, layer, case, "identity", ",".join(dict.fromkeys(i for i, _ in runs)),
+                         ",".join(map(str, opts.threads)))
 
 
 def _identity_records(opts, ex, m, fixture_path, case, runs, base) -> list[Record]:
@@ -131,16 +147,14 @@ def _identity_records(opts, ex, m, fixture_path, case, runs, base) -> list[Recor
                 continue
             c = compare(other[tensor], a, "identity", heatmap_cols=_heatmap_cols(m, case, tensor, a))
             if not c.passed:
-                c.note = ((c.note + "; " if c.note else "")
-                          + f"{run_name(isa, threads)} differs from {run_name(*runs[0])}")
-            _worst_context(m, case, tensor, np.shape(a), c)
-            run.append(record(opts, m.LAYER, case.name, tensor, "identity", isa, threads, c))
+                c = replace(c, note=(c.note + "; " if c.note else "")
+                            + f"{run_name(isa, threads)} differs from {run_name(*runs[0])}")
+            c = _worst_context(m, case, tensor, np.shape(a), c)
+            run.append(record(opts, m.LAYER, case.name, tensor, "identity", isa, threads, c,
+                              runs=pair))
         if error is not None:
-            run.append(failure(opts, m.LAYER, case.name, "identity", isa, threads, str(error)))
-        for rec in run:
-            if not rec.passed:
-                rec.repro = repro_command(opts, m.LAYER, case.name, "identity", isa, threads,
-                                          runs=pair)
+            run.append(failure(opts, m.LAYER, case.name, "identity", isa, threads, str(error),
+                               runs=pair))
         records += _share(_with_output(run, text), seconds + time.perf_counter() - t0)
     return records
 
@@ -159,13 +173,15 @@ def run_list(opts: GateOptions, isas) -> list[tuple]:
     return runs if "identity" in opts.tiers else runs[:1]
 
 
-def _worst_context(module, case, tensor, shape, c) -> None:
-    """Adds to c.worst what the layer module knows of that element (its worst_context(case,
-    tensor, flat index), e.g. an element-wise case's input, a packed case's sub-case)."""
+def _worst_context(module, case, tensor, shape, c: Comparison) -> Comparison:
+    """c with what the layer module knows of its worst element added to c.worst (the module's
+    worst_context(case, tensor, flat index), e.g. an element-wise case's input, a packed
+    case's sub-case): the record names the element in the case's own terms."""
     fn = getattr(module, "worst_context", None)
     index = c.worst.get("index") if c.worst else None
-    if fn is not None and index is not None and len(index) == len(shape) and shape:
-        c.worst.update(fn(case, tensor, int(np.ravel_multi_index(index, shape))))
+    if fn is None or index is None or len(index) != len(shape) or not shape:
+        return c
+    return replace(c, worst={**c.worst, **fn(case, tensor, int(np.ravel_multi_index(index, shape)))})
 
 
 def check_case(opts: GateOptions, executor, module, fixture_path, case, isas) -> list[Record]:

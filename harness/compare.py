@@ -150,6 +150,8 @@ class Comparison:
     hist: dict | None = None       # per-element histogram (failing or > DETAIL_USAGE only)
     heatmap: dict | None = None    # per row x column group max (failing or > DETAIL_USAGE only)
     resolution: float | None = None   # tolerance tiers: resolution() of the check
+    excused: dict | None = None    # pytorch tier: the elements a used pool flip excused
+    flips: list | None = None      # the pool flips this check judged (meta["flips"])
 
 
 def histogram(v: np.ndarray, unit: str) -> dict:

@@ -41,6 +41,10 @@ class Record:
     resolution: float | None = None   # tolerance tiers: compare.resolution(); None for bit tiers
     seconds: float = 0.0          # this check's share of the port run it compares, plus its compare
     output: str = ""              # what the port printed during the run (first record of a run)
+    # The pool flips this check judged (harness/flips/: the step's winners in the pytorch
+    # tier), None for every other check: the gate gathers them into meta["flips"], so they
+    # are not part of the record's own document (to_dict).
+    flips: list | None = None
 
     def to_dict(self) -> dict:
         d = {f: getattr(self, f) for f in _RECORD_FIELDS}   # shallow: asdict's deep copy of
@@ -53,7 +57,7 @@ class Record:
         return d
 
 
-_RECORD_FIELDS = tuple(f.name for f in fields(Record))
+_RECORD_FIELDS = tuple(f.name for f in fields(Record) if f.name != "flips")   # meta's, not the record's
 
 
 @dataclass
@@ -116,14 +120,26 @@ def _shell_quote(arg: str) -> str:
     return shlex.quote(arg)
 
 
-def record(opts, layer, case, tensor, tier, isa, threads, c: Comparison, tol=None, floor=None) -> Record:
+def record(opts, layer, case, tensor, tier, isa, threads, c: Comparison, tol=None, floor=None,
+           runs: list | None = None, repro: str | None = None) -> Record:
+    """The record of one check, whole: a failing check's repro reruns it alone (`runs`: an
+    identity check's base and own run, both named; `repro`: a command the caller made, for
+    a check of more runs than the record's own), and a check that judged pool flips carries
+    them (c.flips) for meta["flips"]."""
+    if c.passed:
+        repro = ""
+    elif repro is None:
+        repro = repro_command(opts, layer, case, tier, isa, threads, runs)
     return Record(case, layer, tensor, tier, isa, threads, c.usage, c.max_abs_diff, c.mismatches,
                   c.elements, c.passed, c.max_ulp, c.worst, c.note,
-                  tol.atol_max if tol else None, tol.rtol if tol else None, floor,
-                  "" if c.passed else repro_command(opts, layer, case, tier, isa, threads),
-                  c.hist, c.heatmap, resolution=c.resolution)
+                  tol.atol_max if tol else None, tol.rtol if tol else None, floor, repro,
+                  c.hist, c.heatmap, resolution=c.resolution,
+                  flips=None if c.flips is None else list(c.flips))
 
 
-def failure(opts, layer, case, tier, isa, threads, note) -> Record:
+def failure(opts, layer, case, tier, isa, threads, note, runs: list | None = None,
+            repro: str | None = None) -> Record:
+    """The failing record of a check that has no outputs to compare (the run crashed, hung or
+    was not made); `runs`, `repro`: as record()'s."""
     c = Comparison(float("inf"), float("inf"), 0, 0, False, note=note)
-    return record(opts, layer, case, "*", tier, isa, threads, c)
+    return record(opts, layer, case, "*", tier, isa, threads, c, runs=runs, repro=repro)

@@ -236,8 +236,8 @@ class GateSession:
         for r in records:
             r.fixture = stem
         for r in records:   # a record that judged pool flips reports them (possibly none)
-            if getattr(r, "flips", None) is not None:
-                self.flips = (self.flips or []) + list(r.flips)
+            if r.flips is not None:
+                self.flips = (self.flips or []) + r.flips
         return records
 
     def _stopped(self, layer: str) -> str | None:

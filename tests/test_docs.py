@@ -56,7 +56,7 @@ def test_the_scan_sees_what_it_looks_for(tmp_path):
         assert STALE[what].search(text), (what, text)
     for text in ("by design", "--seed S", "the run's seed", "seeds 16, 17", "issued from"):
         assert not any(rx.search(text) for rx in STALE.values()), text
-    assert {"README.md", "run", "port-abi.md", "flips.py", "conv.c"} <= \
+    assert {"README.md", "run", "port-abi.md", "rule.py", "conv.c"} <= \
         {p.name for p in _scanned()}
 
 

@@ -263,6 +263,38 @@ def test_step_flip_used_end_to_end(step_case, step_ours):
     assert recs["winners"].flips[0]["used"] is False
 
 
+def test_the_step_verdict_is_made_once_per_case_and_tier(step_case, step_ours, monkeypatch):
+    """The gate's records of a pytorch_step case: one analyse_step for all its tensors (the
+    one flip a gradient may use is the case's), the winners record carries the flips for
+    meta["flips"] and its document (to_dict) does not."""
+    from crnn_conformance.harness import case_checks, records
+    from crnn_conformance.harness.flips import compare as FC
+    from crnn_conformance.harness.layers import step
+    calls = []
+
+    def counted(*args, **kw):
+        calls.append(args[0].name)
+        return FL.analyse_step(*args, **kw)
+    monkeypatch.setattr(FC, "analyse_step", counted)
+    recs = case_checks._tier_records(records.GateOptions(), step, step_case, "pytorch",
+                                     step_ours, "scalar")
+    assert calls == [step_case.name]
+    assert len(recs) == len(step_case.expected["pytorch"]) > 2
+    w = [r for r in recs if r.tensor == "winners"]
+    assert len(w) == 1 and w[0].flips == [] and w[0].passed
+    assert all(r.flips is None for r in recs if r.tensor != "winners")
+    assert all("flips" not in r.to_dict() for r in recs)
+
+
+def test_a_window_described_without_its_bound():
+    d = FL.WindowDiff(FL.FLIP, 2, 1, [3, 4, 5], 5, 17, 23, 0.5, 0.25, 0.375, 0.25, 1e-6)
+    long, short = d.describe(), d.describe(with_bound=False)
+    assert long == short + ", rounding bound 1e-06"
+    assert short.startswith("line 2, block 2 (conv1), channel 5, window [oy, ox] = [3, 4]: "
+                            "port cell 17 = 0.5, PyTorch cell 23 = 0.375")
+    assert short.endswith("(port's value there 0.25), margin 0.25")
+
+
 def test_gate_meta_carries_flips(tmp_path, step_case):
     """A fixture with a flip beyond rounding: the gate fails and meta["flips"] lists it."""
     from crnn_conformance.generators.h5io import read_fixture, write_fixture

@@ -12,7 +12,7 @@ PyTorch's pool indices (as our flat p*Out + o) of every block of every line, con
 line by line, block by block ([Hp][Wp][Out] each, raveled). For the flip rule the harness
 also needs PyTorch's pooled values (a dead window's index points at a cell holding 0), the
 input `pt_pooled` in the same layout, and the Floor of each block's conv values
-(params.conv_floor): see harness/flips.py.
+(params.conv_floor): see harness/flips/rule.py.
 """
 from __future__ import annotations
 

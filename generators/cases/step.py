@@ -140,7 +140,7 @@ def build() -> list[Case]:
 #     moves by u*|result|; the CTC's binary64 work is exact at this scale, its final binary32
 #     rounding of the logit gradient moves it by u*|value|;
 #   - pool decisions are the reference's (a decision flip is not a rounding error: the gate
-#     reports it as a flip, harness/flips.py).
+#     reports it as a flip, harness/flips/).
 # derived_atols: the max over the fixture cases and elements of that bound, rounded up to two
 # significant digits (the step entries of the tolerance table before the per-element model).
 

@@ -99,7 +99,7 @@ def heatmap_columns(case, tensor, shape):
 
 
 def compare_tier(case, tier, tensor, ours, ref, tol, floor) -> Comparison:
-    if tensor == "winners" and tier == "pytorch":   # dead, twin, near-tie: harness/flips.py
+    if tensor == "winners" and tier == "pytorch":   # dead, twin, near-tie: harness/flips/
         from ..flips import compare_layer_winners
         return compare_layer_winners(case, ours, ref, getattr(tol, "arrays", None))
     if tensor != "winners" or tier in ("exact", "identity"):

@@ -80,11 +80,22 @@ def outputs(case) -> list[str]:
     return [*case.params["names"], "losses", "batch_loss", *pool]
 
 
-def compare_tier(case, tier, tensor, ours, ref, tol, floor):
-    """The pytorch tier judges pool flips (harness/flips.py); every other tier compares as usual."""
+def tier_verdict(case, tier, ours, ref, arrays):
+    """The pool-flip verdict of the case in the pytorch tier (harness/flips/), made once for
+    all its tensors (the one flip a gradient may use is the case's, not the tensor's) by the
+    caller that compares them all; None in the other tiers, which have no flip rule."""
+    if tier != "pytorch" or "winners" not in ref or "winners" not in ours:
+        return None
+    from ..flips import step_verdict
+    return step_verdict(case, ours, ref, arrays)
+
+
+def compare_tier(case, tier, tensor, ours, ref, tol, floor, verdict=None):
+    """The pytorch tier judges pool flips (harness/flips/) under the case's `verdict`
+    (tier_verdict; made here when not given); every other tier compares as usual."""
     if tier == "pytorch" and "winners" in ref:
         from ..flips import compare_step
-        return compare_step(case, tensor, ours, ref, tol, floor)
+        return compare_step(case, tensor, ours, ref, tol, floor, verdict)
     from ..compare import compare
     return compare(ours[tensor], ref[tensor], tier, tol.atol if tol else 0.0,
                    tol.rtol if tol else 0.0, floor or 0.0)

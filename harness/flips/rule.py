@@ -1,5 +1,6 @@
-"""The single permitted pool flip of the whole-model pytorch tier (docs/backward.md, "Against
-PyTorch").
+"""The flip rule: the single permitted pool flip of the whole-model pytorch tier
+(docs/backward.md, "Against PyTorch"), as pure functions of arrays (no port, no cache: the
+port's side is port.py, the tiers' comparisons compare.py).
 
 The port's pool decisions are compared window by window with PyTorch's (the pytorch_step
 fixture keeps PyTorch's max_pool2d indices as our flat index p*Out + o, and its pooled values).
@@ -41,8 +42,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from ..generators import model
-from .compare import Comparison, compare, within
+from ...generators import model
+from ..allowance.conv import legal
 
 DEAD, TWIN, NEAR, FLIP = "dead", "twin", "near-tie", "flip"
 
@@ -65,13 +66,15 @@ class WindowDiff:
 
     count = 1                 # windows this entry stands for (a class attribute, not a field)
 
-    def describe(self) -> str:
+    def describe(self, with_bound: bool = True) -> str:
+        """The window, both candidates and the margin in words, and the rounding bound unless
+        `with_bound` is False (a per-layer fixture permits no flip: it has no bound to give)."""
         cell = lambda w: "none" if w < 0 else f"cell {w}"
-        return (f"line {self.line}, block {self.block + 1} (conv{self.block}), channel "
+        text = (f"line {self.line}, block {self.block + 1} (conv{self.block}), channel "
                 f"{self.channel}, window [oy, ox] = {self.window[:2]}: port {cell(self.ours)} = "
                 f"{self.ours_value!r}, PyTorch {cell(self.pytorch)} = {self.pytorch_value!r} "
-                f"(port's value there {self.pytorch_cell_value!r}), margin {self.margin:.3g}, "
-                f"rounding bound {self.bound:.3g}")
+                f"(port's value there {self.pytorch_cell_value!r}), margin {self.margin:.3g}")
+        return text + (f", rounding bound {self.bound:.3g}" if with_bound else "")
 
 
 @dataclass
@@ -86,6 +89,9 @@ class DeadWindows:
 
 @dataclass
 class Verdict:
+    """The rule's verdict on one case: every differing window, from which it follows whether
+    the case passes and which flip, if any, it uses (the one flip excuses gradient elements,
+    so every tensor of the case is judged against this one verdict)."""
     diffs: list = field(default_factory=list)   # every differing window: twins and flips one
                                                 # by one, each block's dead ones as DeadWindows
 
@@ -112,6 +118,8 @@ class Verdict:
         return f[0] if len(f) == 1 and f[0].margin <= f[0].bound else None
 
     def note(self) -> str:
+        """The verdict in words, for the records it decides: the flips (the used one, or why
+        the case fails) and the windows that differ without being flips."""
         c = self.counts
         head = (f"{c[FLIP]} flip(s); {c[TWIN]} twin tie(s) and {c[DEAD]} dead window(s) "
                 "differ in index only" + (f", {c[NEAR]} near-tie(s) decided within rounding"
@@ -127,6 +135,7 @@ class Verdict:
         return f"FAIL: {why}: {shown}; " + head
 
     def to_meta(self, layer: str, case: str) -> list[dict]:
+        """The flips as results.json's meta["flips"] lists them (blocks counted from 1)."""
         out, used = [], self.used   # once: self.used scans every diff (a broken port has 10^4+)
         for d in self.flips:
             m = {"layer": layer, "case": case, **asdict(d)}
@@ -175,28 +184,53 @@ def classify_block(ours_w, pt_w, pt_pooled, conv, x, geo: dict, line: int, block
     out = [DeadWindows(line, block, n_dead)] if n_dead else []
     if not differ.any():
         return out
-    Out = conv.shape[1]
-    pat = None
-    val = lambda w: 0.0 if w < 0 else float(conv.flat[w])
+    twins = _Twins(x, geo, conv.shape[1])
     for idx in zip(*np.nonzero(differ)):
         a, b = int(ours_w[idx]), int(pt_eff[idx])
-        va, vb = val(a), val(b)
-        kind = FLIP
-        if a >= 0 and b >= 0:
-            if pat is None:
-                pat = patches(x, geo["kh"], geo["kw"], geo["padH"], geo["padW"])
-            Wc = pat.shape[1]
-            pa, pb = a // Out, b // Out
-            if np.array_equal(pat[pa // Wc, pa % Wc].view(np.uint32),
-                              pat[pb // Wc, pb % Wc].view(np.uint32)):
-                kind = TWIN
-        if kind == FLIP and legal_fn is not None and legal_fn(
-                [np.ravel_multi_index(idx, ours_w.shape)], [a])[0]:
-            kind = NEAR
-        margin = 0.0 if kind == TWIN else abs(va - vb)
-        out.append(WindowDiff(kind, line, block, [int(i) for i in idx], int(idx[2]), a, b, va, vb,
-                              float(pt_pooled[idx]), margin, float(bound_fn(a, b))))
+        kind = _kind(a, b, twins, legal_fn, idx, ours_w.shape)
+        out.append(_window_diff(kind, line, block, idx, a, b, conv, float(pt_pooled[idx]),
+                                bound_fn))
     return out
+
+
+class _Twins:
+    """twins(a, b): whether conv cells a and b (flat p*Out + o) read the same input window bit
+    for bit, so either is the same function of every weight. The block's patches are made on
+    the first question only: most blocks have no two live cells to tell apart."""
+
+    def __init__(self, x, geo: dict, out: int):
+        self.x, self.geo, self.out, self.pat = x, geo, out, None
+
+    def __call__(self, a: int, b: int) -> bool:
+        if self.pat is None:
+            g = self.geo
+            self.pat = patches(self.x, g["kh"], g["kw"], g["padH"], g["padW"])
+        Wc = self.pat.shape[1]
+        pa, pb = a // self.out, b // self.out
+        return np.array_equal(self.pat[pa // Wc, pa % Wc].view(np.uint32),
+                              self.pat[pb // Wc, pb % Wc].view(np.uint32))
+
+
+def _kind(a: int, b: int, twins: _Twins, legal_fn, idx, shape) -> str:
+    """A differing window's class (dead ones are counted apart): twin when both winners are
+    cells reading the same input, near when the error model allows the port's winner there,
+    else flip."""
+    if a >= 0 and b >= 0 and twins(a, b):
+        return TWIN
+    if legal_fn is not None and legal_fn([np.ravel_multi_index(idx, shape)], [a])[0]:
+        return NEAR
+    return FLIP
+
+
+def _window_diff(kind: str, line: int, block: int, idx, a: int, b: int, conv, pt_value: float,
+                 bound_fn) -> WindowDiff:
+    """The entry of one differing window: both candidates' conv values in the port (0 for
+    'none'), their margin (none between twins) and the rounding bound of the pair."""
+    val = lambda w: 0.0 if w < 0 else float(conv.flat[w])
+    va, vb = val(a), val(b)
+    margin = 0.0 if kind == TWIN else abs(va - vb)
+    return WindowDiff(kind, line, block, [int(i) for i in idx], int(idx[2]), a, b, va, vb,
+                      pt_value, margin, float(bound_fn(a, b)))
 
 
 def conv_bound_fn(conv_floor: float, atol):
@@ -209,6 +243,20 @@ def conv_bound_fn(conv_floor: float, atol):
         cell = lambda w: 0.0 if w < 0 else 2 * float(atol[w]) + 2 * conv_floor
         return cell(a) + cell(b)
     return bound
+
+
+def legal_fn(arrays, n_cells: int, window_at: int = 0, cell_at: int = 0):
+    """classify_block's legal_fn from the error model's legal decisions (allowance/conv.py,
+    Decisions.arrays) of a case, for the block whose windows and cells start at these offsets
+    of the arrays' flat indexing; None when the arrays have none."""
+    if not arrays or "winners.cells" not in arrays:
+        return None
+
+    def fn(windows, winners):
+        w = np.asarray(winners, np.int64)
+        return legal(arrays, np.asarray(windows, np.int64) + window_at,
+                     np.where(w >= 0, w + cell_at, -1), n_cells)
+    return fn
 
 
 # ------------------------------------------------------------------ the whole-model step
@@ -230,53 +278,43 @@ def layout(config: dict, widths) -> list[list[dict]]:
     return out
 
 
+def line_images(case) -> list[np.ndarray]:
+    """The case's lines [H][w][C], cut from its concatenated `images` by `widths`: the first
+    block's input of each line."""
+    config = case.params["config"]
+    H, C = config["input_height"], config["input_channels"]
+    images, at = [], 0
+    for w in (int(w) for w in case.inputs["widths"]):
+        images.append(np.asarray(case.inputs["images"][at:at + H * w * C], np.float32).reshape(H, w, C))
+        at += H * w * C
+    return images
+
+
 def analyse_step(case, ours: dict, ref: dict, conv_atol=None, arrays=None) -> Verdict:
     """Every differing window of every block of every line of a pytorch_step case;
     conv_atol: the model's Atol of every conv value (layout()'s concatenation); arrays: the
     case's model arrays, whose legal pool decisions (allowance/step.py, decision_arrays) make
     a window near rather than a flip."""
-    config = case.params["config"]
-    widths = [int(w) for w in case.inputs["widths"]]
-    lay = layout(config, widths)
-    H, C = config["input_height"], config["input_channels"]
-    images, at = [], 0
-    for w in widths:
-        images.append(np.asarray(case.inputs["images"][at:at + H * w * C], np.float32).reshape(H, w, C))
-        at += H * w * C
+    lay = layout(case.params["config"], [int(w) for w in case.inputs["widths"]])
     ow, pw = np.asarray(ours["winners"]), np.asarray(ref["winners"])
     pp = np.asarray(case.inputs["pt_pooled"])
     conv = np.asarray(ours["conv_out"], np.float32)
     conv_atol = np.zeros(conv.size) if conv_atol is None else np.asarray(conv_atol).ravel()
     floors = case.params["conv_floor"]
     v = Verdict()
-    for line, per in enumerate(lay):
-        x = images[line]
+    for line, (per, x) in enumerate(zip(lay, line_images(case))):
         for n, g in enumerate(per):
             shp = (g["Hp"], g["Wp"], g["out"])
             sl = slice(g["w_at"], g["w_at"] + g["w_n"])
-            cv = conv[g["c_at"]:g["c_at"] + g["c_n"]].reshape(-1, g["out"])
+            cells = slice(g["c_at"], g["c_at"] + g["c_n"])
+            cv = conv[cells].reshape(-1, g["out"])
             wn = ow[sl].reshape(shp)
             v.diffs += classify_block(wn, pw[sl].reshape(shp), pp[sl].reshape(shp), cv, x, g,
-                                      line, n, conv_bound_fn(float(floors[n]),
-                                                             conv_atol[g["c_at"]:g["c_at"] + g["c_n"]]),
+                                      line, n, conv_bound_fn(float(floors[n]), conv_atol[cells]),
                                       legal_fn(arrays, conv.size, g["w_at"], g["c_at"]))
             # the port's pooled output is the next block's input
             x = np.where(wn >= 0, cv.ravel()[np.maximum(wn, 0)], np.float32(0)).astype(np.float32)
     return v
-
-
-_CACHE: dict = {}
-
-
-def _verdict(case, ours, ref, conv_atol=None, arrays=None) -> Verdict:
-    """analyse_step once per case run (compare_step is called once per tensor)."""
-    key = (case.name, id(ours), id(ref))
-    hit = _CACHE.get(key)
-    if hit is None or hit[0] is not ours or hit[1] is not ref:
-        _CACHE.clear()
-        hit = (ours, ref, analyse_step(case, ours, ref, conv_atol, arrays))
-        _CACHE[key] = hit
-    return hit[2]
 
 
 def excused_mask(tensor: str, shape, used: WindowDiff | None) -> np.ndarray | None:
@@ -287,134 +325,3 @@ def excused_mask(tensor: str, shape, used: WindowDiff | None) -> np.ndarray | No
     m = np.zeros(shape, bool)
     m[used.channel] = True
     return m
-
-
-def judge(tensor: str, ours_t, ref_t, atol: float, rtol: float, floor: float,
-          verdict: Verdict) -> Comparison:
-    """A gradient tensor in the pytorch tier under the flip rule: out-of-allowance elements
-    are excused only when the verdict uses its one flip and every such element lies in the
-    flip's channel of that block's weights or bias."""
-    c = compare(ours_t, ref_t, "pytorch", atol, rtol, floor)
-    if c.passed:
-        return c
-    used = verdict.used
-    ex = excused_mask(tensor, np.shape(ref_t), used)
-    if ex is None:
-        if verdict.flips:
-            c.note = "; ".join(x for x in (c.note, verdict.note()) if x)
-        return c
-    bad = ~within(ours_t, ref_t, "pytorch", atol, rtol, floor)
-    if (bad & ~ex).any():
-        c.note = "; ".join(x for x in (c.note, f"{int((bad & ~ex).sum())} element(s) out of "
-                           f"allowance outside channel {used.channel}: the flip does not excuse "
-                           "them", verdict.note()) if x)
-        return c
-    rest = compare(ours_t, ref_t, "pytorch", atol, rtol, floor, mask=~ex)
-    rest.note = (f"1 flip used: {int(bad.sum())} element(s) of channel {used.channel} excused "
-                 f"(usage up to {c.usage:.3g} there); {used.describe()}")
-    rest.excused = {"elements": int(bad.sum()), "usage": c.usage}
-    return rest
-
-
-def compare_step(case, tensor: str, ours: dict, ref: dict, tol, floor) -> Comparison:
-    """The step module's pytorch-tier hook: `winners` gets the flip verdict (and carries the
-    flips for the report's meta), conv gradients may use the one flip, the rest compare
-    normally."""
-    atol, rtol = (tol.atol, tol.rtol) if tol else (0.0, 0.0)
-    arrays = getattr(tol, "arrays", None) or {}
-    v = _verdict(case, ours, ref, arrays.get("conv_out"), arrays)
-    if tensor == "winners":
-        f = v.flips
-        usage = 0.0 if not f else (f[0].margin / f[0].bound if len(f) == 1 and f[0].bound > 0
-                                   else float("inf"))
-        if len(f) > 1:
-            usage = float("inf")
-        n = int(np.size(ref["winners"]))
-        worst = {}
-        if f:   # the schema's worst: the window, both winners; the note and meta say the rest
-            d = f[0]
-            worst = {"index": d.window, "ours": d.ours, "ref": d.pytorch, "allowance": d.bound}
-        c = Comparison(usage, max((d.margin for d in f), default=0.0), 0 if v.passed else len(f),
-                       n, v.passed, None, worst, v.note())
-        c.flips = v.to_meta("step", case.name)
-        return c
-    return judge(tensor, ours[tensor], ref[tensor], atol, rtol, floor or 0.0, v)
-
-
-def port_pool_outputs(lib, case) -> dict:
-    """The port's pool decisions on a step case, for the flip rule: per line, block by block,
-    crnn_conv_forward on the line (then on the port's own pooled output) with the case's
-    weights. The ABI's step does not return its winners; its conv forward is this same entry
-    point on the same data, so these are its decisions. -> {"winners": int32, "conv_out":
-    float32}, concatenated line by line, block by block (layout())."""
-    from .layers._ffi import call, f32, out, ptr
-
-    config = case.params["config"]
-    params = model.unflatten(config, f32(case.inputs["params"]))
-    H, C = config["input_height"], config["input_channels"]
-    wins, convs, at = [], [], 0
-    for w in (int(v) for v in case.inputs["widths"]):
-        x = f32(np.asarray(case.inputs["images"][at:at + H * w * C]).reshape(H, w, C))
-        at += H * w * C
-        for n, g in enumerate(model.block_geometry(config, w)):
-            Wt, b = f32(params[f"conv{n}.W"]), f32(params[f"conv{n}.b"])
-            conv = out((g["Hc"] * g["Wc"], g["out"]))
-            pooled = out((g["Hp"], g["Wp"], g["out"]))
-            win = out((g["Hp"], g["Wp"], g["out"]), np.int32)
-            call(lib, "crnn_conv_forward", ptr(x), g["H"], g["W"], g["C"], ptr(Wt), ptr(b),
-                 g["out"], g["kh"], g["kw"], g["padH"], g["padW"], g["poolH"], g["poolW"],
-                 ptr(conv), ptr(pooled), ptr(win))
-            wins.append(win.ravel())
-            convs.append(conv.ravel())
-            x = pooled
-    return {"winners": np.concatenate(wins), "conv_out": np.concatenate(convs)}
-
-
-def legal_fn(arrays, n_cells: int, window_at: int = 0, cell_at: int = 0):
-    """classify_block's legal_fn from the error model's legal decisions (allowance/conv.py,
-    Decisions.arrays) of a case, for the block whose windows and cells start at these offsets
-    of the arrays' flat indexing; None when the arrays have none."""
-    if not arrays or "winners.cells" not in arrays:
-        return None
-    from .allowance.conv import legal
-
-    def fn(windows, winners):
-        w = np.asarray(winners, np.int64)
-        return legal(arrays, np.asarray(windows, np.int64) + window_at,
-                     np.where(w >= 0, w + cell_at, -1), n_cells)
-    return fn
-
-
-def compare_layer_winners(case, ours: dict, ref: dict, arrays=None) -> Comparison:
-    """The conv layer's winners in the pytorch tier (pytorch_conv): equal up to dead windows,
-    twin ties and the error model's near-ties (classify_block; `arrays`: the case's model
-    arrays, allowance/conv.py); the per-layer fixtures permit no other flip, so any flip fails
-    (with its window, both candidates and margin in the note)."""
-    ow, pw = np.asarray(ours["winners"]), np.asarray(ref["winners"])
-    n = int(pw.size)
-    if ow.shape != pw.shape:
-        return compare(ow, pw, "exact")
-    p = case.params
-    geo = {k: int(p[k]) for k in ("kh", "kw", "padH", "padW")}
-    x = np.asarray(case.inputs["x"], np.float32)
-    x = x[:, :, None] if x.ndim == 2 else x
-    if arrays is None or "winners.cells" not in arrays:
-        from .allowance import allowances
-        arrays = allowances("conv", case)
-    v = Verdict(classify_block(ow, pw, ref["pooled"], ours["conv"], x, geo, int(p.get("line", 0)),
-                               int(p.get("block", 1)) - 1, lambda a, b: float("nan"),
-                               legal_fn(arrays, int(np.size(ours["conv"])))))
-    f = v.flips
-    c = v.counts
-    note = (f"{c[TWIN]} twin tie(s) and {c[DEAD]} dead window(s) differ in index only "
-            "(PyTorch's index of a dead window points at a cell holding 0; the spec says -1)"
-            + (f"; {c[NEAR]} near-tie(s) decided within rounding (the error model's legal "
-               "decisions)" if c[NEAR] else ""))
-    if not f:
-        return Comparison(0.0, 0.0, 0, n, True, None, {}, note)
-    d = f[0]
-    shown = "; ".join(x.describe().split(", rounding bound")[0] for x in f[:5])
-    return Comparison(float("inf"), max(x.margin for x in f), len(f), n, False, None,
-                      {"index": d.window, "ours": d.ours, "ref": d.pytorch, "allowance": 0.0},
-                      f"{len(f)} decision flip(s) against PyTorch (a per-layer fixture permits "
-                      f"none): {shown}; " + note)
