@@ -283,6 +283,27 @@ def test_sparse_dcol_zero_signs_never_reach_dx(lib):
     backward_equals_spec(lib, want, x, Wt, b, dPooled, g)
 
 
+@pytest.mark.parametrize("pad", [3.0, -2.5, np.inf, np.nan])
+def test_forward_leaves_out_padding_terms_only_when_exact(lib, pad):
+    """A one-chunk row (C = 1, K = 9 of KPadded 16): the padding columns' terms are alone in
+    their lanes, fma(+0, w, +0) = +0 for a finite w, so the dots run over the 9 real taps.
+    Padding weights as stored (finite, nonzero) leave the bits alone; an inf or NaN there
+    makes every output NaN (+0 * inf), which only the dots over all 16 terms give."""
+    g = geometry(12, 17, 1, 16, dx=False)
+    x, Wt, b, rng = random_block(4, g, signed=True)
+    Wt = Wt.copy()
+    Wt[:, 9:] = pad
+    Wt[5, 12] = -1.0 if np.isfinite(pad) else pad   # one more sign among the padding
+    want, dPooled = spec_block(x, Wt, b, g, rng=rng)
+    assert np.isfinite(want["conv"]).all() == bool(np.isfinite(pad))
+    for isa in abi.available_isas(lib):
+        for threads in (1, 3):
+            select(lib, isa, threads)
+            got = hconv.run_block(lib, x, Wt, b, dPooled, *geo_args(g), want_dx=False)
+            for t in ("conv", "pooled", "winners"):
+                assert got[t].tobytes() == want[t].tobytes(), (isa, threads, t)
+
+
 def test_listed_dW_falls_back_when_x_is_not_finite(lib):
     """+0 * inf is NaN: with an infinite input no zero term may be left out."""
     g = geometry(8, 13, 16, 32)           # KPadded 144: 9 chunks, the listed path

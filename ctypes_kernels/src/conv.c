@@ -57,6 +57,7 @@ typedef struct {
     const float *x, *Bp, *b;
     float *conv, *pooled;
     int32_t *winners;
+    int64_t Kd;           /* the terms each dot runs over: KP, or K (dot_terms) */
     int32_t rc;
 } band_job;
 
@@ -75,11 +76,24 @@ static void conv_bands(void *ctx, int64_t b0, int64_t b1)
         const int64_t y0 = band * rows, y1 = y0 + rows < g->Hc ? y0 + rows : g->Hc;
         im2col_job ij = {g, j->x, col, y0};
         crnn_conv_im2col_rows(&ij, y0, y1);
-        crnn_gemm16_kn_packed((y1 - y0) * g->Wc, Out, g->KP, col, g->KP, 1, j->Bp,
+        crnn_gemm16_kn_packed((y1 - y0) * g->Wc, Out, j->Kd, col, g->KP, 1, j->Bp,
                               j->conv + y0 * g->Wc * Out, Out);
         crnn_conv_bias_rows(&fj, y0 * g->Wc, y1 * g->Wc);
         if (band < g->Hp) crnn_conv_pool_rows(&fj, band, band + 1);
     }
+}
+
+/* The terms of the forward's dots. W's padding columns k >= K meet window values that are
+ * +0. When the row is one chunk (KP = 16) those terms are alone in their lanes, and with every
+ * padding W finite each is fma(+0, w, +0) = +0: the lane a dot over the K real terms leaves
+ * untouched at +0. So the dots run over K terms, the same bits (with more chunks a padding
+ * term would follow real ones in its lane, where +0 could turn a -0 partial into +0). */
+static int64_t dot_terms(const geom_t *g, const float *Wt)
+{
+    if (g->KP != 16 || g->K == g->KP) return g->KP;
+    for (int64_t o = 0; o < g->Out; o++)
+        if (!crnn_conv_all_finite(Wt + o * g->KP + g->K, g->KP - g->K)) return g->KP;
+    return g->K;
 }
 
 int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
@@ -95,8 +109,9 @@ int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
     size_t nb = bytes_of(16 * g.KP * ((g.Out + 15) / 16));
     float *Bp = nb ? crnn_scratch(CRNN_SCRATCH_LAYER, nb) : NULL;
     if (!Bp) return CRNN_E_NOMEM;
-    crnn_kn_pack(g.KP, g.Out, Wt, 1, g.KP, Bp);     /* B(k, o) = Wt[o][k], packed once */
-    band_job bj = {&g, x, Bp, b, conv, pooled, winners, CRNN_OK};
+    const int64_t Kd = dot_terms(&g, Wt);
+    crnn_kn_pack(Kd, g.Out, Wt, 1, g.KP, Bp);       /* B(k, o) = Wt[o][k], packed once */
+    band_job bj = {&g, x, Bp, b, conv, pooled, winners, Kd, CRNN_OK};
     crnn_parallel_for_work((g.Hc + g.poolH - 1) / g.poolH, g.P * g.Out * g.KP, conv_bands, &bj);
     return bj.rc;
 }

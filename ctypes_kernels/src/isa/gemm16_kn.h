@@ -75,12 +75,17 @@ AI void kn_pair(const int MR, const int NR, const int A_CONTIG, int a, int64_t K
     const float *pa8 = A_CONTIG ? pa0 + 8 : A->p + A->off[a + 8];
     const float *pb0 = B->p + B->off[a], *pb8 = B->p + B->off[a + 8];
     const int64_t as = A_CONTIG ? 16 : A->step, bs = B->step, ars = A->rs, bvs = B->vs;
-    int64_t m = 0;
-    for (; m < n8; m++) {
-        kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, bvs, last, x0);
-        kn_term(MR, NR, pa8 + m * as, ars, pb8 + m * bs, bvs, last, x8);
+    if (K <= 16) {        /* one chunk: a lane has at most one term (straight-line code) */
+        if (n0) kn_term(MR, NR, pa0, ars, pb0, bvs, last, x0);
+        if (n8) kn_term(MR, NR, pa8, ars, pb8, bvs, last, x8);
+    } else {
+        int64_t m = 0;
+        for (; m < n8; m++) {
+            kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, bvs, last, x0);
+            kn_term(MR, NR, pa8 + m * as, ars, pb8 + m * bs, bvs, last, x8);
+        }
+        if (n0 > m) kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, bvs, last, x0);
     }
-    if (n0 > m) kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, bvs, last, x0);
     UNROLL
     for (int q = 0; q < MR * NR; q++) y[q] = VADD(x0[q], x8[q]);
 }
