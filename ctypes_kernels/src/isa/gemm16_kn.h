@@ -91,7 +91,7 @@ AI void kn_pair(const int MR, const int NR, const int A_CONTIG, int a, int64_t K
 }
 
 /* MR x NR registers of outputs: C[r*ldc + v*VW + e]; the last register holds `last` outputs.
- * The tree from the groups, level by level: q_a = p[a] + p[a+8]; r_a = q_a + q_{a+4};
+ * The tree from the lane pairs, level by level: q_a = p[a] + p[a+8]; r_a = q_a + q_{a+4};
  * u_a = r_a + r_{a+2}; the result u_0 + u_1 — exactly the levels s = 8, 4, 2, 1. */
 AI void kn_block(const int MR, const int NR, const int A_CONTIG, int64_t K, const kn_operand *A,
                  const kn_operand *B, float *C, int64_t ldc, int last, int masked)
