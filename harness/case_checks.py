@@ -10,7 +10,7 @@ import numpy as np
 
 from ..ctypes_kernels import abi
 from .compare import Comparison, compare
-from .records import Record, failure, record, repro_command
+from .records import Record, failure, of_run, record, repro_command
 from .sandbox.executor import PortCrash
 from .tolerances import elementwise, lookup
 
@@ -35,9 +35,9 @@ def _model_allowances(layer: str, case) -> dict:
     return allowance.allowances(layer, case) if layer in allowance.LAYERS else {}
 
 
-def _tier_records(opts, module, case, tier, ours, isa, threads=1) -> list[Record]:
+def _tier_records(opts, module, case, tier, ours, isa, threads=1, fixture="") -> list[Record]:
     """The base run's records in one tier: each tensor the case holds a reference for,
-    compared under its allowance (tolerance tiers) or bit for bit."""
+    compared under its allowance (tolerance tiers) or bit for bit (`fixture`: record()'s)."""
     out = []
     ref = case.expected[tier]
     # once per case and tier: finding them keys the cache with a digest of every input
@@ -49,7 +49,8 @@ def _tier_records(opts, module, case, tier, ours, isa, threads=1) -> list[Record
         tol = tier_tolerance(module.LAYER, case, tier, tensor, np.shape(r), arrays)
         floor = float(case.floor.get(tensor, 0.0)) if tier == "pytorch" else None
         c = _worst_context(module, case, tensor, np.shape(r), compare_tensor(tensor, tol, floor))
-        out.append(record(opts, module.LAYER, case.name, tensor, tier, isa, threads, c, tol, floor))
+        out.append(record(opts, module.LAYER, case.name, tensor, tier, isa, threads, c, tol, floor,
+                          fixture=fixture))
     return out
 
 
@@ -74,13 +75,6 @@ class NotImplementedByPort(Exception):
     """Under --layers available: the base run of a case returned CRNN_E_UNSUPPORTED."""
 
 
-def _share(records, seconds: float) -> list[Record]:
-    """Splits the wall time of one port run and its comparisons over the checks it made."""
-    for r in records:
-        r.seconds += seconds / len(records)   # (no records: nothing to share)
-    return records
-
-
 def _attempt(ex, layer, fixture_path, case, isa, threads):
     """One run -> (outputs, error or None, the port's output text, its seconds); on an error,
     the outputs are those of the calls that completed (e.g. the forward's when the backward
@@ -92,13 +86,9 @@ def _attempt(ex, layer, fixture_path, case, isa, threads):
     return outputs, error, ex.last_output, ex.last_seconds
 
 
-def _with_output(records: list, text: str) -> list:
-    if records and text:
-        records[0].output = text
-    return records
-
-
-def _run_case(opts, ex, m, fixture_path, case, runs) -> list[Record]:
+def _run_case(opts, ex, m, fixture_path, case, runs, fixture: str = "") -> list[Record]:
+    """The records of one case: its base run against each tier, then its identity checks;
+    `fixture`: the records' fixture name (the file's stem; "" for the fuzzer's cases)."""
     base_run = runs[0]
     base, error, text, seconds = _attempt(ex, m.LAYER, fixture_path, case.name, *base_run)
     if error is not None and opts.available and getattr(error, "code", None) == abi.E_UNSUPPORTED:
@@ -107,19 +97,20 @@ def _run_case(opts, ex, m, fixture_path, case, runs) -> list[Record]:
     # allowances of the tolerance tiers (harness/allowance.prefetch). The records keep the
     # tiers' order.
     identity = [] if error is not None else _identity_records(opts, ex, m, fixture_path, case,
-                                                              runs, base)
+                                                              runs, base, fixture)
     t0 = time.perf_counter()
     records = []
     for tier in case.expected:
         if tier in opts.tiers:
-            records += _tier_records(opts, m, case, tier, base, *base_run)
+            records += _tier_records(opts, m, case, tier, base, *base_run, fixture=fixture)
     if error is not None:   # no (complete) base run: every tier of the case fails
-        records += [failure(opts, m.LAYER, case.name, t, *base_run, str(error))
+        records += [failure(opts, m.LAYER, case.name, t, *base_run, str(error), fixture=fixture)
                     for t in case.expected if t in opts.tiers]
         if "identity" in opts.tiers and len(runs) > 1:
             records.append(failure(opts, m.LAYER, case.name, "identity", *base_run, str(error),
-                                   repro=_every_run_repro(opts, m.LAYER, case.name, runs)))
-    return _share(_with_output(records, text), seconds + time.perf_counter() - t0) + identity
+                                   repro=_every_run_repro(opts, m.LAYER, case.name, runs),
+                                   fixture=fixture))
+    return of_run(records, seconds + time.perf_counter() - t0, text) + identity
 
 
 def _every_run_repro(opts, layer, case, runs) -> str:
@@ -131,7 +122,7 @@ def _every_run_repro(opts, layer, case, runs) -> str:
                          ",".join(map(str, opts.threads)))
 
 
-def _identity_records(opts, ex, m, fixture_path, case, runs, base) -> list[Record]:
+def _identity_records(opts, ex, m, fixture_path, case, runs, base, fixture="") -> list[Record]:
     """Every run after the first compared bit for bit with the first (the base); a failing
     record names both runs and its repro reruns exactly those two (`--runs BASE,RUN`)."""
     records = []
@@ -151,11 +142,11 @@ def _identity_records(opts, ex, m, fixture_path, case, runs, base) -> list[Recor
                             + f"{run_name(isa, threads)} differs from {run_name(*runs[0])}")
             c = _worst_context(m, case, tensor, np.shape(a), c)
             run.append(record(opts, m.LAYER, case.name, tensor, "identity", isa, threads, c,
-                              runs=pair))
+                              runs=pair, fixture=fixture))
         if error is not None:
             run.append(failure(opts, m.LAYER, case.name, "identity", isa, threads, str(error),
-                               runs=pair))
-        records += _share(_with_output(run, text), seconds + time.perf_counter() - t0)
+                               runs=pair, fixture=fixture))
+        records += of_run(run, seconds + time.perf_counter() - t0, text)
     return records
 
 

@@ -437,13 +437,11 @@ def layer_records(session, layer: str, core: bool = False) -> list:
         c = verdict(call, answer)
         if c is None:
             continue
-        r = record(session.opts, layer, FIXTURE, call.label, TIER, isa, 1, c)
-        r.fixture, r.seconds = FIXTURE, share
-        if not c.passed:
-            r.repro = repro(session.opts, layer)
-        out.append(r)
-    if out and session.executors[0].last_output:    # what the port printed (a traceback)
-        out[0].output = session.executors[0].last_output
+        # its share of the one contract run's time; what the port printed (a traceback)
+        # on the first record; the repro reruns the layer's whole contract tier
+        out.append(record(session.opts, layer, FIXTURE, call.label, TIER, isa, 1, c,
+                          repro=repro(session.opts, layer), fixture=FIXTURE, seconds=share,
+                          output="" if out else session.executors[0].last_output or ""))
     return out
 
 

@@ -308,12 +308,11 @@ def _records(opts, jobs, source, runs, isas, threads, not_implemented, progress)
                       key=lambda r: (order[r[0]], threads.index(r[1])))
         try:
             recs = case_checks._run_case(opts, source, m, path, case,
-                                    [(base, 1)] + (mine if "identity" in opts.tiers else []))
+                                         [(base, 1)] + (mine if "identity" in opts.tiers else []),
+                                         Path(path).stem)
         except case_checks.NotImplementedByPort as e:
             not_implemented.setdefault(m.LAYER, str(e))
             continue
-        for r in recs:
-            r.fixture = Path(path).stem
         records += recs
     if progress:
         progress(len(jobs), len(jobs), "done")

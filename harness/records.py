@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from .. import fixtures
@@ -121,11 +121,14 @@ def _shell_quote(arg: str) -> str:
 
 
 def record(opts, layer, case, tensor, tier, isa, threads, c: Comparison, tol=None, floor=None,
-           runs: list | None = None, repro: str | None = None) -> Record:
+           runs: list | None = None, repro: str | None = None, fixture: str = "",
+           seconds: float = 0.0, output: str = "") -> Record:
     """The record of one check, whole: a failing check's repro reruns it alone (`runs`: an
     identity check's base and own run, both named; `repro`: a command the caller made, for
     a check of more runs than the record's own), and a check that judged pool flips carries
-    them (c.flips) for meta["flips"]."""
+    them (c.flips) for meta["flips"]. `fixture`: the fixture file's stem ("" for a case of
+    no file, the fuzzer's); `seconds`, `output`: when the caller knows them already (a port
+    run's share of time known only later: of_run())."""
     if c.passed:
         repro = ""
     elif repro is None:
@@ -133,13 +136,24 @@ def record(opts, layer, case, tensor, tier, isa, threads, c: Comparison, tol=Non
     return Record(case, layer, tensor, tier, isa, threads, c.usage, c.max_abs_diff, c.mismatches,
                   c.elements, c.passed, c.max_ulp, c.worst, c.note,
                   tol.atol_max if tol else None, tol.rtol if tol else None, floor, repro,
-                  c.hist, c.heatmap, resolution=c.resolution,
+                  c.hist, c.heatmap, fixture, c.resolution, seconds, output,
                   flips=None if c.flips is None else list(c.flips))
 
 
 def failure(opts, layer, case, tier, isa, threads, note, runs: list | None = None,
-            repro: str | None = None) -> Record:
+            repro: str | None = None, fixture: str = "") -> Record:
     """The failing record of a check that has no outputs to compare (the run crashed, hung or
-    was not made); `runs`, `repro`: as record()'s."""
+    was not made); `runs`, `repro`, `fixture`: as record()'s."""
     c = Comparison(float("inf"), float("inf"), 0, 0, False, note=note)
-    return record(opts, layer, case, "*", tier, isa, threads, c, runs=runs, repro=repro)
+    return record(opts, layer, case, "*", tier, isa, threads, c, runs=runs, repro=repro,
+                  fixture=fixture)
+
+
+def of_run(records: list[Record], seconds: float, output: str = "") -> list[Record]:
+    """New records of one port run, given what belongs to the run rather than to one check
+    and is known only once all its records are made: each one's equal share of the run's
+    `seconds` (the run and its comparisons), and what the port printed (`output`) on the
+    first, so the text is reported once."""
+    share = seconds / len(records) if records else 0.0
+    return [replace(r, seconds=r.seconds + share, output=output if n == 0 and output else r.output)
+            for n, r in enumerate(records)]

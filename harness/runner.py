@@ -226,15 +226,13 @@ class GateSession:
         ex = self._submit(job)
         self._await(ex, _key(job), ahead)
         try:
-            records = _run_case(self.opts, ex, job.module, job.fixture, job.case, self.runs())
+            records = _run_case(self.opts, ex, job.module, job.fixture, job.case, self.runs(),
+                                Path(job.fixture).stem)
         except NotImplementedByPort as e:
             self.not_implemented.setdefault(job.layer, str(e))
             return []
         finally:
             ex.drop(*_key(job))
-        stem = Path(job.fixture).stem
-        for r in records:
-            r.fixture = stem
         for r in records:   # a record that judged pool flips reports them (possibly none)
             if r.flips is not None:
                 self.flips = (self.flips or []) + r.flips
@@ -270,10 +268,8 @@ class GateSession:
         tiers = [t for t in job.case.expected if t in self.opts.tiers]
         if "identity" in self.opts.tiers and len(self.runs()) > 1:
             tiers.append("identity")
-        records = [failure(self.opts, job.layer, job.case.name, t, self.isas[0], 1, why)
-                   for t in tiers]
-        for r in records:
-            r.fixture = Path(job.fixture).stem
+        records = [failure(self.opts, job.layer, job.case.name, t, self.isas[0], 1, why,
+                           fixture=Path(job.fixture).stem) for t in tiers]
         entry = self.not_run.setdefault(job.layer, {"reason": why, "cases": []})
         entry["reason"] = why
         entry["cases"].append(job.case.name)

@@ -6,6 +6,8 @@ Returns the weights (named by parameter), their moments ("<name>.m", "<name>.v")
 mask says the float64 gradient is large enough in every step (compare_tier)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ...ctypes_kernels import layer_table
@@ -91,7 +93,7 @@ def compare_tier(case, tier, tensor, ours, ref, tol, floor):
     if mask is not None:
         note = pt_note or (f"{int(mask.sum())} of {mask.size} elements compared (gradient >= 50 "
                            "bounds in every step)")
-        c.note = f"{c.note}; {note}" if c.note else note
+        c = replace(c, note=f"{c.note}; {note}" if c.note else note)
     return c
 
 
