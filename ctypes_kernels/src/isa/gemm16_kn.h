@@ -292,7 +292,8 @@ void CAT(crnn_gemm16_kn, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
     const int nrmax = M >= KN_MAX_REGS / KN_NR_PREFERRED ? KN_NR_PREFERRED : KN_MAX_REGS / (int)M;
     float *bp = NULL;
     if (packB) {
-        bp = crnn_scratch(CRNN_SCRATCH_PACK_B, sizeof(float) * (size_t)(K * nrmax * VW));
+        const int64_t nrp = nvec < nrmax ? nvec : nrmax;    /* the widest panel packed */
+        bp = crnn_scratch(CRNN_SCRATCH_PACK_B, sizeof(float) * (size_t)(K * nrp * VW));
         if (!bp && b_j != 1) {
             kn_plain(M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
             return;
