@@ -9,7 +9,7 @@ void CAT(crnn_gemm16_kn_packed, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
 {
     if (M <= 0 || N <= 0) return;
     const int64_t npanel = (N + 15) / 16;
-    const int nrmax = M >= KN_MAX_REGS / KN_NR_PREFERRED ? KN_NR_PREFERRED : KN_MAX_REGS / (int)M;
+    const int nrmax = kn_nr_max(M);
     int64_t offA[16], offB[16];
     const float *ap = a_k != 1 && N > VW ? kn_pack_a(M, K, A, a_i, a_k, offA) : NULL;
     lane_starts(K, 16, offB);
