@@ -154,48 +154,25 @@ typedef void (*kn_block_fn)(int64_t, const kn_operand *, const kn_operand *, flo
         else if (KN_CONST_K_VARIANT && K == 64) kn_block(mr, nr, 0, 64, A, B, C, ldc, last, 0); \
         else kn_block(mr, nr, 0, K, A, B, C, ldc, last, 0);                                     \
     }
-KN_SHAPE(1, 1)
-KN_SHAPE(2, 1)
-KN_SHAPE(1, 2)
-KN_SHAPE(3, 1)
-KN_SHAPE(1, 3)
-KN_SHAPE(4, 1)
-KN_SHAPE(2, 2)
-KN_SHAPE(1, 4)
-KN_SHAPE(5, 1)
-KN_SHAPE(6, 1)
-KN_SHAPE(3, 2)
-KN_SHAPE(2, 3)
+/* Every block shape a path reaches (kn_rows: mr <= KN_MAX_REGS / nr, nr <= kn_nr_max),
+ * listed once: the functions and kn_shape's table both come from it. */
+#define KN_SHAPES_ALL(X) X(1, 1) X(2, 1) X(1, 2) X(3, 1) X(1, 3) X(4, 1) X(2, 2) X(1, 4) \
+    X(5, 1) X(6, 1) X(3, 2) X(2, 3)
 #if KN_MAX_REGS >= 8
-KN_SHAPE(7, 1)
-KN_SHAPE(8, 1)
-KN_SHAPE(4, 2)
-KN_SHAPE(2, 4)
+#define KN_SHAPES(X) KN_SHAPES_ALL(X) X(7, 1) X(8, 1) X(4, 2) X(2, 4)
+#else
+#define KN_SHAPES(X) KN_SHAPES_ALL(X)
 #endif
+KN_SHAPES(KN_SHAPE)
 
 static kn_block_fn kn_shape(int mr, int nr)
 {
+#define KN_CASE(mr, nr) case mr * 16 + nr: return kn_##mr##x##nr;
     switch (mr * 16 + nr) {
-    case 1 * 16 + 1: return kn_1x1;
-    case 2 * 16 + 1: return kn_2x1;
-    case 1 * 16 + 2: return kn_1x2;
-    case 3 * 16 + 1: return kn_3x1;
-    case 1 * 16 + 3: return kn_1x3;
-    case 4 * 16 + 1: return kn_4x1;
-    case 2 * 16 + 2: return kn_2x2;
-    case 1 * 16 + 4: return kn_1x4;
-    case 5 * 16 + 1: return kn_5x1;
-    case 6 * 16 + 1: return kn_6x1;
-    case 3 * 16 + 2: return kn_3x2;
-    case 2 * 16 + 3: return kn_2x3;
-#if KN_MAX_REGS >= 8
-    case 7 * 16 + 1: return kn_7x1;
-    case 8 * 16 + 1: return kn_8x1;
-    case 4 * 16 + 2: return kn_4x2;
-    case 2 * 16 + 4: return kn_2x4;
-#endif
+    KN_SHAPES(KN_CASE)
     default: return 0;
     }
+#undef KN_CASE
 }
 
 /* lane l's first term in a lane-major packing: the number of k < K with k mod 16 < l */
