@@ -171,3 +171,37 @@ def test_scalar_fmaf_and_fma3_variants_agree(kern):
             C = np.zeros((M, N), np.float32)
             f(variant, M, N, K, A.ctypes.data, A.shape[1], B.ctypes.data, B.shape[1], C.ctypes.data, N)
             assert np.array_equal(bits(C), bits(want)), (variant, M, N, K)
+
+
+@pytest.mark.parametrize("isa", ISA_NAMES)
+def test_sparse_rows_equals_spec(kern, isas, isa):
+    """crnn_gemm16_sparse_rows (the conv's dcol: rows of A whose ±0 terms are left out) gives
+    the full dot16's bits wherever that is not ±0, a ±0 where it is, with the row's flag
+    set; no write outside C. Rows are mostly ±0 (as dC is), some wholly; K has vector and
+    64-term tails."""
+    if isa not in isas:
+        pytest.skip(f"{isa} not on this CPU")
+    f = kern.crnn_gemm16_sparse_rows
+    f.restype, f.argtypes = None, [i64, i64, i64, P, i64, P, i64, P, i64, P]
+    rng = np.random.default_rng(15)
+    assert kern.crnn_set_isa(ISA_NAMES.index(isa)) == 0
+    for M, N, K in [(1, 16, 1), (3, 16, 5), (5, 32, 16), (4, 48, 17), (9, 144, 32),
+                    (6, 288, 64), (9, 16, 65), (3, 32, 130), (4, 16, 300)]:
+        lda, ldc = K + 3, N + 5
+        A = data(rng, (M, lda))
+        dead = rng.random(A.shape) < 0.85
+        A[dead] = rng.choice([-0.0, 0.0], dead.sum()).astype(np.float32)
+        A[0] = rng.choice([-0.0, 0.0], lda).astype(np.float32)     # a row with no term
+        B = data(rng, (K, N))
+        want = gemm16(A[:, :K], B.T)
+        for t in THREADS:
+            kern.crnn_set_threads(t)
+            C = np.full((M, ldc), np.nan, np.float32)
+            flag = np.full(M, 7, np.int32)
+            f(M, N, K, A.ctypes.data, lda, B.ctypes.data, N, C.ctypes.data, ldc, flag.ctypes.data)
+            got = C[:, :N]
+            zero = want == 0
+            assert np.array_equal(bits(got)[~zero], bits(want)[~zero]), (isa, t, M, N, K)
+            assert (got[zero] == 0).all(), (isa, t, M, N, K)
+            assert np.array_equal(flag, zero.any(axis=1).astype(np.int32)), (isa, t, M, N, K, flag)
+            assert np.isnan(C[:, N:]).all(), "wrote outside C"

@@ -153,7 +153,7 @@ int32_t crnn_conv_backward(const float *x, int32_t H, int32_t W, int32_t C,
          * sign of a zero (core.h), and no such sign reaches dx: the gather starts from +0, and
          * a sum that starts from +0 is never -0, so its bits do not depend on the signs of the
          * zeros it adds. No row needs redoing. Only the K columns the gather reads. */
-        if (g.K % 16 == 0 && Out <= CRNN_SPARSE_MAXK && crnn_conv_all_finite(Wt, Out * KP))
+        if (g.K % 16 == 0 && crnn_conv_all_finite(Wt, Out * KP))
             crnn_gemm16_sparse_rows(P, g.K, Out, dC, Out, Wt, KP, dcol, KP, (int32_t *)ones);
         else
         crnn_gemm16_kn(P, KP, Out, dC, Out, 1, Wt, KP, 1, dcol, KP);  /* dcol[p][k] over o */

@@ -144,8 +144,7 @@ void crnn_gemm16_listed(int64_t M, int64_t nb, const crnn_term *terms, const int
  * result cannot be -0 then). As for crnn_gemm16_listed, the result can differ from the full
  * dot only in the sign of a zero output: flag[i] = 1 when row i has a ±0 output, for a
  * caller whose result can show that sign to redo it with every term (the conv's dcol need
- * not: dx is a sum from +0). K <= CRNN_SPARSE_MAXK. */
-#define CRNN_SPARSE_MAXK 256
+ * not: dx is a sum from +0). */
 #define CRNN_DECLARE_GEMM16_SPARSE_ROWS(isa)                                                             \
     void crnn_gemm16_sparse_rows_##isa(int64_t, int64_t, int64_t, const float *, int64_t, const float *, \
                                        int64_t, float *, int64_t, int32_t *);

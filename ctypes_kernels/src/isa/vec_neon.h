@@ -30,6 +30,13 @@ typedef uint32x4_t vmask_t;
 /* nonzero when some lane of v is -0 (the sign bit alone) */
 #define VHAS_NEGZERO(v)  (vmaxvq_u32(vceqq_u32(vreinterpretq_u32_f32(v), \
                                                 vdupq_n_u32(0x80000000u))) != 0)
+/* bit e set when lane e of v is not ±0 (a NaN is not ±0) */
+static inline uint32_t neon_nonzero_bits(float32x4_t v)
+{
+    static const uint32_t bit[4] = {1, 2, 4, 8};
+    return vaddvq_u32(vandq_u32(vmvnq_u32(vceqq_f32(v, vdupq_n_f32(0.0f))), vld1q_u32(bit)));
+}
+#define VNONZERO_BITS(v) neon_nonzero_bits(v)
 static inline uint32x4_t vlanes_lt(int n)    /* all-ones in lanes i < n */
 {
     static const int32_t lane[4] = {0, 1, 2, 3};
