@@ -73,10 +73,22 @@ static void window_rows(const geom_t *g, const float *x, const colsrc_t *cs, flo
     }
 }
 
+/* bit i set when x[i] is not ±0 (a NaN is not ±0), n <= 64 */
+static inline uint64_t nonzero_bits(const float *x, int64_t n)
+{
+    uint64_t bits = 0;
+    int64_t i = 0;
+#if defined(__SSE2__)
+    for (; i + 4 <= n; i += 4)
+        bits |= (uint64_t)_mm_movemask_ps(_mm_cmpneq_ps(_mm_loadu_ps(x + i), _mm_setzero_ps())) << i;
+#endif
+    for (; i < n; i++) bits |= (uint64_t)(x[i] != 0.0f) << i;
+    return bits;
+}
+
 /* Slot o*16 + l (cap terms from terms + (o*16 + l)*cap) gets channel o's nonzero dC[p][o],
- * p ≡ l (mod 16), in ascending p: rows p in order, each value written every time and the
- * length advanced only for a nonzero (no branch to mispredict), 8 channels a pass so the
- * 128 slots being appended to stay in L1. */
+ * p ≡ l (mod 16), in ascending p: rows p in order, each row's nonzero channels found from
+ * the bits of a compare (a position wins few channels, and most windows are dead). */
 static void list_terms(const geom_t *g, const colsrc_t *cs, const float *dC, int64_t cap,
                        crnn_term *terms, int32_t *start, int32_t *len, int32_t *roff)
 {
@@ -86,20 +98,15 @@ static void list_terms(const geom_t *g, const colsrc_t *cs, const float *dC, int
         start[sl] = (int32_t)(sl * cap);
         len[sl] = 0;
     }
-    for (int64_t o0 = 0; o0 < Out; o0 += 8) {
-        const int64_t o1 = o0 + 8 < Out ? o0 + 8 : Out;
-        for (int64_t p = 0; p < P; p++) {
-            const float *row = dC + p * Out;
-            int32_t *ln = len + p % 16;
-            crnn_term *at = terms + (p % 16) * cap;
-            const int32_t off = roff[p];
-            for (int64_t o = o0; o < o1; o++) {
-                const float v = row[o];
-                const int32_t n = ln[16 * o];
-                crnn_term *t = at + o * 16 * cap + n;
-                t->v = v;
+    for (int64_t p = 0; p < P; p++) {
+        const float *row = dC + p * Out;
+        const int32_t off = roff[p];
+        for (int64_t o0 = 0; o0 < Out; o0 += 64) {
+            for (uint64_t nz = nonzero_bits(row + o0, Out - o0 < 64 ? Out - o0 : 64); nz; nz &= nz - 1) {
+                const int64_t o = o0 + __builtin_ctzll(nz), sl = o * 16 + p % 16;
+                crnn_term *t = terms + sl * cap + len[sl]++;
+                t->v = row[o];
                 t->off = off;
-                ln[16 * o] = n + (v != 0.0f);
             }
         }
     }
@@ -135,10 +142,9 @@ int crnn_conv_dW_listed(const geom_t *g, const float *x, const float *dC, float 
     const int64_t C = g->C, Out = g->Out, P = g->P, KP = g->KP, nb = KP / 16;
     const colsrc_t cs0 = {NULL, g->W + 2 * g->padW, C % 16 == 0};
     const int64_t nB = cs0.direct ? (g->H + 2 * g->padH) * cs0.Wx * C : P * KP;
-    /* a slot holds at most one term a window and one a position of its lane; +1: it is
-     * written once past its last term */
+    /* a slot holds at most one term a window and one a position of its lane */
     const int64_t perlane = (P + 15) / 16, windows = g->Hp * g->Wp;
-    const int64_t cap = (perlane < windows ? perlane : windows) + 1, nslot = 16 * Out;
+    const int64_t cap = perlane < windows ? perlane : windows, nslot = 16 * Out;
     if (nb < LISTED_MIN_CHUNKS || nB + 16 > INT32_MAX || cap * nslot > INT32_MAX ||
         !crnn_conv_all_finite(x, g->H * g->W * C))
         return 0;
