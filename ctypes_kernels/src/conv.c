@@ -155,8 +155,8 @@ int32_t crnn_conv_backward(const float *x, int32_t H, int32_t W, int32_t C,
          * zeros it adds. No row needs redoing. Only the K columns the gather reads. */
         if (g.K % 16 == 0 && crnn_conv_all_finite(Wt, Out * KP))
             crnn_gemm16_sparse_rows(P, g.K, Out, dC, Out, Wt, KP, dcol, KP, (int32_t *)ones);
-        else
-        crnn_gemm16_kn(P, KP, Out, dC, Out, 1, Wt, KP, 1, dcol, KP);  /* dcol[p][k] over o */
+        else   /* dcol[p][k] over o, every term */
+            crnn_gemm16_kn(P, KP, Out, dC, Out, 1, Wt, KP, 1, dcol, KP);
         gather_job j = {&g, dcol, dx};
         crnn_parallel_for_work(g.H, g.P * g.KP, crnn_conv_gather_rows, &j);
     }
