@@ -178,7 +178,9 @@ crnn_gemm16_kn_packed_fn crnn_gemm16_kn_packed_kernel(void);
 void *crnn_scratch(int slot, size_t bytes);
 
 /* The LSTM layer (lstm.c) for nl lines of the same length T at once, each line's tensors
- * where the ABI entry points put them (crnn_lstm_forward/backward are nl = 1). */
+ * where the ABI entry points put them (crnn_lstm_forward/backward are nl = 1), except the
+ * backward's weight gradients: dW_ih, dW_hh and db hold a pointer per line and direction
+ * ([2 * line + d]), so the batch gradient writes them straight into each line's gradient. */
 int32_t crnn_lstm_forward_lines(int nl, const float *const *x, int32_t T, int32_t I, int32_t H,
                                 const float *W_ih, const float *W_hh, const float *b,
                                 float *const *out, float *const *gates, float *const *c,

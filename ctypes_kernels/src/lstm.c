@@ -244,7 +244,8 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
 {
     if (nl < 1 || T < 0 || I < 0 || H < 1 || !W_ih || !W_hh) return CRNN_E_ARG;
     for (int li = 0; li < nl; li++) {
-        if (!dW_ih[li] || !dW_hh[li] || !db[li]) return CRNN_E_ARG;
+        for (int d = 0; d < 2; d++)
+            if (!dW_ih[2 * li + d] || !dW_hh[2 * li + d] || !db[2 * li + d]) return CRNN_E_ARG;
         if (T > 0 && (!x[li] || !gates[li] || !c[li] || !tc[li] || !hPrev[li] || !dOut[li]))
             return CRNN_E_ARG;
     }
@@ -269,11 +270,13 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
     for (size_t t = 0; t < nT; t++) ones[t] = 1.0f;
     for (int li = 0; li < nl; li++) {
         const float *dz = dzall + (size_t)li * nT * 2 * G;
-        crnn_gemm16_kn(G8, I, T, dz, 1, G8, x[li], I, 1, dW_ih[li], I);
-        for (int d = 0; d < 2; d++)
+        for (int d = 0; d < 2; d++) {   /* each direction's gradients where its pointers say */
+            crnn_gemm16_kn((int64_t)G, I, T, dz + d * G, 1, G8, x[li], I, 1, dW_ih[2 * li + d], I);
             crnn_gemm16_kn((int64_t)G, H, T, dz + d * G, 1, G8, hPrev[li] + d * nT * nH, H, 1,
-                           dW_hh[li] + d * G * nH, H);
-        crnn_gemm16_kn(1, G8, T, ones, 0, 1, dz, G8, 1, db[li], G8);
+                           dW_hh[2 * li + d], H);
+            crnn_gemm16_kn(1, (int64_t)G, T, ones, 0, 1, dz + d * G, G8, 1, db[2 * li + d],
+                           (int64_t)G);
+        }
         /* dx[t][i]: the dot over the 8H gates [dz_fwd | dz_rev] against W_ih[.][i] */
         if (dx[li]) crnn_gemm16_kn(T, I, G8, dz, G8, 1, W_ih, I, 1, dx[li], I);
     }
@@ -288,6 +291,9 @@ int32_t crnn_lstm_backward(const float *x, int32_t T, int32_t I, int32_t H,
 {
     if (T < 0 || I < 0 || H < 1 || !W_ih || !W_hh || !dW_ih || !dW_hh || !db) return CRNN_E_ARG;
     if (T > 0 && (!x || !gates || !c || !tc || !hPrev || !dOut)) return CRNN_E_ARG;
+    const size_t G = 4 * (size_t)H;   /* the ABI's gradients are stacked [2][...] */
+    float *gWih[2] = {dW_ih, dW_ih + G * (size_t)I}, *gWhh[2] = {dW_hh, dW_hh + G * (size_t)H},
+          *gb[2] = {db, db + G};
     return crnn_lstm_backward_lines(1, &x, T, I, H, W_ih, W_hh, &gates, &c, &tc, &hPrev, &dOut,
-                                    &dW_ih, &dW_hh, &db, &dx);
+                                    gWih, gWhh, gb, &dx);
 }

@@ -153,7 +153,7 @@ typedef struct {
     int64_t o_conv[MAX_BLOCKS], o_pool[MAX_BLOCKS], o_win[MAX_BLOCKS], o_dx[MAX_BLOCKS];
     int64_t o_seq, o_out[MAX_LSTM], o_gates[MAX_LSTM], o_c[MAX_LSTM], o_tc[MAX_LSTM],
         o_hp[MAX_LSTM];
-    int64_t o_logits, o_dlogits, o_dA, o_dB, o_gWih, o_gWhh, o_gb;
+    int64_t o_logits, o_dlogits, o_dA, o_dB;
 } line_layout_t;
 
 static int layout_line(const model_t *m, int32_t width, line_layout_t *L)
@@ -184,14 +184,6 @@ static int layout_line(const model_t *m, int32_t width, line_layout_t *L)
     int64_t maxI = m->seqFeatures > 2 * H ? m->seqFeatures : 2 * H;
     L->o_dA = need; need += T * maxI;                 /* dseq ping-pong */
     L->o_dB = need; need += T * maxI;
-    int64_t maxWih = 0;
-    for (int l = 0; l < m->nLstm; l++) {
-        int64_t I = l == 0 ? m->seqFeatures : 2 * H;
-        if (2 * G4 * I > maxWih) maxWih = 2 * G4 * I;
-    }
-    L->o_gWih = need; need += maxWih;                 /* stacked LSTM gradients */
-    L->o_gWhh = need; need += 2 * G4 * H;
-    L->o_gb = need; need += 2 * G4;
     L->need = (need + 15) / 16 * 16;                  /* each line's block 64-byte aligned */
     return 1;
 }
@@ -356,7 +348,7 @@ static void lstm_layer(batch_t *bt, int l, int backward, int32_t *lines, int32_t
                        const float **q3, const float **q4)
 {
     const model_t *m = bt->m;
-    const int64_t H = m->hidden, G4 = 4 * H;
+    const int64_t H = m->hidden;
     const int32_t I = l == 0 ? m->seqFeatures : (int32_t)(2 * H);
     const int r = m->nLstm - 1 - l;                   /* backward: the r-th layer visited */
     memset(done, 0, sizeof(int32_t) * (size_t)bt->B);
@@ -376,7 +368,12 @@ static void lstm_layer(batch_t *bt, int l, int backward, int32_t *lines, int32_t
                 q0[i] = s + L->o_gates[l]; q1[i] = s + L->o_c[l]; q2[i] = s + L->o_tc[l];
                 q3[i] = s + L->o_hp[l];
                 q4[i] = s + (r % 2 == 0 ? L->o_dA : L->o_dB);          /* dOut */
-                p0[i] = s + L->o_gWih; p1[i] = s + L->o_gWhh; p2[i] = s + L->o_gb;
+                float *grads = bt->lineGrads + (int64_t)lines[i] * m->nParams;
+                for (int d = 0; d < 2; d++) {   /* straight into the line's gradient */
+                    p0[2 * i + d] = grads + m->offs[t_lstm(m, l, d, 0)];
+                    p1[2 * i + d] = grads + m->offs[t_lstm(m, l, d, 1)];
+                    p2[2 * i + d] = grads + m->offs[t_lstm(m, l, d, 2)];
+                }
                 p3[i] = s + (r % 2 == 0 ? L->o_dB : L->o_dA);          /* dx */
             }
         }
@@ -385,21 +382,8 @@ static void lstm_layer(batch_t *bt, int l, int backward, int32_t *lines, int32_t
                                       bt->lstmW[l][2], p0, p1, p2, p3, p4)
             : crnn_lstm_backward_lines(n, cx, T, I, (int32_t)H, bt->lstmW[l][0], bt->lstmW[l][1],
                                        q0, q1, q2, q3, q4, p0, p1, p2, p3);
-        for (int i = 0; i < n; i++) {
-            int32_t b = lines[i];
-            if (rc != CRNN_OK) { line_failed(bt, b, rc); continue; }
-            if (!backward) continue;
-            const line_layout_t *L = &bt->lay[b];
-            float *s = bt->s[b], *grads = bt->lineGrads + (int64_t)b * m->nParams;
-            for (int d = 0; d < 2; d++) {
-                memcpy(grads + m->offs[t_lstm(m, l, d, 0)], s + L->o_gWih + d * G4 * I,
-                       sizeof(float) * (size_t)(G4 * I));
-                memcpy(grads + m->offs[t_lstm(m, l, d, 1)], s + L->o_gWhh + d * G4 * H,
-                       sizeof(float) * (size_t)(G4 * H));
-                memcpy(grads + m->offs[t_lstm(m, l, d, 2)], s + L->o_gb + d * G4,
-                       sizeof(float) * (size_t)G4);
-            }
-        }
+        if (rc != CRNN_OK)
+            for (int i = 0; i < n; i++) line_failed(bt, lines[i], rc);
     }
 }
 
@@ -411,8 +395,9 @@ static void run_batch(batch_t *bt)
 {
     const model_t *m = bt->m;
     int32_t B = bt->B;
-    /* per-group pointer tables: [12][B] pointers and two [B] int arrays, on the heap */
-    void **tab = malloc(sizeof(void *) * 12 * (size_t)B);
+    /* per-group pointer tables: [15][B] pointers (the weight gradients' tables two per
+     * line: [2 * line + d]) and two [B] int arrays, on the heap */
+    void **tab = malloc(sizeof(void *) * 15 * (size_t)B);
     int32_t *ints = malloc(sizeof(int32_t) * 2 * (size_t)B);
     if (!tab || !ints) {
         for (int32_t b = 0; b < B; b++) if (bt->live[b]) line_failed(bt, b, CRNN_E_NOMEM);
@@ -423,12 +408,12 @@ static void run_batch(batch_t *bt)
 #define TAB(i) ((void *)(tab + (size_t)(i) * B))
     run_stage(bt, stage_conv_forward);
     for (int l = 0; l < m->nLstm; l++)
-        lstm_layer(bt, l, 0, lines, done, TAB(0), TAB(1), TAB(2), TAB(3), TAB(4), TAB(5),
-                   TAB(6), TAB(7), TAB(8), TAB(9), TAB(10));
+        lstm_layer(bt, l, 0, lines, done, TAB(0), TAB(1), TAB(3), TAB(5), TAB(7), TAB(8),
+                   TAB(9), TAB(10), TAB(11), TAB(12), TAB(13));
     run_stage(bt, stage_head);
     for (int l = m->nLstm - 1; l >= 0; l--)
-        lstm_layer(bt, l, 1, lines, done, TAB(0), TAB(1), TAB(2), TAB(3), TAB(4), TAB(5),
-                   TAB(6), TAB(7), TAB(8), TAB(9), TAB(10));
+        lstm_layer(bt, l, 1, lines, done, TAB(0), TAB(1), TAB(3), TAB(5), TAB(7), TAB(8),
+                   TAB(9), TAB(10), TAB(11), TAB(12), TAB(13));
     run_stage(bt, stage_conv_backward);
 #undef TAB
     free(tab); free(ints);
