@@ -161,6 +161,24 @@ def test_kn_packed_equals_spec(kern, isas, isa):
             assert np.isnan(C[:, N:]).all(), "wrote outside C"
 
 
+def test_kn_pack_layout(kern):
+    """crnn_kn_pack writes the layout pack_kn describes, for B read down rows (b_k = 1: the
+    transposed 4 x 4 moves) or across them, with K tails of 1-3 rows past a multiple of 4,
+    a partial last panel, and nothing written past the packed size."""
+    f = kern.crnn_kn_pack
+    f.restype, f.argtypes = None, [i64, i64, P, i64, i64, P]
+    rng = np.random.default_rng(15)
+    for K, N in [(1, 1), (3, 16), (4, 16), (9, 16), (16, 32), (17, 20), (35, 48), (64, 256),
+                 (144, 32), (255, 33)]:
+        Bt = data(rng, (N, K))                          # B(k, j) = Bt[j][k]: b_k = 1, b_j = K
+        want = pack_kn(np.ascontiguousarray(Bt.T), K, N)
+        for Bsrc, b_k, b_j in [(Bt, 1, K), (np.ascontiguousarray(Bt.T), N, 1)]:
+            out = np.full(want.size + 16, np.nan, np.float32)
+            f(K, N, Bsrc.ctypes.data, b_k, b_j, out.ctypes.data)
+            assert np.array_equal(bits(out[:want.size]), bits(want)), (K, N, b_k)
+            assert np.isnan(out[want.size:]).all(), "wrote past the packed panels"
+
+
 def test_scalar_fmaf_and_fma3_variants_agree(kern):
     """The scalar path's two builds of the definition (the C library's fmaf, and the FMA3
     instruction where the CPU has it) give the spec's bits."""

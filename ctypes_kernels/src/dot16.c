@@ -1,7 +1,28 @@
 /* dot16.c — the 16-lane dot product and the gemm16 dispatcher. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include "core.h"
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#if defined(__SSE2__)
+/* Four rows k0..k0+3 (k0 % 4 == 0, same m = k0/16, lanes l..l+3) of a whole panel when B's
+ * terms are adjacent (b_k = 1): 4 x 4 blocks of B transposed in registers. Values moved only. */
+static void pack_rows4(const float *src, int64_t b_j, float *const dst[4])
+{
+    for (int e0 = 0; e0 < 16; e0 += 4) {
+        __m128 r0 = _mm_loadu_ps(src + (e0 + 0) * b_j), r1 = _mm_loadu_ps(src + (e0 + 1) * b_j);
+        __m128 r2 = _mm_loadu_ps(src + (e0 + 2) * b_j), r3 = _mm_loadu_ps(src + (e0 + 3) * b_j);
+        _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+        _mm_storeu_ps(dst[0] + e0, r0);
+        _mm_storeu_ps(dst[1] + e0, r1);
+        _mm_storeu_ps(dst[2] + e0, r2);
+        _mm_storeu_ps(dst[3] + e0, r3);
+    }
+}
+#endif
 
 int32_t crnn_dot16(const float *a, const float *b, int64_t n, float *out)
 {
@@ -34,15 +55,30 @@ crnn_gemm16_kn_packed_fn crnn_gemm16_kn_packed_kernel(void)
 
 void crnn_kn_pack(int64_t K, int64_t N, const float *B, int64_t b_k, int64_t b_j, float *Bp)
 {
+    int64_t start[16];
+    for (int l = 0; l < 16; l++) start[l] = crnn_kn_lane_start(K, l);
     for (int64_t jp = 0; jp * 16 < N; jp++) {
         const int64_t cols = N - jp * 16 < 16 ? N - jp * 16 : 16;
-        float *dst = Bp + jp * 16 * K;
-        for (int l = 0; l < 16; l++)
-            for (int64_t k = l; k < K; k += 16, dst += 16) {
-                const float *src = B + k * b_k + jp * 16 * b_j;
-                for (int64_t e = 0; e < cols; e++) dst[e] = src[e * b_j];
-                for (int64_t e = cols; e < 16; e++) dst[e] = 0.0f;
+        float *panel = Bp + jp * 16 * K;
+        int64_t k = 0;
+#if defined(__SSE2__)
+        if (b_k == 1 && cols == 16)
+            for (; k + 4 <= K; k += 4) {
+                float *dst[4];
+                for (int q = 0; q < 4; q++) dst[q] = panel + (start[(k + q) % 16] + k / 16) * 16;
+                pack_rows4(B + k + jp * 16 * b_j, b_j, dst);
             }
+#endif
+        for (; k < K; k++) {      /* row k: lane k % 16, its (k / 16)-th row */
+            float *dst = panel + (start[k % 16] + k / 16) * 16;
+            const float *src = B + k * b_k + jp * 16 * b_j;
+            if (b_j == 1 && cols == 16) {   /* the row's 16 columns adjacent: one move */
+                memcpy(dst, src, 16 * sizeof(float));
+                continue;
+            }
+            for (int64_t e = 0; e < cols; e++) dst[e] = src[e * b_j];
+            for (int64_t e = cols; e < 16; e++) dst[e] = 0.0f;
+        }
     }
 }
 
