@@ -136,7 +136,9 @@ static float db_listed(const geom_t *g, const float *dC, const crnn_term *terms,
 /* Returns 1 when dW and db are done, 0 when the dense dots must run instead (some x is not
  * finite: ±0 * inf is NaN, so no term may be left out; too few chunks to gain; offsets
  * beyond int32), -1 without memory. */
-#define LISTED_MIN_CHUNKS 4   /* listing costs a pass over dC; a chunk saves ~3/4 of P*Out fmas */
+/* Listing costs a pass over dC and the lists' memory; a chunk of 16 columns saves about 3/4
+ * of its P*Out fmas. Even one chunk (the first block: K = 9) gains (docs/performance.md). */
+#define LISTED_MIN_CHUNKS 1
 int crnn_conv_dW_listed(const geom_t *g, const float *x, const float *dC, float *dW, float *db)
 {
     const int64_t C = g->C, Out = g->Out, P = g->P, KP = g->KP, nb = KP / 16;
