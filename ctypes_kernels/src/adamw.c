@@ -5,19 +5,14 @@
  * Elements are independent: a large tensor is split across threads, no bit depends on it. */
 #include <math.h>
 #include "core.h"
+#include "adamw.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
-typedef struct {
-    float *p, *m, *v;
-    const float *g;
-    int64_t n;
-    int32_t decay;
-    float omb1, b2, omb2, epsf, dec, stepSize, sqrtC2;
-} adamw_job;
-
-static void adamw_range(const adamw_job *j, int64_t i0, int64_t i1)
+/* The scalar path (adamw.h): the definition, four at a time with SSE2 where that is the
+ * baseline; the vector paths run it for their tails. */
+void crnn_adamw_range_scalar(const adamw_job *j, int64_t i0, int64_t i1)
 {
     float *p = j->p, *m = j->m, *v = j->v;
     const float *g = j->g;
@@ -52,12 +47,14 @@ static void adamw_range(const adamw_job *j, int64_t i0, int64_t i1)
     }
 }
 
+static const crnn_adamw_range_fn paths[CRNN_NISA] = CRNN_ISA_TABLE(crnn_adamw_range);
+
 #define ADAMW_BLOCK 4096
 static void adamw_blocks(void *ctx, int64_t b0, int64_t b1)   /* blocks of elements */
 {
     const adamw_job *j = ctx;
     int64_t i1 = b1 * ADAMW_BLOCK < j->n ? b1 * ADAMW_BLOCK : j->n;
-    adamw_range(j, b0 * ADAMW_BLOCK, i1);
+    paths[crnn_current_isa()](j, b0 * ADAMW_BLOCK, i1);
 }
 
 int32_t crnn_adamw(float *p, float *m, float *v, const float *g, int64_t n,
@@ -76,6 +73,6 @@ int32_t crnn_adamw(float *p, float *m, float *v, const float *g, int64_t n,
     const float sqrtC2 = (float)sqrt(1.0 - b2t);
     adamw_job j = {p, m, v, g, n, decay, omb1, b2, omb2, epsf, dec, stepSize, sqrtC2};
     if (n >= 16 * ADAMW_BLOCK) crnn_parallel_for((n + ADAMW_BLOCK - 1) / ADAMW_BLOCK, adamw_blocks, &j);
-    else adamw_range(&j, 0, n);
+    else paths[crnn_current_isa()](&j, 0, n);
     return CRNN_OK;
 }

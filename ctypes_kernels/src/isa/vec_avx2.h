@@ -11,6 +11,7 @@ typedef __m256 vec_t;
 #define VSUB(a, b)     _mm256_sub_ps((a), (b))
 #define VMUL(a, b)     _mm256_mul_ps((a), (b))
 #define VDIV(a, b)     _mm256_div_ps((a), (b))
+#define VSQRT(a)       _mm256_sqrt_ps(a)     /* correctly rounded */
 #define VFMA(a, b, c)  _mm256_fmadd_ps((a), (b), (c))
 /* comparisons (ordered: false when either is NaN), selects, sign flip and exponent bits */
 typedef __m256 vmask_t;

@@ -14,6 +14,7 @@ typedef float32x4_t vec_t;
 #define VSUB(a, b)     vsubq_f32((a), (b))
 #define VMUL(a, b)     vmulq_f32((a), (b))
 #define VDIV(a, b)     vdivq_f32((a), (b))
+#define VSQRT(a)       vsqrtq_f32(a)     /* correctly rounded */
 #define VFMA(a, b, c)  vfmaq_f32((c), (a), (b))                  /* a*b + c, one rounding */
 /* comparisons (ordered: false when either is NaN), selects, sign flip and exponent bits */
 typedef uint32x4_t vmask_t;

@@ -11,6 +11,7 @@ typedef __m128 vec_t;
 #define VSUB(a, b)     _mm_sub_ps((a), (b))
 #define VMUL(a, b)     _mm_mul_ps((a), (b))
 #define VDIV(a, b)     _mm_div_ps((a), (b))
+#define VSQRT(a)       _mm_sqrt_ps(a)     /* correctly rounded */
 #define VFMA(a, b, c)  _mm_fmadd_ps((a), (b), (c))
 /* comparisons (ordered: false when either is NaN), selects, sign flip and exponent bits */
 typedef __m128 vmask_t;
