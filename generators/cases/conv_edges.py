@@ -3,10 +3,12 @@
 Pool rules (a NaN, -0, +0 or a negative never wins; a window without a positive value gives
 +0 and winner -1; of equal maxima the first wins):
   pool_nan_x_O4, pool_nan_x_O5   two input pixels NaN: the conv values that see them are NaN
-                                 and lose; dW's columns that read them are NaN (0 * NaN)
+  pool_nan_x_O16, pool_nan_x_O32 and lose; dW's columns that read them are NaN (0 * NaN); 16
+                                 and 32 channels fill a 512- or 256-bit register per window
   pool_nan_bias                  one channel's bias NaN: every window of it is dead
   pool_signed_zeros_C16          conv values exactly -0 (a dot of underflowing negative
-                                 products plus b = -0), exactly +0, negative, and mixed
+  pool_signed_zeros_C16_O16      products plus b = -0), exactly +0, negative, and mixed (8 and
+                                 16 channels)
   ties_nontwin_O6                small-integer inputs and weights: exact sums, so windows tie
                                  between cells whose input windows differ (not twins)
 Padding columns (W's are terms of the dot, used as stored):
@@ -19,10 +21,12 @@ Underflow in the backward's dots over p (dW, db) and o (dcol), dense and listed:
   dense_dW_neg_zero_C3_O4        the tiny other channels underflows to -0, and the losers after
   dense_dW_neg_zero_C2_nodx      it (dC = +0) turn most lanes back to +0: the dot is +0. A port
                                  that leaves out the zero terms keeps -0 in every lane and
-                                 must redo such dots with all terms. C = 16 and 8 take the
-                                 bundled port's listed dW (direct and im2col rows), C = 3 and 2
-                                 the dense one; C = 16 also its sparse dcol (products underflow
-                                 there too). The last one is called without dx.
+                                 must redo such dots with all terms. C = 16 takes the bundled
+                                 port's listed dW over x directly, C = 8, 3 and 2 over im2col
+                                 rows (5, 2 and 2 chunks; the names of the last two are from when
+                                 it ran the dense dots below four chunks); C = 16 also its sparse
+                                 dcol (products underflow there too). The last one is called
+                                 without dx.
 """
 from __future__ import annotations
 
@@ -78,11 +82,11 @@ def nan_pixels(rng, Out):
         rng.uniform(-1, 1, (Hp, Wp, Out)).astype(F32)
 
 
-def signed_zeros(rng):
+def signed_zeros(rng, Out=8, name="pool_signed_zeros_C16"):
     """1x1 conv, C = 16 = K = KPadded: x tiny > 0; channel o % 4 == 0: W tiny < 0 and b = -0
     (conv -0), 1: W tiny > 0, b = -0 (+0 + -0 = +0), 2: W = 0, b = +0, 3: W random, b = 0."""
     g = dict(kh=1, kw=1, padH=0, padW=0, poolH=2, poolW=2)
-    H, Wd, C, Out = 4, 6, 16, 8
+    H, Wd, C = 4, 6, 16
     x = tiny(rng, H * Wd * C).reshape(H, Wd, C)
     W = np.zeros((Out, 16), F32)
     b = np.zeros(Out, F32)
@@ -91,7 +95,7 @@ def signed_zeros(rng):
         W[o] = (tiny(rng, 16, -80, -1.0) if kind == 0 else tiny(rng, 16) if kind == 1
                 else 0.0 if kind == 2 else rng.uniform(-1, 1, 16) * np.ldexp(1.0, 80))
         b[o] = -0.0 if kind in (0, 1) else 0.0
-    return _case("pool_signed_zeros_C16", x, W, b, rng.uniform(-1, 1, (2, 3, Out)), g,
+    return _case(name, x, W, b, rng.uniform(-1, 1, (2, 3, Out)), g,
                  "conv values -0, +0, negative: dead windows give +0 and -1")
 
 
@@ -170,4 +174,11 @@ def build():
     cases.append(selector(rng, "listed_dW_neg_zero_C8_O5", 8, 5))
     cases.append(selector(rng, "dense_dW_neg_zero_C3_O4", 3, 4))
     cases.append(selector(rng, "dense_dW_neg_zero_C2_nodx", 2, 4, dx=False))
+    # the pool rules again where a window's channels fill 256- and 512-bit registers (the cases
+    # above have 4, 5 and 8 channels); their own generator, so the cases above keep their values
+    wide = np.random.default_rng(SEED + 1)
+    for Out in (16, 32):
+        x, W, b, dP = nan_pixels(wide, Out)
+        cases.append(_case(f"pool_nan_x_O{Out}", x, W, b, dP, G33, "NaN pixels: NaN never wins"))
+    cases.append(signed_zeros(wide, 16, "pool_signed_zeros_C16_O16"))
     return cases
