@@ -14,9 +14,11 @@ void crnn_conv_bias_rows(void *ctx, int64_t p0, int64_t p1)
 
 /* Running maximum from +0, window rows outer, columns inner, replaced only when strictly
  * greater: the first of equal maxima wins, -0 and NaN never win; winner p*Out + o or -1.
- * Channels innermost (a block of them per window), written as selects so it vectorizes. */
+ * Channels innermost (a block of them per window), written as selects so it vectorizes.
+ * This is the scalar path; the vector paths run the same selects at their width
+ * (src/isa/conv_pool_impl.h). */
 #define POOL_OB 64
-void crnn_conv_pool_rows(void *ctx, int64_t oy0, int64_t oy1)
+void crnn_conv_pool_rows_scalar(void *ctx, int64_t oy0, int64_t oy1)
 {
     const fwd_job *j = ctx;
     const geom_t *g = j->g;
@@ -92,6 +94,12 @@ void crnn_conv_pool_rows(void *ctx, int64_t oy0, int64_t oy1)
                 memcpy(j->pooled + at, m, sizeof(float) * (size_t)no);
                 memcpy(j->winners + at, w, sizeof(int32_t) * (size_t)no);
             }
+}
+
+static const crnn_range_fn pool_paths[CRNN_NISA] = CRNN_ISA_TABLE(crnn_conv_pool_rows);
+void crnn_conv_pool_rows(void *ctx, int64_t oy0, int64_t oy1)
+{
+    pool_paths[crnn_current_isa()](ctx, oy0, oy1);
 }
 
 #if defined(__SSE2__)

@@ -22,6 +22,14 @@ typedef __m256 vmask_t;
 #define VNEG(a)        _mm256_xor_ps((a), _mm256_set1_ps(-0.0f)) /* flips the sign bit only */
 #define VPOW2I(k)      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), \
                            _mm256_set1_epi32(127)), 23))         /* 2^k, integral k in [-126, 127] */
+/* ---- int32 lanes (src/isa/conv_pool_impl.h: the pool's winners) ---- */
+typedef __m256i vint_t;
+#define VISET1(x)        _mm256_set1_epi32(x)
+#define VIADD(a, b)      _mm256_add_epi32((a), (b))
+#define VILANES()        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)
+#define VISELECT(m, t, f) _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(f), \
+                             _mm256_castsi256_ps(t), (m)))
+#define VISTOREU(p, v)   _mm256_storeu_si256((__m256i *)(void *)(p), (v))
 /* ---- gemm16 vocabulary (src/isa/gemm16_*.h) ---- */
 /* nonzero when some lane of v is ±0 */
 #define VANY_ZERO(v)     (_mm256_movemask_ps(_mm256_cmp_ps((v), _mm256_setzero_ps(), _CMP_EQ_OQ)) != 0)

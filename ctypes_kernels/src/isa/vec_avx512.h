@@ -23,6 +23,13 @@ typedef __mmask16 vmask_t;
                            _mm512_set1_epi32((int)0x80000000)))  /* flips the sign bit only */
 #define VPOW2I(k)      _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), \
                            _mm512_set1_epi32(127)), 23))         /* 2^k, integral k in [-126, 127] */
+/* ---- int32 lanes (src/isa/conv_pool_impl.h: the pool's winners) ---- */
+typedef __m512i vint_t;
+#define VISET1(x)        _mm512_set1_epi32(x)
+#define VIADD(a, b)      _mm512_add_epi32((a), (b))
+#define VILANES()        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+#define VISELECT(m, t, f) _mm512_mask_blend_epi32((m), (f), (t))
+#define VISTOREU(p, v)   _mm512_storeu_si512((void *)(p), (v))
 /* ---- gemm16 vocabulary (src/isa/gemm16_*.h) ---- */
 /* nonzero when some lane of v is ±0 */
 #define VANY_ZERO(v)     (_mm512_cmp_ps_mask((v), _mm512_setzero_ps(), _CMP_EQ_OQ) != 0)

@@ -25,6 +25,18 @@ typedef uint32x4_t vmask_t;
 #define VNEG(a)        vnegq_f32(a)                              /* flips the sign bit only */
 #define VPOW2I(k)      vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtnq_s32_f32(k), \
                            vdupq_n_s32(127)), 23))               /* 2^k, integral k in [-126, 127] */
+/* ---- int32 lanes (src/isa/conv_pool_impl.h: the pool's winners) ---- */
+typedef int32x4_t vint_t;
+#define VISET1(x)        vdupq_n_s32(x)
+#define VIADD(a, b)      vaddq_s32((a), (b))
+static inline int32x4_t neon_lanes(void)
+{
+    static const int32_t l[4] = {0, 1, 2, 3};
+    return vld1q_s32(l);
+}
+#define VILANES()        neon_lanes()
+#define VISELECT(m, t, f) vbslq_s32((m), (t), (f))
+#define VISTOREU(p, v)   vst1q_s32((int32_t *)(void *)(p), (v))
 /* ---- gemm16 vocabulary (src/isa/gemm16_*.h) ---- */
 /* nonzero when some lane of v is ±0 */
 #define VANY_ZERO(v)     (vmaxvq_u32(vceqq_f32((v), vdupq_n_f32(0.0f))) != 0)

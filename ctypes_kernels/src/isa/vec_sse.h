@@ -22,6 +22,13 @@ typedef __m128 vmask_t;
 #define VNEG(a)        _mm_xor_ps((a), _mm_set1_ps(-0.0f))      /* flips the sign bit only */
 #define VPOW2I(k)      _mm_castsi128_ps(_mm_slli_epi32(_mm_add_epi32(_mm_cvtps_epi32(k), \
                            _mm_set1_epi32(127)), 23))            /* 2^k, integral k in [-126, 127] */
+/* ---- int32 lanes (src/isa/conv_pool_impl.h: the pool's winners) ---- */
+typedef __m128i vint_t;
+#define VISET1(x)        _mm_set1_epi32(x)
+#define VIADD(a, b)      _mm_add_epi32((a), (b))
+#define VILANES()        _mm_setr_epi32(0, 1, 2, 3)
+#define VISELECT(m, t, f) _mm_castps_si128(_mm_blendv_ps(_mm_castsi128_ps(f), _mm_castsi128_ps(t), (m)))
+#define VISTOREU(p, v)   _mm_storeu_si128((__m128i *)(void *)(p), (v))
 /* ---- gemm16 vocabulary (src/isa/gemm16_*.h) ---- */
 /* nonzero when some lane of v is ±0 */
 #define VANY_ZERO(v)     (_mm_movemask_ps(_mm_cmpeq_ps((v), _mm_setzero_ps())) != 0)

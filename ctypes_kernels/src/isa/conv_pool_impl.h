@@ -1,0 +1,40 @@
+/* conv_pool_impl.h — the conv block's fused ReLU/max pool (conv_pool.c) with the vector
+ * macros of one ISA, included by each thin src/isa/conv_pool_<isa>.c after its vec_*.h: VW
+ * channels in registers through each window, the running maximum from +0 replaced only
+ * where strictly greater (an ordered compare: false for NaN and for -0 after +0), the
+ * winner p*Out + o or -1 beside it. The same compares and selects as the scalar path's, a
+ * lane per channel; when Out is not a multiple of VW the scalar path runs instead. */
+#include "../conv.h"
+
+#define CAT_(a, b) a##_##b
+#define CAT(a, b) CAT_(a, b)
+
+void CAT(crnn_conv_pool_rows, ISA_SUFFIX)(void *ctx, int64_t oy0, int64_t oy1)
+{
+    const fwd_job *j = ctx;
+    const geom_t *g = j->g;
+    const int64_t Out = g->Out;
+    if (Out % VW) {
+        crnn_conv_pool_rows_scalar(ctx, oy0, oy1);
+        return;
+    }
+    for (int64_t oy = oy0; oy < oy1; oy++)
+        for (int64_t ox = 0; ox < g->Wp; ox++) {
+            const int64_t at = (oy * g->Wp + ox) * Out;
+            const int64_t p0 = oy * g->poolH * g->Wc + ox * g->poolW;
+            for (int64_t o = 0; o < Out; o += VW) {
+                vec_t mo = VZERO();
+                vint_t wo = VISET1(-1);
+                for (int64_t dy = 0; dy < g->poolH; dy++)
+                    for (int64_t dx = 0; dx < g->poolW; dx++) {
+                        const int64_t p = p0 + dy * g->Wc + dx;
+                        const vec_t v = VLOADU(j->conv + p * Out + o);
+                        const vmask_t better = VCMPLT(mo, v);   /* v > mo */
+                        mo = VSELECT(better, v, mo);
+                        wo = VISELECT(better, VIADD(VISET1((int32_t)(p * Out + o)), VILANES()), wo);
+                    }
+                VSTOREU(j->pooled + at + o, mo);
+                VISTOREU(j->winners + at + o, wo);
+            }
+        }
+}
