@@ -439,29 +439,36 @@ def test_null_pointer_is_e_arg(lib, null):
     assert call_forward(lib, 8, 8, 1, 4, 3, 3, 1, 1, 2, 2) == 0
 
 
-def test_backward_rejects_bad_winners(lib):
-    g = geometry(6, 6, 2, 3)
+@pytest.mark.parametrize("Out", [3, 4, 8, 16, 32])
+def test_backward_rejects_bad_winners(lib, Out):
+    """A winner outside its window, of another channel, or below -1 is CRNN_E_ARG on every
+    ISA path, with channel counts that take the bundled port's scalar scatter (3) and its
+    four-channel one (4 to 32: one to eight registers a window; the test with 3 channels
+    alone had never run the four-channel check)."""
+    g = geometry(6, 6, 2, Out)
     x, Wt, b, rng = random_block(4, g)
     _, pooled, winners = spec.forward(x, Wt, b, *geo_args(g))
     dPooled = np.ones_like(pooled)
-    dW, db = np.zeros_like(Wt), np.zeros(3, np.float32)
+    dW, db = np.zeros_like(Wt), np.zeros(Out, np.float32)
 
     def bwd(w, H=6):
-        return lib.crnn_conv_backward(hconv.ptr(x), H, 6, 2, hconv.ptr(Wt), 3, 3, 3, 1, 1, 2, 2,
+        return lib.crnn_conv_backward(hconv.ptr(x), H, 6, 2, hconv.ptr(Wt), Out, 3, 3, 1, 1, 2, 2,
                                       hconv.ptr(dPooled), hconv.ptr(np.ascontiguousarray(w)),
                                       hconv.ptr(dW), hconv.ptr(db), None)
 
-    assert bwd(winners) == 0
-    assert bwd(winners, H=1) == -1                       # Hc = 1 < poolH
-    w = winners.copy()
-    w[0, 0, 0] = winners[1, 1, 0] if winners[1, 1, 0] >= 0 else 14 * 3   # another window's cell
-    assert bwd(w) == -1
-    w = winners.copy()
-    w[0, 0, 1] = 0                                       # channel 0's cell for channel 1
-    assert bwd(w) == -1
-    w = winners.copy()
-    w[0, 0, 0] = -2
-    assert bwd(w) == -1
+    other = winners[1, 1, 0] if winners[1, 1, 0] >= 0 else (2 * 6 + 2) * Out   # window (1, 1)'s cell
+    bad = []
+    for at, value in [((0, 0, 0), other), ((0, 0, 1), 0), ((0, 0, 0), -2),
+                      ((2, 2, Out - 1), (0 * 6 + 0) * Out + Out - 1)]:   # the last lane's channel
+        w = winners.copy()
+        w[at] = value
+        bad.append(w)
+    for isa in abi.available_isas(lib):
+        select(lib, isa, 1)
+        assert bwd(winners) == 0, isa
+        assert bwd(winners, H=1) == -1, isa                  # Hc = 1 < poolH
+        for w in bad:
+            assert bwd(w) == -1, (isa, Out)
 
 
 # ------------------------------------------------------------------ the fixture and the hook
