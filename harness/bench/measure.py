@@ -125,8 +125,10 @@ def paired(path_a, path_b, isas=None, threads=(1,), width=256, batch=4, seconds=
     median over its steps after the first `warm` (caches warm with that port's own buffers),
     for `seconds` per ISA x threads. The machine's drift hits both sides of a pair alike, so
     the median of the per-pair differences resolves changes well below the run-to-run spread
-    of either side. Returns one dict per case: medians of A and B, and the difference's
-    median and quartiles (B - A, seconds)."""
+    of either side. Which port runs first alternates from pair to pair. A bias of the loading
+    order can remain (the port loaded second, its code and data placed differently): running
+    again with the two swapped tells it apart. Returns one dict per case: medians of A and B,
+    and the difference's median and quartiles (B - A, seconds)."""
     inp = make_inputs(width, batch)
     libs = [abi.load(p, layers=("conv", "lstm", "linear", "ctc", "step", "clip", "adamw"))
             for p in (path_a, path_b)]
@@ -147,7 +149,11 @@ def paired(path_a, path_b, isas=None, threads=(1,), width=256, batch=4, seconds=
             a, b = [], []
             t0 = time.perf_counter()
             while time.perf_counter() - t0 < seconds or len(a) < 3:
-                for st, acc in zip(steps, (a, b)):
+                # which port runs first alternates from pair to pair: a side that always
+                # ran second was measured slower (a copy of one build against itself)
+                first = len(a) % 2
+                order = [(steps[0], a), (steps[1], b)][::-1 if first else 1]
+                for st, acc in order:
                     ts = []
                     for i in range(block):
                         s0 = time.perf_counter()
