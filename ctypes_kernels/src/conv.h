@@ -42,7 +42,13 @@ typedef struct {
     int32_t *winners;
 } fwd_job;
 
-void crnn_conv_bias_rows(void *ctx, int64_t p0, int64_t p1);
+void crnn_conv_bias_rows(void *ctx, int64_t p0, int64_t p1);   /* the selected ISA's */
+/* the bias on each path (conv_pool.c, src/isa/conv_pool_<isa>.c) */
+void crnn_conv_bias_rows_scalar(void *ctx, int64_t p0, int64_t p1);
+void crnn_conv_bias_rows_sse(void *ctx, int64_t p0, int64_t p1);
+void crnn_conv_bias_rows_avx2(void *ctx, int64_t p0, int64_t p1);
+void crnn_conv_bias_rows_avx512(void *ctx, int64_t p0, int64_t p1);
+void crnn_conv_bias_rows_neon(void *ctx, int64_t p0, int64_t p1);
 void crnn_conv_pool_rows(void *ctx, int64_t oy0, int64_t oy1);   /* the selected ISA's */
 /* the pool on each path (conv_pool.c, src/isa/conv_pool_<isa>.c) */
 void crnn_conv_pool_rows_scalar(void *ctx, int64_t oy0, int64_t oy1);

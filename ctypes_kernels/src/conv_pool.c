@@ -5,7 +5,7 @@
 #include <string.h>
 #include "conv.h"
 
-void crnn_conv_bias_rows(void *ctx, int64_t p0, int64_t p1)
+void crnn_conv_bias_rows_scalar(void *ctx, int64_t p0, int64_t p1)
 {
     const fwd_job *j = ctx;
     int64_t Out = j->g->Out;
@@ -94,6 +94,12 @@ void crnn_conv_pool_rows_scalar(void *ctx, int64_t oy0, int64_t oy1)
                 memcpy(j->pooled + at, m, sizeof(float) * (size_t)no);
                 memcpy(j->winners + at, w, sizeof(int32_t) * (size_t)no);
             }
+}
+
+static const crnn_range_fn bias_paths[CRNN_NISA] = CRNN_ISA_TABLE(crnn_conv_bias_rows);
+void crnn_conv_bias_rows(void *ctx, int64_t p0, int64_t p1)
+{
+    bias_paths[crnn_current_isa()](ctx, p0, p1);
 }
 
 static const crnn_range_fn pool_paths[CRNN_NISA] = CRNN_ISA_TABLE(crnn_conv_pool_rows);

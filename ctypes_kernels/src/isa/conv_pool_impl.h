@@ -1,4 +1,4 @@
-/* conv_pool_impl.h — the conv block's fused ReLU/max pool (conv_pool.c) with the vector
+/* conv_pool_impl.h — the conv block's bias and fused ReLU/max pool (conv_pool.c) with the vector
  * macros of one ISA, included by each thin src/isa/conv_pool_<isa>.c after its vec_*.h: VW
  * channels in registers through each window, the running maximum from +0 replaced only
  * where strictly greater (an ordered compare: false for NaN and for -0 after +0), the
@@ -8,6 +8,21 @@
 
 #define CAT_(a, b) a##_##b
 #define CAT(a, b) CAT_(a, b)
+
+/* conv[p][o] = conv[p][o] + b[o] for positions p0..p1, VW channels an add */
+void CAT(crnn_conv_bias_rows, ISA_SUFFIX)(void *ctx, int64_t p0, int64_t p1)
+{
+    const fwd_job *j = ctx;
+    const int64_t Out = j->g->Out;
+    if (Out % VW) {
+        crnn_conv_bias_rows_scalar(ctx, p0, p1);
+        return;
+    }
+    for (int64_t p = p0; p < p1; p++) {
+        float *c = j->conv + p * Out;
+        for (int64_t o = 0; o < Out; o += VW) VSTOREU(c + o, VADD(VLOADU(c + o), VLOADU(j->b + o)));
+    }
+}
 
 void CAT(crnn_conv_pool_rows, ISA_SUFFIX)(void *ctx, int64_t oy0, int64_t oy1)
 {
