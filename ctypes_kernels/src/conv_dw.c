@@ -147,10 +147,9 @@ int crnn_conv_dW_listed(const geom_t *g, const float *x, const float *dC, float 
     /* a slot holds at most one term a window and one a position of its lane */
     const int64_t perlane = (P + 15) / 16, windows = g->Hp * g->Wp;
     const int64_t fill = perlane < windows ? perlane : windows, nslot = 16 * Out;
-    /* the slots an odd number of cache lines apart: a power-of-two stride would put every
-     * slot's next term in the same few cache sets (the list stores are scattered over all
-     * of them) */
-    const int64_t lines = fill / 8 + 1, cap = 8 * (lines % 2 ? lines : lines + 1);
+    /* slots a multiple of 4 KiB apart one cache line further apart: every slot's next term
+     * would be in the same L1 set (the list stores are scattered over all the slots) */
+    const int64_t cap = fill * (int64_t)sizeof(crnn_term) % 4096 == 0 ? fill + 8 : fill;
     if (nb < LISTED_MIN_CHUNKS || nB + 16 > INT32_MAX || cap * nslot > INT32_MAX ||
         !crnn_conv_all_finite(x, g->H * g->W * C))
         return 0;
