@@ -42,20 +42,18 @@ typedef struct {
     int32_t *winners;
 } fwd_job;
 
-void crnn_conv_bias_rows(void *ctx, int64_t p0, int64_t p1);   /* the selected ISA's */
-/* the bias on each path (conv_pool.c, src/isa/conv_pool_<isa>.c) */
-void crnn_conv_bias_rows_scalar(void *ctx, int64_t p0, int64_t p1);
-void crnn_conv_bias_rows_sse(void *ctx, int64_t p0, int64_t p1);
-void crnn_conv_bias_rows_avx2(void *ctx, int64_t p0, int64_t p1);
-void crnn_conv_bias_rows_avx512(void *ctx, int64_t p0, int64_t p1);
-void crnn_conv_bias_rows_neon(void *ctx, int64_t p0, int64_t p1);
-void crnn_conv_pool_rows(void *ctx, int64_t oy0, int64_t oy1);   /* the selected ISA's */
-/* the pool on each path (conv_pool.c, src/isa/conv_pool_<isa>.c) */
-void crnn_conv_pool_rows_scalar(void *ctx, int64_t oy0, int64_t oy1);
-void crnn_conv_pool_rows_sse(void *ctx, int64_t oy0, int64_t oy1);
-void crnn_conv_pool_rows_avx2(void *ctx, int64_t oy0, int64_t oy1);
-void crnn_conv_pool_rows_avx512(void *ctx, int64_t oy0, int64_t oy1);
-void crnn_conv_pool_rows_neon(void *ctx, int64_t oy0, int64_t oy1);
+/* The bias over positions p0..p1 and the pool over rows of windows oy0..oy1, each on the
+ * selected ISA's path (a dispatcher) and as each path's own (conv_pool.c the scalar one,
+ * src/isa/conv_pool_<isa>.c the vector ones). */
+#define CRNN_CONV_ON_EVERY_PATH(name)                                                        \
+    void name(void *ctx, int64_t begin, int64_t end);                                        \
+    void name##_scalar(void *ctx, int64_t begin, int64_t end);                               \
+    void name##_sse(void *ctx, int64_t begin, int64_t end);                                  \
+    void name##_avx2(void *ctx, int64_t begin, int64_t end);                                 \
+    void name##_avx512(void *ctx, int64_t begin, int64_t end);                               \
+    void name##_neon(void *ctx, int64_t begin, int64_t end);
+CRNN_CONV_ON_EVERY_PATH(crnn_conv_bias_rows)
+CRNN_CONV_ON_EVERY_PATH(crnn_conv_pool_rows)
 int crnn_conv_scatter_winners(const geom_t *g, const float *dPooled, const int32_t *winners,
                               float *dC);
 
