@@ -134,11 +134,9 @@ static float db_listed(const geom_t *g, const float *dC, const crnn_term *terms,
 }
 
 /* Returns 1 when dW and db are done, 0 when the dense dots must run instead (some x is not
- * finite: ±0 * inf is NaN, so no term may be left out; too few chunks to gain; offsets
- * beyond int32), -1 without memory. */
-/* Listing costs a pass over dC and the lists' memory; a chunk of 16 columns saves about 3/4
- * of its P*Out fmas. Even one chunk (the first block: K = 9) gains (docs/performance.md). */
-#define LISTED_MIN_CHUNKS 1
+ * finite: ±0 * inf is NaN, so no term may be left out; offsets beyond int32), -1 without
+ * memory. Listing pays even for one chunk of 16 columns (the first block, K = 9: a position
+ * wins 1.3 of its 16 channels; docs/performance.md). */
 int crnn_conv_dW_listed(const geom_t *g, const float *x, const float *dC, float *dW, float *db)
 {
     const int64_t C = g->C, Out = g->Out, P = g->P, KP = g->KP, nb = KP / 16;
@@ -150,7 +148,7 @@ int crnn_conv_dW_listed(const geom_t *g, const float *x, const float *dC, float 
     /* slots a multiple of 4 KiB apart one cache line further apart: every slot's next term
      * would be in the same L1 set (the list stores are scattered over all the slots) */
     const int64_t cap = fill * (int64_t)sizeof(crnn_term) % 4096 == 0 ? fill + 8 : fill;
-    if (nb < LISTED_MIN_CHUNKS || nB + 16 > INT32_MAX || cap * nslot > INT32_MAX ||
+    if (nB + 16 > INT32_MAX || cap * nslot > INT32_MAX ||
         !crnn_conv_all_finite(x, g->H * g->W * C))
         return 0;
     size_t bytes = sizeof(float) * (size_t)nB + sizeof(crnn_term) * (size_t)(cap * nslot) +
