@@ -528,3 +528,45 @@ def test_gate_conv_passes():
     r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "gate", "--layers", "conv", "-q"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def mostly_zero_block(seed, g, dead=0.7):
+    """an input as a previous block's ReLU and pool leave it: most values +0, some so small
+    that their products round to -0"""
+    x, Wt, b, rng = random_block(seed, g)
+    x[rng.random(x.shape) < dead] = 0.0
+    x[rng.random(x.shape) < 0.05] = np.float32(1e-30)
+    Wt = Wt.copy()
+    Wt[:, ::5] *= np.float32(1e-12)
+    return x, Wt, b, rng
+
+
+@pytest.mark.parametrize("C,Out", [(16, 32), (32, 64), (3, 20)])
+def test_forward_with_mostly_zero_windows_equals_spec(lib, C, Out):
+    """The forward leaves out the window terms that are ±0 in a whole block of positions
+    (every W finite) and must still give the spec's bits on every path."""
+    g = geometry(9, 23, C, Out, dx=False)
+    x, Wt, b, rng = mostly_zero_block(11 + C, g)
+    want, dPooled = spec_block(x, Wt, b, g, rng=rng)
+    for isa in abi.available_isas(lib):
+        for threads in (1, 3):
+            select(lib, isa, threads)
+            got = hconv.run_block(lib, x, Wt, b, dPooled, *geo_args(g), want_dx=False)
+            for t in ("conv", "pooled", "winners"):
+                assert got[t].tobytes() == want[t].tobytes(), (isa, threads, t)
+
+
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+def test_forward_keeps_zero_window_terms_when_w_is_not_finite(lib, bad):
+    """+0 * inf is NaN: with a non-finite W no zero window term may be left out."""
+    g = geometry(8, 13, 16, 32, dx=False)
+    x, Wt, b, rng = mostly_zero_block(12, g)
+    Wt[7, 40] = bad
+    want, dPooled = spec_block(x, Wt, b, g, rng=rng)
+    assert np.isnan(want["conv"].reshape(-1, 32)[:, 7]).any()
+    for isa in abi.available_isas(lib):
+        select(lib, isa, 2)
+        got = hconv.run_block(lib, x, Wt, b, dPooled, *geo_args(g), want_dx=False)
+        assert np.array_equal(np.isnan(got["conv"]), np.isnan(want["conv"])), isa
+        ok = ~np.isnan(want["conv"])
+        assert got["conv"][ok].tobytes() == want["conv"][ok].tobytes(), isa

@@ -226,3 +226,67 @@ def test_sparse_rows_equals_spec(kern, isas, isa):
             assert (got[zero] == 0).all(), (isa, t, M, N, K)
             assert np.array_equal(flag, zero.any(axis=1).astype(np.int32)), (isa, t, M, N, K, flag)
             assert np.isnan(C[:, N:]).all(), "wrote outside C"
+
+
+def sparse_data(rng, shape, dead=0.65):
+    """data() with most values ±0, in runs along the rows as a ReLU and pool leave them"""
+    a = data(rng, shape)
+    z = rng.random(shape) < dead
+    if len(shape) == 2 and shape[0] > 1:       # adjacent rows share most of their zeros
+        z[1:] = np.where(rng.random((shape[0] - 1, shape[1])) < 0.8, z[:-1], z[1:])
+    a[z] = rng.choice([-0.0, 0.0], int(z.sum())).astype(np.float32)
+    return a
+
+
+@pytest.mark.parametrize("isa", ISA_NAMES)
+def test_kn_packed_sparse_equals_spec(kern, isas, isa):
+    """crnn_gemm16_kn_packed_sparse (A's ±0 terms left out where every row of a block has
+    them; B finite) gives exactly the full dot16's bits: mostly-zero rows, rows with no
+    nonzero term, NaN and inf in A, products that round to -0, K with lane tails and more
+    than one 512-term segment of masks, M with block tails; no write outside C."""
+    if isa not in isas:
+        pytest.skip(f"{isa} not on this CPU")
+    f = kern.crnn_gemm16_kn_packed_sparse
+    f.restype, f.argtypes = None, [i64, i64, i64, P, i64, i64, P, P, i64]
+    rng = np.random.default_rng(16)
+    assert kern.crnn_set_isa(ISA_NAMES.index(isa)) == 0
+    for M, N, K in [(1, 16, 1), (2, 16, 9), (3, 32, 144), (4, 64, 288), (5, 48, 17), (7, 40, 33),
+                    (9, 512, 256), (13, 20, 100), (8, 16, 520), (6, 32, 1100), (64, 64, 144)]:
+        lda, ldc = K + 3, N + 2
+        A = sparse_data(rng, (M, lda))
+        A[0] = rng.choice([-0.0, 0.0], lda).astype(np.float32)      # a row with no term
+        if M > 4:
+            A[4, rng.integers(0, K)] = rng.choice([np.nan, np.inf, -np.inf])
+        B = data(rng, (K, N))
+        Bp = pack_kn(B, K, N)
+        want = gemm16(A[:, :K], B.T)
+        for t in THREADS:
+            kern.crnn_set_threads(t)
+            C = np.full((M, ldc), np.nan, np.float32)
+            f(M, N, K, A.ctypes.data, lda, 1, Bp.ctypes.data, C.ctypes.data, ldc)
+            assert np.array_equal(bits(C[:, :N]), bits(want)), (isa, t, M, N, K)
+            assert np.isnan(C[:, N:]).all(), "wrote outside C"
+
+
+@pytest.mark.parametrize("isa", ISA_NAMES)
+def test_kn_packed_sparse_redoes_negative_zero(kern, isas, isa):
+    """Every lane of a row gets a product that rounds to -0, then only left-out +0 terms:
+    without them every lane stays -0 and the dot is -0, but the full dot's +0 terms turn each
+    lane to +0 and the dot is +0. The kernel must give +0 (it computes such a block again
+    with every term)."""
+    if isa not in isas:
+        pytest.skip(f"{isa} not on this CPU")
+    f = kern.crnn_gemm16_kn_packed_sparse
+    f.restype, f.argtypes = None, [i64, i64, i64, P, i64, i64, P, P, i64]
+    assert kern.crnn_set_isa(ISA_NAMES.index(isa)) == 0
+    M, N, K = 4, 32, 64
+    A = np.zeros((M, K), np.float32)
+    A[:, :16] = -1e-30                        # k < 16: -1e-30 * 1e-30 rounds to -0
+    B = np.ones((K, N), np.float32)
+    B[:16] = 1e-30
+    want = gemm16(A, B.T)
+    assert (bits(want) == 0).all()            # the full dot: +0 everywhere
+    C = np.full((M, N), np.nan, np.float32)
+    Bp = pack_kn(B, K, N)
+    f(M, N, K, A.ctypes.data, K, 1, Bp.ctypes.data, C.ctypes.data, N)
+    assert np.array_equal(bits(C), bits(want)), isa

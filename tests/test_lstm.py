@@ -149,3 +149,53 @@ def test_gate_lstm_passes():
     r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "gate", "--layers", "lstm", "--quiet"],
                        capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def relu_like(rng, x, dead=0.7):
+    """x as a conv block's ReLU and pool leave it: most values +0, in runs along t"""
+    z = rng.random(x.shape) < dead
+    z[1:] = np.where(rng.random(z[1:].shape) < 0.8, z[:-1], z[1:])
+    return np.where(z, np.float32(0), np.abs(x)).astype(np.float32)
+
+
+@pytest.mark.parametrize("T,I,H,seed", [(17, 40, 5, 7), (33, 64, 8, 8), (64, 256, 4, 9)])
+def test_c_equals_spec_when_x_is_mostly_zero(lstm_lib, T, I, H, seed):
+    """x after a ReLU and pool (70 % +0): x·W_ihᵀ leaves out those terms (where W_ih is
+    finite) and must still give the spec's bits; some values so small that their products
+    round to -0, so some dots can come out -0 and be redone with every term."""
+    rng = np.random.default_rng(seed)
+    inp = small_inputs(seed, T, I, H)
+    x = relu_like(rng, inp["x"])
+    x[rng.random(x.shape) < 0.05] = np.float32(1e-30)
+    inp["W_ih"][:, :, ::7] *= np.float32(1e-12)
+    inp["x"] = x
+    want = spec_all(inp)
+    for isa in abi.available_isas(lstm_lib):
+        for threads in (1, 2):
+            lstm_lib.crnn_set_isa(abi.ISA_NAMES.index(isa))
+            lstm_lib.crnn_set_threads(threads)
+            got = lstm_layer.run(lstm_lib, Case("sparse", {}, inp))
+            for k in TENSORS:
+                assert same_bits(got[k], want[k]), (isa, threads, k)
+    lstm_lib.crnn_set_threads(1)
+
+
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+def test_mostly_zero_x_keeps_every_term_when_w_ih_is_not_finite(lstm_lib, bad):
+    """+0 * inf is NaN: with a non-finite W_ih no zero term of x may be left out, so the
+    outputs are NaN exactly where the spec's are."""
+    rng = np.random.default_rng(10)
+    inp = small_inputs(10, 20, 48, 4)
+    inp["x"] = relu_like(rng, inp["x"])
+    inp["W_ih"][1, 5, 3] = bad
+    zero_col = inp["x"][:, 3] == 0
+    assert zero_col.any()
+    want = spec_all(inp)
+    assert np.isnan(want["out"]).any()
+    for isa in abi.available_isas(lstm_lib):
+        lstm_lib.crnn_set_isa(abi.ISA_NAMES.index(isa))
+        got = lstm_layer.run(lstm_lib, Case("bad_w", {}, inp))
+        for k in ("out", "gates", "c"):
+            assert np.array_equal(np.isnan(got[k]), np.isnan(want[k])), (isa, k)
+            ok = ~np.isnan(want[k])
+            assert same_bits(got[k][ok], want[k][ok]), (isa, k)

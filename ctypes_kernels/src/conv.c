@@ -58,6 +58,7 @@ typedef struct {
     float *conv, *pooled;
     int32_t *winners;
     int64_t Kd;           /* the terms each dot runs over: KP, or K (dot_terms) */
+    int sparse;           /* W finite: the window's ±0 terms may be left out (core.h) */
     int32_t rc;
 } band_job;
 
@@ -76,8 +77,8 @@ static void conv_bands(void *ctx, int64_t b0, int64_t b1)
         const int64_t y0 = band * rows, y1 = y0 + rows < g->Hc ? y0 + rows : g->Hc;
         im2col_job ij = {g, j->x, col, y0};
         crnn_conv_im2col_rows(&ij, y0, y1);
-        crnn_gemm16_kn_packed((y1 - y0) * g->Wc, Out, j->Kd, col, g->KP, 1, j->Bp,
-                              j->conv + y0 * g->Wc * Out, Out);
+        (j->sparse ? crnn_gemm16_kn_packed_sparse : crnn_gemm16_kn_packed)(
+            (y1 - y0) * g->Wc, Out, j->Kd, col, g->KP, 1, j->Bp, j->conv + y0 * g->Wc * Out, Out);
         crnn_conv_bias_rows(&fj, y0 * g->Wc, y1 * g->Wc);
         if (band < g->Hp) crnn_conv_pool_rows(&fj, band, band + 1);
     }
@@ -92,7 +93,7 @@ static int64_t dot_terms(const geom_t *g, const float *Wt)
 {
     if (g->KP != 16 || g->K == g->KP) return g->KP;
     for (int64_t o = 0; o < g->Out; o++)
-        if (!crnn_conv_all_finite(Wt + o * g->KP + g->K, g->KP - g->K)) return g->KP;
+        if (!crnn_all_finite(Wt + o * g->KP + g->K, g->KP - g->K)) return g->KP;
     return g->K;
 }
 
@@ -111,7 +112,12 @@ int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
     if (!Bp) return CRNN_E_NOMEM;
     const int64_t Kd = dot_terms(&g, Wt);
     crnn_kn_pack(Kd, g.Out, Wt, 1, g.KP, Bp);       /* B(k, o) = Wt[o][k], packed once */
-    band_job bj = {&g, x, Bp, b, conv, pooled, winners, Kd, CRNN_OK};
+    /* after a ReLU and pool most window values are +0: their terms are left out where every
+     * W is finite (±0 * inf is NaN, not a zero term) */
+    const int64_t nx = (int64_t)H * W * C;
+    const int sparse = CRNN_SPARSE_MIN_ZEROS * crnn_count_zeros(x, nx) >= nx &&
+                       crnn_all_finite(Wt, g.Out * g.KP);
+    band_job bj = {&g, x, Bp, b, conv, pooled, winners, Kd, sparse, CRNN_OK};
     crnn_parallel_for_work((g.Hc + g.poolH - 1) / g.poolH, g.P * g.Out * g.KP, conv_bands, &bj);
     return bj.rc;
 }
@@ -153,7 +159,7 @@ int32_t crnn_conv_backward(const float *x, int32_t H, int32_t W, int32_t C,
          * sign of a zero (core.h), and no such sign reaches dx: the gather starts from +0, and
          * a sum that starts from +0 is never -0, so its bits do not depend on the signs of the
          * zeros it adds. No row needs redoing. Only the K columns the gather reads. */
-        if (g.K % 16 == 0 && crnn_conv_all_finite(Wt, Out * KP))
+        if (g.K % 16 == 0 && crnn_all_finite(Wt, Out * KP))
             crnn_gemm16_sparse_rows(P, g.K, Out, dC, Out, Wt, KP, dcol, KP, (int32_t *)ones);
         else   /* dcol[p][k] over o, every term */
             crnn_gemm16_kn(P, KP, Out, dC, Out, 1, Wt, KP, 1, dcol, KP);

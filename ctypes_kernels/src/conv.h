@@ -66,7 +66,6 @@ typedef struct {
 void crnn_conv_gather_rows(void *ctx, int64_t iy0, int64_t iy1);
 
 /* conv_dw.c: dW and db from the listed (nonzero) terms of dC */
-int crnn_conv_all_finite(const float *x, int64_t n);
 int crnn_conv_dW_listed(const geom_t *g, const float *x, const float *dC, float *dW, float *db);
 
 #endif

@@ -12,21 +12,6 @@
  * ascending p (crnn_gemm16_listed); a row with a -0 lane partial, where a left-out term
  * could have mattered, is recomputed with every term (core.h says why that is exact). */
 
-/* 1 when every x is finite (x*0 is ±0 then, NaN otherwise; the OR of the bits is NaN iff
- * any is) */
-int crnn_conv_all_finite(const float *x, int64_t n)
-{
-    int64_t i = 0;
-    int bad = 0;
-#if defined(__SSE2__)
-    __m128 acc = _mm_setzero_ps();
-    for (; i + 4 <= n; i += 4) acc = _mm_or_ps(acc, _mm_mul_ps(_mm_loadu_ps(x + i), _mm_setzero_ps()));
-    bad = _mm_movemask_ps(_mm_cmpunord_ps(acc, acc)) != 0;
-#endif
-    for (; i < n; i++) bad |= !(x[i] - x[i] == 0.0f);
-    return !bad;
-}
-
 typedef struct {
     const float *B;          /* col rows: x zero-padded (C % 16 == 0) or im2col */
     int64_t Wx;              /* padded row length (C % 16 == 0) */
@@ -149,7 +134,7 @@ int crnn_conv_dW_listed(const geom_t *g, const float *x, const float *dC, float 
      * would be in the same L1 set (the list stores are scattered over all the slots) */
     const int64_t cap = fill * (int64_t)sizeof(crnn_term) % 4096 == 0 ? fill + 8 : fill;
     if (nB + 16 > INT32_MAX || cap * nslot > INT32_MAX ||
-        !crnn_conv_all_finite(x, g->H * g->W * C))
+        !crnn_all_finite(x, g->H * g->W * C))
         return 0;
     size_t bytes = sizeof(float) * (size_t)nB + sizeof(crnn_term) * (size_t)(cap * nslot) +
                    sizeof(int32_t) * (size_t)(2 * nslot + nb + Out + P) + 64;

@@ -59,7 +59,9 @@ typedef void (*crnn_gemm16_kn_fn)(int64_t M, int64_t N, int64_t K,
     void crnn_gemm16_kn_##isa(int64_t, int64_t, int64_t, const float *, int64_t, int64_t,        \
                               const float *, int64_t, int64_t, float *, int64_t);                \
     void crnn_gemm16_kn_packed_##isa(int64_t, int64_t, int64_t, const float *, int64_t, int64_t, \
-                                     const float *, float *, int64_t);
+                                     const float *, float *, int64_t);                           \
+    void crnn_gemm16_kn_packed_sparse_##isa(int64_t, int64_t, int64_t, const float *, int64_t,   \
+                                            int64_t, const float *, float *, int64_t);
 CRNN_DECLARE_GEMM16(scalar)
 /* The scalar nt with the C library's fmaf (variant 0) or FMA3 (1, if the CPU has it): tests. */
 void crnn_gemm16_scalar_variant(int variant, int64_t M, int64_t N, int64_t K,
@@ -85,6 +87,22 @@ void crnn_gemm16_kn(int64_t M, int64_t N, int64_t K,
 void crnn_gemm16_kn_packed(int64_t M, int64_t N, int64_t K,
                            const float *A, int64_t a_i, int64_t a_k, const float *Bp,
                            float *C, int64_t ldc);
+/* The same product with the terms k whose A(i, k) is ±0 in every row of a block of adjacent
+ * rows left out (every B finite; a_k = 1, else every term). Exact: a left-out term has an
+ * exact-zero product, which changes a lane partial only when that partial is -0 (-0 + +0 =
+ * +0), and a step with a nonzero product forgets the sign of a zero partial; so, step by
+ * step, the shortened lane equals the full one or is -0 where the full one is +0. The tree
+ * keeps that relation (a sum of such pairs is equal unless both results are zeros, and then
+ * the shortened one is the -0), so an output can differ from the full dot only when it comes
+ * out -0, and the kernel computes such a block again with every term. */
+#define CRNN_SPARSE_MIN_ZEROS 4   /* worth its masks when at least 1/4 of A is ±0 */
+void crnn_gemm16_kn_packed_sparse(int64_t M, int64_t N, int64_t K,
+                                  const float *A, int64_t a_i, int64_t a_k, const float *Bp,
+                                  float *C, int64_t ldc);
+/* 1 when every x[i] (i < n) is finite: then x * (±0) is an exact zero. */
+int crnn_all_finite(const float *x, int64_t n);
+/* The number of x[i] (i < n) that are ±0. */
+int64_t crnn_count_zeros(const float *x, int64_t n);
 /* Index of B(k, j) in that layout. */
 static inline int64_t crnn_kn_packed_index(int64_t K, int64_t k, int64_t j)
 {

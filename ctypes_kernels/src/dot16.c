@@ -24,6 +24,33 @@ static void pack_rows4(const float *src, int64_t b_j, float *const dst[4])
 }
 #endif
 
+/* 1 when every x is finite (x*0 is ±0 then, NaN otherwise; the OR of the bits is NaN iff
+ * any is) */
+int crnn_all_finite(const float *x, int64_t n)
+{
+    int64_t i = 0;
+    int bad = 0;
+#if defined(__SSE2__)
+    __m128 acc = _mm_setzero_ps();
+    for (; i + 4 <= n; i += 4) acc = _mm_or_ps(acc, _mm_mul_ps(_mm_loadu_ps(x + i), _mm_setzero_ps()));
+    bad = _mm_movemask_ps(_mm_cmpunord_ps(acc, acc)) != 0;
+#endif
+    for (; i < n; i++) bad |= !(x[i] - x[i] == 0.0f);
+    return !bad;
+}
+
+/* The number of x[i] (i < n) that are ±0 */
+int64_t crnn_count_zeros(const float *x, int64_t n)
+{
+    int64_t i = 0, z = 0;
+#if defined(__SSE2__)
+    for (; i + 4 <= n; i += 4)
+        z += __builtin_popcount((unsigned)_mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(x + i), _mm_setzero_ps())));
+#endif
+    for (; i < n; i++) z += x[i] == 0.0f;
+    return z;
+}
+
 int32_t crnn_dot16(const float *a, const float *b, int64_t n, float *out)
 {
     if (n < 0 || !out || (n > 0 && (!a || !b))) return CRNN_E_ARG;
@@ -35,6 +62,7 @@ static const crnn_gemm16_fn kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16);
 static const crnn_gemm16_kn_fn kn_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16_kn);
 typedef crnn_gemm16_kn_packed_fn kn_packed_fn;
 static const kn_packed_fn kn_packed_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16_kn_packed);
+static const kn_packed_fn kn_sparse_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16_kn_packed_sparse);
 
 static crnn_gemm16_fn nt_kernel(void)
 {
@@ -157,6 +185,14 @@ void crnn_gemm16_kn_packed(int64_t M, int64_t N, int64_t K,
                            float *C, int64_t ldc)
 {
     gemm_job g = {NULL, NULL, kn_packed_kernels[crnn_current_isa()], M, N, K, a_i, a_k, 0, 1, ldc, A, Bp, C, 1};
+    gemm_run(&g);
+}
+
+void crnn_gemm16_kn_packed_sparse(int64_t M, int64_t N, int64_t K,
+                                  const float *A, int64_t a_i, int64_t a_k, const float *Bp,
+                                  float *C, int64_t ldc)
+{
+    gemm_job g = {NULL, NULL, kn_sparse_kernels[crnn_current_isa()], M, N, K, a_i, a_k, 0, 1, ldc, A, Bp, C, 1};
     gemm_run(&g);
 }
 

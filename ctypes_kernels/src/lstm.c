@@ -121,7 +121,13 @@ int32_t crnn_lstm_forward_lines(int nl, const float *const *x, int32_t T, int32_
     for (int li = 0; li < nl && T > 0; li++)
         if (!x[li] || !out[li] || !gates[li] || !c[li] || !tc[li] || !hPrev[li]) return CRNN_E_ARG;
     const size_t G = 4 * (size_t)H, nT = (size_t)T, nI = (size_t)I;
-    const size_t packed = nl > 1 ? (2 * G + 15) / 16 * 16 * nI : 0;   /* W_ihᵀ, packed */
+    /* W_ihᵀ packed once, shared by every line's x·W_ihᵀ. After a conv block's ReLU and pool
+     * most of x is +0: those terms are left out where every W_ih is finite (core.h) */
+    const int64_t nx = (int64_t)T * I;
+    const int sparse1 = nl == 1 && CRNN_SPARSE_MIN_ZEROS * crnn_count_zeros(x[0], nx) >= nx;
+    const int finite = (nl > 1 || sparse1) && crnn_all_finite(W_ih, 2 * (int64_t)G * I);
+    const int pack = nl > 1 || (sparse1 && finite);   /* else one dense line: W_ih as it lies */
+    const size_t packed = pack ? (2 * G + 15) / 16 * 16 * nI : 0;
     const size_t hpacked = nl > 1 ? (G + 15) / 16 * 16 * (size_t)H : 0;   /* W_hhᵀ of a direction */
     float *buf = crnn_scratch(CRNN_SCRATCH_LAYER,
                               sizeof(float) * ((size_t)nl * nT * 2 * G + 2 * (size_t)nl * (H + 2 * G)
@@ -131,13 +137,15 @@ int32_t crnn_lstm_forward_lines(int nl, const float *const *x, int32_t T, int32_
     float *Whhp = Wp + packed;
     for (int d = 0; d < 2 && nl > 1; d++)   /* B(j, g) = W_hh[d][g][j], packed once */
         crnn_kn_pack(H, (int64_t)G, W_hh + (size_t)d * G * H, 1, H, Whhp + (size_t)d * hpacked);
-    if (nl > 1) {   /* W_ihᵀ packed once, shared by every line's x·W_ihᵀ */
-        crnn_kn_pack(I, 2 * (int64_t)G, W_ih, 1, I, Wp);
-        for (int li = 0; li < nl; li++)
-            crnn_gemm16_kn_packed(T, 2 * (int64_t)G, I, x[li], I, 1, Wp, xw + (size_t)li * nT * 2 * G,
-                                  2 * (int64_t)G);
-    } else {
+    if (!pack) {
         crnn_gemm16_kn(T, 2 * (int64_t)G, I, x[0], I, 1, W_ih, 1, I, xw, 2 * (int64_t)G);
+    } else {
+        crnn_kn_pack(I, 2 * (int64_t)G, W_ih, 1, I, Wp);
+        for (int li = 0; li < nl; li++) {
+            const int sparse = finite && CRNN_SPARSE_MIN_ZEROS * crnn_count_zeros(x[li], nx) >= nx;
+            (sparse ? crnn_gemm16_kn_packed_sparse : crnn_gemm16_kn_packed)(
+                T, 2 * (int64_t)G, I, x[li], I, 1, Wp, xw + (size_t)li * nT * 2 * G, 2 * (int64_t)G);
+        }
     }
     fwd_ctx k = {nl, T, H, xw, W_hh, b, out, gates, c, tc, hPrev, scratch, Whhp};
     crnn_parallel_for_work(2, 2 * (int64_t)nl * T * (int64_t)G * H, forward_range, &k);

@@ -4,6 +4,7 @@
 #include "gemm16_nt.h"
 #include "gemm16_kn.h"
 #include "gemm16_kn_packed.h"
+#include "gemm16_kn_sparse.h"
 #include "gemm16_listed.h"
 #include "gemm16_sparse_rows.h"
 #endif

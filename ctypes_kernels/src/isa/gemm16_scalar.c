@@ -38,34 +38,61 @@ AI void nt_def(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
 }
 
 /* kn: the same definition for each output C[i][j], term k = A(i, k) * B[k][j]; a block of
- * up to 16 outputs of one row is walked together (B read along its rows when b_j = 1). */
-AI void kn_def(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i, int64_t a_k,
-               const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
+ * up to 16 outputs of one row is walked together (B read along its rows when b_j = 1). With
+ * a list `ks` of n terms, only those (the row's terms whose A is not ±0: core.h,
+ * crnn_gemm16_kn_packed_sparse; B finite); returns nonzero when an output came out -0, the
+ * one case where that can differ from every term. */
+enum { KN_JB = 16 };
+AI int kn_row_def(const int32_t *ks, int64_t n, const float *a, int64_t a_k, const float *B,
+                  int64_t b_k, int64_t b_j, int nj, float *c)
 {
-    enum { JB = 16 };
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t j0 = 0; j0 < N; j0 += JB) {
-            const int nj = N - j0 < JB ? (int)(N - j0) : JB;
-            float p[16][JB];                      /* p[lane][output] */
-            for (int l = 0; l < 16; l++)
-                for (int jj = 0; jj < JB; jj++) p[l][jj] = 0.0f;
+    float p[16][KN_JB];                   /* p[lane][output] */
+    for (int l = 0; l < 16; l++)
+        for (int jj = 0; jj < KN_JB; jj++) p[l][jj] = 0.0f;
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t k = ks ? ks[t] : t;
+        const float ak = a[k * a_k];
+        const float *b = B + k * b_k;
+        float *pl = p[k % 16];
+        if (b_j == 1 && nj == KN_JB)      /* a fixed count: vectorizes at -O2 as well */
+            for (int jj = 0; jj < KN_JB; jj++) pl[jj] = fmaf(ak, b[jj], pl[jj]);
+        else if (b_j == 1)
+            for (int jj = 0; jj < nj; jj++) pl[jj] = fmaf(ak, b[jj], pl[jj]);
+        else
+            for (int jj = 0; jj < nj; jj++) pl[jj] = fmaf(ak, b[jj * b_j], pl[jj]);
+    }
+    int negz = 0;
+    for (int jj = 0; jj < nj; jj++) {
+        for (int s = 8; s >= 1; s >>= 1)
+            for (int l = 0; l < s; l++) p[l][jj] = p[l][jj] + p[l + s][jj];
+        c[jj] = p[0][jj];
+        negz |= p[0][jj] == 0.0f && signbit(p[0][jj]);
+    }
+    return negz;
+}
+
+/* every term, or (ks: room for K indices) each row's terms whose A is not ±0 */
+AI void kn_def(int32_t *ks, int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i,
+               int64_t a_k, const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
+{
+    for (int64_t i = 0; i < M; i++) {
+        const float *a = A + i * a_i;
+        int64_t n = K;
+        if (ks) {                          /* the row's live terms, without a branch */
+            n = 0;
             for (int64_t k = 0; k < K; k++) {
-                const float a = A[i * a_i + k * a_k];
-                const float *b = B + k * b_k + j0 * b_j;
-                float *pl = p[k % 16];
-                if (b_j == 1 && nj == JB)      /* a fixed count: vectorizes at -O2 as well */
-                    for (int jj = 0; jj < JB; jj++) pl[jj] = fmaf(a, b[jj], pl[jj]);
-                else if (b_j == 1)
-                    for (int jj = 0; jj < nj; jj++) pl[jj] = fmaf(a, b[jj], pl[jj]);
-                else
-                    for (int jj = 0; jj < nj; jj++) pl[jj] = fmaf(a, b[jj * b_j], pl[jj]);
-            }
-            for (int jj = 0; jj < nj; jj++) {
-                for (int s = 8; s >= 1; s >>= 1)
-                    for (int l = 0; l < s; l++) p[l][jj] = p[l][jj] + p[l + s][jj];
-                C[i * ldc + j0 + jj] = p[0][jj];
+                ks[n] = (int32_t)k;
+                n += a[k * a_k] != 0.0f;
             }
         }
+        for (int64_t j0 = 0; j0 < N; j0 += KN_JB) {
+            const int nj = N - j0 < KN_JB ? (int)(N - j0) : KN_JB;
+            const float *b = B + j0 * b_j;
+            float *c = C + i * ldc + j0;
+            if (kn_row_def(ks, n, a, a_k, b, b_k, b_j, nj, c) && ks)
+                kn_row_def(NULL, K, a, a_k, b, b_k, b_j, nj, c);     /* every term */
+        }
+    }
 }
 
 static void nt_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
@@ -77,7 +104,13 @@ static void nt_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t 
 static void kn_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i, int64_t a_k,
                        const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
 {
-    kn_def(M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
+    kn_def(NULL, M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
+}
+
+static void kn_sparse_generic(int32_t *ks, int64_t M, int64_t N, int64_t K, const float *A,
+                              int64_t a_i, const float *B, float *C, int64_t ldc)
+{
+    kn_def(ks, M, N, K, A, a_i, 1, B, N, 1, C, ldc);
 }
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
@@ -92,12 +125,20 @@ __attribute__((target("fma")))
 static void kn_fma3(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i, int64_t a_k,
                     const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
 {
-    kn_def(M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
+    kn_def(NULL, M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
+}
+
+__attribute__((target("fma")))
+static void kn_sparse_fma3(int32_t *ks, int64_t M, int64_t N, int64_t K, const float *A,
+                           int64_t a_i, const float *B, float *C, int64_t ldc)
+{
+    kn_def(ks, M, N, K, A, a_i, 1, B, N, 1, C, ldc);
 }
 
 #else
 #define nt_fma3 nt_generic
 #define kn_fma3 kn_generic
+#define kn_sparse_fma3 kn_sparse_generic
 #endif
 
 void crnn_gemm16_scalar(int64_t M, int64_t N, int64_t K,
@@ -136,6 +177,19 @@ void crnn_gemm16_scalar_variant(int variant, int64_t M, int64_t N, int64_t K,
     (variant && crnn_cpu_has_fma3() ? nt_fma3 : nt_generic)(M, N, K, A, lda, B, ldb, C, ldc);
 }
 
+/* B packed (core.h) back to rows [K][N]: values moved only */
+static void kn_unpack(int64_t K, int64_t N, const float *Bp, float *B)
+{
+    for (int64_t jp = 0; jp * 16 < N; jp++) {
+        int64_t cols = N - jp * 16 < 16 ? N - jp * 16 : 16;
+        for (int l = 0; l < 16; l++) {
+            const float *row = Bp + jp * 16 * K + crnn_kn_lane_start(K, l) * 16;
+            for (int64_t k = l; k < K; k += 16, row += 16)
+                for (int64_t e = 0; e < cols; e++) B[k * N + jp * 16 + e] = row[e];
+        }
+    }
+}
+
 /* kn with B packed (core.h): back to rows [K][N], then the same walk. */
 void crnn_gemm16_kn_packed_scalar(int64_t M, int64_t N, int64_t K,
                                   const float *A, int64_t a_i, int64_t a_k, const float *Bp,
@@ -155,15 +209,25 @@ void crnn_gemm16_kn_packed_scalar(int64_t M, int64_t N, int64_t K,
             }
         return;
     }
-    for (int64_t jp = 0; jp * 16 < N; jp++) {
-        int64_t cols = N - jp * 16 < 16 ? N - jp * 16 : 16;
-        for (int l = 0; l < 16; l++) {
-            const float *row = Bp + jp * 16 * K + crnn_kn_lane_start(K, l) * 16;
-            for (int64_t k = l; k < K; k += 16, row += 16)
-                for (int64_t e = 0; e < cols; e++) B[k * N + jp * 16 + e] = row[e];
-        }
-    }
+    kn_unpack(K, N, Bp, B);
     (crnn_cpu_has_fma3() ? kn_fma3 : kn_generic)(M, N, K, A, a_i, a_k, B, N, 1, C, ldc);
+}
+
+/* The same with the ±0 terms of each row of A left out (core.h), a row's 16 outputs again
+ * with every term when one of them came out -0. */
+void crnn_gemm16_kn_packed_sparse_scalar(int64_t M, int64_t N, int64_t K,
+                                         const float *A, int64_t a_i, int64_t a_k,
+                                         const float *Bp, float *C, int64_t ldc)
+{
+    int32_t *ks = a_k == 1 && K <= INT32_MAX
+        ? crnn_scratch(CRNN_SCRATCH_PACK_A, sizeof(int32_t) * (size_t)(K + 1)) : NULL;
+    float *B = ks ? crnn_scratch(CRNN_SCRATCH_PACK_B, sizeof(float) * (size_t)(K * N + 1)) : NULL;
+    if (!B) {
+        crnn_gemm16_kn_packed_scalar(M, N, K, A, a_i, a_k, Bp, C, ldc);
+        return;
+    }
+    kn_unpack(K, N, Bp, B);
+    (crnn_cpu_has_fma3() ? kn_sparse_fma3 : kn_sparse_generic)(ks, M, N, K, A, a_i, B, C, ldc);
 }
 
 /* Listed terms (core.h, crnn_gemm16_listed): the definition for 16 columns at a time —

@@ -50,6 +50,9 @@ static inline uint32_t neon_nonzero_bits(float32x4_t v)
     return vaddvq_u32(vandq_u32(vmvnq_u32(vceqq_f32(v, vdupq_n_f32(0.0f))), vld1q_u32(bit)));
 }
 #define VNONZERO_BITS(v) neon_nonzero_bits(v)
+/* acc | bit in the int32 lanes where v is not ±0 (the kn sparse kernel's lane masks) */
+#define VIOR_NZ(acc, v, bit) vorrq_s32((acc), vandq_s32(vreinterpretq_s32_u32(vmvnq_u32( \
+                             vceqq_f32((v), vdupq_n_f32(0.0f)))), vdupq_n_s32((int32_t)(bit))))
 static inline uint32x4_t vlanes_lt(int n)    /* all-ones in lanes i < n */
 {
     static const int32_t lane[4] = {0, 1, 2, 3};
