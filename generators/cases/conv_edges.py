@@ -15,6 +15,9 @@ Padding columns (W's are terms of the dot, used as stored):
   k_padding_neg_zero             K = 27: real taps' products underflow to -0, the five padding
                                  terms fma(+0, +0, -0) = +0 turn those lanes +0 (b = -0)
   k_padding_nan                  one channel's padding columns NaN: +0 * NaN makes its conv NaN
+  k_padding_neg_zero_zero_x      the same with a third of the input pixels +0, as after a ReLU
+                                 and pool: a port that leaves out the zero window terms (and the
+                                 padding's) keeps every lane -0 and must redo such dots
 Underflow in the backward's dots over p (dW, db) and o (dcol), dense and listed:
   listed_dW_neg_zero_C16_O4      a selector channel fixes one winner per window so that every
   listed_dW_neg_zero_C8_O5       lane mod 16 of the dots over p has one winner; its product with
@@ -115,9 +118,11 @@ def ties_nontwin(rng):
     return c
 
 
-def k_padding(rng, nan):
+def k_padding(rng, nan, zero_x=False):
     H, Wd, C, Out = 5, 6, 3, 4
     x = tiny(rng, H * Wd * C).reshape(H, Wd, C)
+    if zero_x:
+        x[rng.random((H, Wd)) < 0.4] = 0.0
     W = np.zeros((Out, 32), F32)
     if nan:
         x = rng.uniform(0, 1, (H, Wd, C)).astype(F32)
@@ -130,6 +135,8 @@ def k_padding(rng, nan):
     Hp, Wp = pooled_shape(H, Wd, G33)
     name, note = (("k_padding_nan", "channel 2's padding columns NaN") if nan else
                   ("k_padding_neg_zero", "real taps -0, padding terms turn lanes +0"))
+    if zero_x:
+        name, note = "k_padding_neg_zero_zero_x", note + "; a third of the pixels +0"
     return _case(name, x, W, b, rng.uniform(-1, 1, (Hp, Wp, Out)), G33, note)
 
 
@@ -181,4 +188,5 @@ def build():
         x, W, b, dP = nan_pixels(wide, Out)
         cases.append(_case(f"pool_nan_x_O{Out}", x, W, b, dP, G33, "NaN pixels: NaN never wins"))
     cases.append(signed_zeros(wide, 16, "pool_signed_zeros_C16_O16"))
+    cases.append(k_padding(np.random.default_rng(SEED + 2), nan=False, zero_x=True))
     return cases

@@ -117,6 +117,8 @@ CATALOGUE: list[Mutant] = [
        "exact"),
     _m("sparse_dw_no_redo", "conv dW without its ±0 dC terms, a lane left at -0 not redone",
        "exact"),
+    _m("sparse_fwd_no_redo", "conv forward without its ±0 window terms, a dot left at -0 not "
+       "redone", "exact"),
     _m("batch_sum_zero_start", "batch gradient summed from +0 (a zero's sign lost)", "exact"),
     _m("clip_ge", "clipping when norm >= limit instead of >", "exact"),
     _m("clip_factor_float", "clip factor limit / (norm + 1e-6) computed in float", "exact"),
