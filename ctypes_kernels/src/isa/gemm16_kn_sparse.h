@@ -6,8 +6,9 @@
  *
  * Per block of KS_MR rows, each lane's live terms (k = l + 16m with some row's A(r, k) not
  * ±0) are marked in a bit mask once for every panel of B; the block's lanes run their set
- * bits in ascending m, in pairs (a, a+8) as kn_pair does, then the same tree. A block any of whose outputs comes
- * out -0 is computed again with every term (core.h says why no other output can differ). */
+ * bits in ascending m, in pairs (a, a+8) as kn_pair does, then the same tree. A block any of
+ * whose outputs comes out -0 is computed again with every term (core.h says why no other
+ * output can differ). */
 
 #if VW == 16
 #define KS_MR 4      /* 4 rows x 2 registers (two panels), as the dense 512-bit blocks */
@@ -17,7 +18,7 @@
 #define KS_NR 2
 
 /* Lane l's live terms of a block of mr rows as bits: bit c of mk[16 * seg + l] is term
- * m = 32 * seg + c (k = l + 16m), set when some row's A(r, k) is not ±0 (a NaN is not). Built
+ * m = 32 * seg + c (k = l + 16m), set when some row's A(r, k) is not ±0 (a NaN counts as not ±0). Built
  * a vector of lanes at a time; returns the number of live terms. */
 static int64_t ks_masks(int mr, int64_t K, const float *A, int64_t a_i, int64_t nseg, uint32_t *mk)
 {
