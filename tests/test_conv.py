@@ -243,6 +243,17 @@ def backward_equals_spec(lib, want, x, Wt, b, dPooled, g):
                 assert got[t].tobytes() == want[t].tobytes(), (isa, threads, t)
 
 
+def forward_equals_spec(lib, want, x, Wt, b, dPooled, g):
+    """conv, pooled and winners of the C block equal the spec's bits on every ISA path, 1 and
+    3 threads."""
+    for isa in abi.available_isas(lib):
+        for threads in (1, 3):
+            select(lib, isa, threads)
+            got = hconv.run_block(lib, x, Wt, b, dPooled, *geo_args(g), want_dx=False)
+            for t in ("conv", "pooled", "winners"):
+                assert got[t].tobytes() == want[t].tobytes(), (isa, threads, t)
+
+
 def test_listed_dW_recomputes_rows_with_a_negative_zero_lane(lib):
     """Products of -1e-30 and ~1e-20 underflow to -0, so a lane partial sits at -0 until a
     left-out term (dC = +0 times a positive window value) turns it into +0. With tiny inputs
@@ -296,12 +307,7 @@ def test_forward_leaves_out_padding_terms_only_when_exact(lib, pad):
     Wt[5, 12] = -1.0 if np.isfinite(pad) else pad   # one more sign among the padding
     want, dPooled = spec_block(x, Wt, b, g, rng=rng)
     assert np.isfinite(want["conv"]).all() == bool(np.isfinite(pad))
-    for isa in abi.available_isas(lib):
-        for threads in (1, 3):
-            select(lib, isa, threads)
-            got = hconv.run_block(lib, x, Wt, b, dPooled, *geo_args(g), want_dx=False)
-            for t in ("conv", "pooled", "winners"):
-                assert got[t].tobytes() == want[t].tobytes(), (isa, threads, t)
+    forward_equals_spec(lib, want, x, Wt, b, dPooled, g)
 
 
 def test_listed_dW_falls_back_when_x_is_not_finite(lib):
@@ -548,12 +554,7 @@ def test_forward_with_mostly_zero_windows_equals_spec(lib, C, Out):
     g = geometry(9, 23, C, Out, dx=False)
     x, Wt, b, rng = mostly_zero_block(11 + C, g)
     want, dPooled = spec_block(x, Wt, b, g, rng=rng)
-    for isa in abi.available_isas(lib):
-        for threads in (1, 3):
-            select(lib, isa, threads)
-            got = hconv.run_block(lib, x, Wt, b, dPooled, *geo_args(g), want_dx=False)
-            for t in ("conv", "pooled", "winners"):
-                assert got[t].tobytes() == want[t].tobytes(), (isa, threads, t)
+    forward_equals_spec(lib, want, x, Wt, b, dPooled, g)
 
 
 @pytest.mark.parametrize("bad", [np.inf, np.nan])

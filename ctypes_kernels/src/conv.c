@@ -58,7 +58,7 @@ typedef struct {
     float *conv, *pooled;
     int32_t *winners;
     int64_t Kd;           /* the terms each dot runs over: KP, or K (dot_terms) */
-    int sparse;           /* W finite: the window's ±0 terms may be left out (core.h) */
+    int sparse;           /* the window's ±0 terms left out (core.h) */
     int32_t rc;
 } band_job;
 
@@ -114,9 +114,7 @@ int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
     crnn_kn_pack(Kd, g.Out, Wt, 1, g.KP, Bp);       /* B(k, o) = Wt[o][k], packed once */
     /* after a ReLU and pool most window values are +0: their terms are left out where every
      * W is finite (±0 * inf is NaN, not a zero term) */
-    const int64_t nx = (int64_t)H * W * C;
-    const int sparse = CRNN_SPARSE_MIN_ZEROS * crnn_count_zeros(x, nx) >= nx &&
-                       crnn_all_finite(Wt, g.Out * g.KP);
+    const int sparse = crnn_mostly_zero(x, (int64_t)H * W * C) && crnn_all_finite(Wt, g.Out * g.KP);
     band_job bj = {&g, x, Bp, b, conv, pooled, winners, Kd, sparse, CRNN_OK};
     crnn_parallel_for_work((g.Hc + g.poolH - 1) / g.poolH, g.P * g.Out * g.KP, conv_bands, &bj);
     return bj.rc;

@@ -39,8 +39,7 @@ int crnn_all_finite(const float *x, int64_t n)
     return !bad;
 }
 
-/* The number of x[i] (i < n) that are ±0 */
-int64_t crnn_count_zeros(const float *x, int64_t n)
+int crnn_mostly_zero(const float *x, int64_t n)
 {
     int64_t i = 0, z = 0;
 #if defined(__SSE2__)
@@ -48,7 +47,7 @@ int64_t crnn_count_zeros(const float *x, int64_t n)
         z += __builtin_popcount((unsigned)_mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(x + i), _mm_setzero_ps())));
 #endif
     for (; i < n; i++) z += x[i] == 0.0f;
-    return z;
+    return 4 * z >= n;
 }
 
 int32_t crnn_dot16(const float *a, const float *b, int64_t n, float *out)

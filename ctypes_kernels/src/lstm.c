@@ -124,9 +124,9 @@ int32_t crnn_lstm_forward_lines(int nl, const float *const *x, int32_t T, int32_
     /* W_ihᵀ packed once, shared by every line's x·W_ihᵀ. After a conv block's ReLU and pool
      * most of x is +0: those terms are left out where every W_ih is finite (core.h) */
     const int64_t nx = (int64_t)T * I;
-    const int sparse1 = nl == 1 && CRNN_SPARSE_MIN_ZEROS * crnn_count_zeros(x[0], nx) >= nx;
-    const int finite = (nl > 1 || sparse1) && crnn_all_finite(W_ih, 2 * (int64_t)G * I);
-    const int pack = nl > 1 || (sparse1 && finite);   /* else one dense line: W_ih as it lies */
+    const int zeros1 = nl == 1 && crnn_mostly_zero(x[0], nx);
+    const int finite = (nl > 1 || zeros1) && crnn_all_finite(W_ih, 2 * (int64_t)G * I);
+    const int pack = nl > 1 || (zeros1 && finite);   /* else one dense line: W_ih as it lies */
     const size_t packed = pack ? (2 * G + 15) / 16 * 16 * nI : 0;
     const size_t hpacked = nl > 1 ? (G + 15) / 16 * 16 * (size_t)H : 0;   /* W_hhᵀ of a direction */
     float *buf = crnn_scratch(CRNN_SCRATCH_LAYER,
@@ -142,7 +142,7 @@ int32_t crnn_lstm_forward_lines(int nl, const float *const *x, int32_t T, int32_
     } else {
         crnn_kn_pack(I, 2 * (int64_t)G, W_ih, 1, I, Wp);
         for (int li = 0; li < nl; li++) {
-            const int sparse = finite && CRNN_SPARSE_MIN_ZEROS * crnn_count_zeros(x[li], nx) >= nx;
+            const int sparse = finite && (nl == 1 ? zeros1 : crnn_mostly_zero(x[li], nx));
             (sparse ? crnn_gemm16_kn_packed_sparse : crnn_gemm16_kn_packed)(
                 T, 2 * (int64_t)G, I, x[li], I, 1, Wp, xw + (size_t)li * nT * 2 * G, 2 * (int64_t)G);
         }

@@ -104,37 +104,81 @@ AI void kn_pair(const int MR, const int NR, const int A_CONTIG, int a, int64_t K
     for (int q = 0; q < MR * NR; q++) y[q] = VADD(x0[q], x8[q]);
 }
 
+/* kn_pair over the live terms of lanes a and a+8 only (gemm16_kn_sparse.h): bit c of
+ * mk[16 * seg + l] marks lane l's term m = 32 * seg + c, each lane's marked terms in
+ * ascending order from +0 (the full dot with the left-out ones missing); whole registers, A
+ * unpacked with a_k = 1 and B packed (both 16 floats from one term of a lane to the next). */
+AI void ks_pair(const int MR, const int NR, int a, const kn_operand *A, const kn_operand *B,
+                const uint32_t *mk, int64_t nseg, vec_t *y)
+{
+    enum { Q = KN_MAX_REGS };
+    vec_t x0[Q], x8[Q];
+    UNROLL
+    for (int q = 0; q < MR * NR; q++) x0[q] = x8[q] = VZERO();
+    enum { as = 16, bs = 16 };
+    const int64_t ars = A->rs, bvs = B->vs;
+    for (int64_t seg = 0; seg < nseg; seg++) {
+        uint32_t m0 = mk[16 * seg + a], m8 = mk[16 * seg + a + 8];
+        const float *pa0 = A->p + a + 32 * seg * as, *pa8 = pa0 + 8;
+        const float *pb0 = B->p + B->off[a] + 32 * seg * bs, *pb8 = B->p + B->off[a + 8] + 32 * seg * bs;
+        for (; m0 && m8; m0 &= m0 - 1, m8 &= m8 - 1) {
+            const int i = __builtin_ctz(m0), j = __builtin_ctz(m8);
+            kn_term(MR, NR, pa0 + i * as, ars, pb0 + i * bs, bvs, VW, x0);
+            kn_term(MR, NR, pa8 + j * as, ars, pb8 + j * bs, bvs, VW, x8);
+        }
+        for (; m0; m0 &= m0 - 1) {
+            const int i = __builtin_ctz(m0);
+            kn_term(MR, NR, pa0 + i * as, ars, pb0 + i * bs, bvs, VW, x0);
+        }
+        for (; m8; m8 &= m8 - 1) {
+            const int j = __builtin_ctz(m8);
+            kn_term(MR, NR, pa8 + j * as, ars, pb8 + j * bs, bvs, VW, x8);
+        }
+    }
+    UNROLL
+    for (int q = 0; q < MR * NR; q++) y[q] = VADD(x0[q], x8[q]);
+}
+
 /* MR x NR registers of outputs: C[r*ldc + v*VW + e]; the last register holds `last` outputs.
  * The tree from the lane pairs, level by level: q_a = p[a] + p[a+8]; r_a = q_a + q_{a+4};
- * u_a = r_a + r_{a+2}; the result u_0 + u_1 — exactly the levels s = 8, 4, 2, 1. */
-AI void kn_block(const int MR, const int NR, const int A_CONTIG, int64_t K, const kn_operand *A,
-                 const kn_operand *B, float *C, int64_t ldc, int last, int masked)
+ * u_a = r_a + r_{a+2}; the result u_0 + u_1 — exactly the levels s = 8, 4, 2, 1. The pairs
+ * run every term, or (SPARSE) only the terms mk marks; then the return value is nonzero when
+ * some output came out -0. */
+AI int kn_block(const int MR, const int NR, const int A_CONTIG, const int SPARSE, int64_t K,
+                const kn_operand *A, const kn_operand *B, const uint32_t *mk, int64_t nseg,
+                float *C, int64_t ldc, int last, int masked)
 {
     enum { Q = KN_MAX_REGS };
     vec_t u0[Q], u1[Q], t[Q];
     const int lastload = masked ? last : VW;
 #define VSUM(d, a, b) UNROLL for (int q = 0; q < MR * NR; q++) d[q] = VADD(a[q], b[q])
+#define PAIR(a, y) (SPARSE ? ks_pair(MR, NR, a, A, B, mk, nseg, y) \
+                           : kn_pair(MR, NR, A_CONTIG, a, K, A, B, lastload, y))
     vec_t r[Q];
     for (int h = 0; h < 2; h++) {                          /* u_h from lanes h, h+2, ... */
         vec_t *u = h ? u1 : u0;
-        kn_pair(MR, NR, A_CONTIG, h, K, A, B, lastload, r);      /* q_h */
-        kn_pair(MR, NR, A_CONTIG, h + 4, K, A, B, lastload, t);  /* q_{h+4} */
+        PAIR(h, r);                                        /* q_h */
+        PAIR(h + 4, t);                                    /* q_{h+4} */
         VSUM(r, r, t);                                     /* r_h */
-        kn_pair(MR, NR, A_CONTIG, h + 2, K, A, B, lastload, u);  /* q_{h+2} */
-        kn_pair(MR, NR, A_CONTIG, h + 6, K, A, B, lastload, t);  /* q_{h+6} */
+        PAIR(h + 2, u);                                    /* q_{h+2} */
+        PAIR(h + 6, t);                                    /* q_{h+6} */
         VSUM(u, u, t);                                     /* r_{h+2} */
         VSUM(u, r, u);                                     /* u_h = r_h + r_{h+2} */
     }
+#undef PAIR
 #undef VSUM
+    int negz = 0;
     UNROLL
     for (int r = 0; r < MR; r++)
         UNROLL
         for (int v = 0; v < NR; v++) {
             float *c = C + r * ldc + v * VW;
             vec_t y = VADD(u0[r * NR + v], u1[r * NR + v]);
+            if (SPARSE) negz |= VHAS_NEGZERO(y);   /* a column past `last`: +0 or NaN */
             if (v == NR - 1 && last < VW) VSTOREN(c, y, last);
             else VSTOREU(c, y);
         }
+    return negz;
 }
 
 /* masked: B's last register has only `last` readable columns (else it is whole, zeros
@@ -147,12 +191,15 @@ typedef void (*kn_block_fn)(int64_t, const kn_operand *, const kn_operand *, flo
     {                                                                                           \
         /* unpacked A, a_k = 1 */                                                               \
         const int a_contig = KN_A_CONTIG_VARIANT && A->step == 16 && A->off[1] == 1;            \
-        if (masked) kn_block(mr, nr, 0, K, A, B, C, ldc, last, 1);                              \
-        else if (a_contig) kn_block(mr, nr, 1, K, A, B, C, ldc, last, 0);                       \
-        else if (KN_CONST_K_VARIANT && K == 32) kn_block(mr, nr, 0, 32, A, B, C, ldc, last, 0); \
-        else if (KN_CONST_K_VARIANT && K == 16) kn_block(mr, nr, 0, 16, A, B, C, ldc, last, 0); \
-        else if (KN_CONST_K_VARIANT && K == 64) kn_block(mr, nr, 0, 64, A, B, C, ldc, last, 0); \
-        else kn_block(mr, nr, 0, K, A, B, C, ldc, last, 0);                                     \
+        if (masked) kn_block(mr, nr, 0, 0, K, A, B, NULL, 0, C, ldc, last, 1);                  \
+        else if (a_contig) kn_block(mr, nr, 1, 0, K, A, B, NULL, 0, C, ldc, last, 0);           \
+        else if (KN_CONST_K_VARIANT && K == 32)                                                 \
+            kn_block(mr, nr, 0, 0, 32, A, B, NULL, 0, C, ldc, last, 0);                         \
+        else if (KN_CONST_K_VARIANT && K == 16)                                                 \
+            kn_block(mr, nr, 0, 0, 16, A, B, NULL, 0, C, ldc, last, 0);                         \
+        else if (KN_CONST_K_VARIANT && K == 64)                                                 \
+            kn_block(mr, nr, 0, 0, 64, A, B, NULL, 0, C, ldc, last, 0);                         \
+        else kn_block(mr, nr, 0, 0, K, A, B, NULL, 0, C, ldc, last, 0);                         \
     }
 /* Every block shape a path reaches (kn_rows: mr <= KN_MAX_REGS / nr, nr <= kn_nr_max),
  * listed once: the functions and kn_shape's table both come from it. */

@@ -5,10 +5,10 @@
  * all of them.
  *
  * Per block of KS_MR rows, each lane's live terms (k = l + 16m with some row's A(r, k) not
- * ±0) are marked in a bit mask once for every panel of B; the block's lanes run their set
- * bits in ascending m, in pairs (a, a+8) as kn_pair does, then the same tree. A block any of
- * whose outputs comes out -0 is computed again with every term (core.h says why no other
- * output can differ). */
+ * ±0) are marked in a bit mask once for every panel of B; kn_block then runs each lane's
+ * marked terms in ascending m (ks_pair, in pairs (a, a+8) as kn_pair) and the same tree. A
+ * block any of whose outputs comes out -0 is computed again with every term (core.h says why
+ * no other output can differ). */
 
 #if VW == 16
 #define KS_MR 4      /* 4 rows x 2 registers (two panels), as the dense 512-bit blocks */
@@ -18,8 +18,8 @@
 #define KS_NR 2
 
 /* Lane l's live terms of a block of mr rows as bits: bit c of mk[16 * seg + l] is term
- * m = 32 * seg + c (k = l + 16m), set when some row's A(r, k) is not ±0 (a NaN counts as not ±0). Built
- * a vector of lanes at a time; returns the number of live terms. */
+ * m = 32 * seg + c (k = l + 16m), set when some row's A(r, k) is not ±0 (a NaN counts as
+ * not ±0). Built a vector of lanes at a time; returns the number of live terms. */
 static int64_t ks_masks(int mr, int64_t K, const float *A, int64_t a_i, int64_t nseg, uint32_t *mk)
 {
     int64_t live = 0;
@@ -43,78 +43,31 @@ static int64_t ks_masks(int mr, int64_t K, const float *A, int64_t a_i, int64_t 
     return live;
 }
 
-/* kn_pair over the live terms of lanes a and a+8 (each lane's terms in ascending order from
- * +0, as in the full dot with the left-out ones missing) */
-AI void ks_pair(const int MR, const int NR, int a, const float *pa, int64_t ars, const float *pb,
-                const int64_t *offB, int64_t bvs, const uint32_t *mk, int64_t nseg, vec_t *y)
+/* The operands of a panel's blocks: A unpacked by rows (term k at A + r*a_i + k; the caller
+ * moves A->p from block to block), B packed (core.h) */
+static void ks_operands(const float *A, int64_t a_i, const float *pb, const int64_t *offB,
+                        int64_t bvs, kn_operand *Ao, kn_operand *Bo)
 {
-    enum { Q = KN_MAX_REGS };
-    vec_t x0[Q], x8[Q];
-    UNROLL
-    for (int q = 0; q < MR * NR; q++) x0[q] = x8[q] = VZERO();
-    for (int64_t seg = 0; seg < nseg; seg++) {
-        uint32_t m0 = mk[16 * seg + a], m8 = mk[16 * seg + a + 8];
-        const float *pa0 = pa + a + 512 * seg, *pa8 = pa0 + 8;
-        const float *pb0 = pb + offB[a] + 512 * seg, *pb8 = pb + offB[a + 8] + 512 * seg;
-        for (; m0 && m8; m0 &= m0 - 1, m8 &= m8 - 1) {
-            const int i = __builtin_ctz(m0), j = __builtin_ctz(m8);
-            kn_term(MR, NR, pa0 + 16 * i, ars, pb0 + 16 * i, bvs, VW, x0);
-            kn_term(MR, NR, pa8 + 16 * j, ars, pb8 + 16 * j, bvs, VW, x8);
-        }
-        for (; m0; m0 &= m0 - 1) {
-            const int i = __builtin_ctz(m0);
-            kn_term(MR, NR, pa0 + 16 * i, ars, pb0 + 16 * i, bvs, VW, x0);
-        }
-        for (; m8; m8 &= m8 - 1) {
-            const int j = __builtin_ctz(m8);
-            kn_term(MR, NR, pa8 + 16 * j, ars, pb8 + 16 * j, bvs, VW, x8);
-        }
+    Ao->p = A;
+    Bo->p = pb;
+    for (int l = 0; l < 16; l++) {
+        Ao->off[l] = l;
+        Bo->off[l] = offB[l];
     }
-    UNROLL
-    for (int q = 0; q < MR * NR; q++) y[q] = VADD(x0[q], x8[q]);
+    Ao->step = Bo->step = 16;
+    Ao->rs = a_i;
+    Bo->rs = 0;
+    Bo->vs = bvs;
 }
 
-/* kn_block's tree over ks_pair; returns nonzero when some output is -0 (stored either way) */
-AI int ks_block(const int MR, const int NR, const float *A, int64_t a_i, const float *pb,
-                const int64_t *offB, int64_t bvs, const uint32_t *mk, int64_t nseg,
-                float *C, int64_t ldc, int last)
-{
-    enum { Q = KN_MAX_REGS };
-    vec_t u0[Q], u1[Q], t[Q], r[Q];
-#define VSUM(d, a, b) UNROLL for (int q = 0; q < MR * NR; q++) d[q] = VADD(a[q], b[q])
-    for (int h = 0; h < 2; h++) {                          /* u_h from lanes h, h+2, ... */
-        vec_t *u = h ? u1 : u0;
-        ks_pair(MR, NR, h, A, a_i, pb, offB, bvs, mk, nseg, r);       /* q_h */
-        ks_pair(MR, NR, h + 4, A, a_i, pb, offB, bvs, mk, nseg, t);   /* q_{h+4} */
-        VSUM(r, r, t);
-        ks_pair(MR, NR, h + 2, A, a_i, pb, offB, bvs, mk, nseg, u);   /* q_{h+2} */
-        ks_pair(MR, NR, h + 6, A, a_i, pb, offB, bvs, mk, nseg, t);   /* q_{h+6} */
-        VSUM(u, u, t);
-        VSUM(u, r, u);
-    }
-#undef VSUM
-    int negz = 0;
-    UNROLL
-    for (int rr = 0; rr < MR; rr++)
-        UNROLL
-        for (int v = 0; v < NR; v++) {
-            float *c = C + rr * ldc + v * VW;
-            vec_t y = VADD(u0[rr * NR + v], u1[rr * NR + v]);
-            negz |= VHAS_NEGZERO(y);     /* a column past `last` is +0 or NaN, never -0 */
-            if (v == NR - 1 && last < VW) VSTOREN(c, y, last);
-            else VSTOREU(c, y);
-        }
-    return negz;
-}
-
-typedef int (*ks_block_fn)(const float *, int64_t, const float *, const int64_t *, int64_t,
-                           const uint32_t *, int64_t, float *, int64_t, int);
+/* kn_block over the marked terms of each lane (gemm16_kn.h); nonzero when an output is -0 */
+typedef int (*ks_block_fn)(const kn_operand *, const kn_operand *, const uint32_t *, int64_t,
+                           float *, int64_t, int);
 #define KS_SHAPE(mr, nr)                                                                        \
-    static int ks_##mr##x##nr(const float *A, int64_t a_i, const float *pb, const int64_t *offB, \
-                              int64_t bvs, const uint32_t *mk, int64_t nseg, float *C,          \
-                              int64_t ldc, int last)                                            \
+    static int ks_##mr##x##nr(const kn_operand *A, const kn_operand *B, const uint32_t *mk,      \
+                              int64_t nseg, float *C, int64_t ldc, int last)                    \
     {                                                                                           \
-        return ks_block(mr, nr, A, a_i, pb, offB, bvs, mk, nseg, C, ldc, last);                 \
+        return kn_block(mr, nr, 1, 1, 0, A, B, mk, nseg, C, ldc, last, 0);                      \
     }
 #if VW == 16
 #define KS_SHAPES(X) X(1, 1) X(2, 1) X(3, 1) X(4, 1) X(1, 2) X(2, 2) X(3, 2) X(4, 2)
@@ -130,23 +83,6 @@ static ks_block_fn ks_shape(int mr, int nr)
     default: return 0;
     }
 #undef KS_CASE
-}
-
-/* One block again with every term (the dense kernel's block: the full dots' bits) */
-static void ks_dense(int mr, int nr, int64_t K, const float *A, int64_t a_i, const float *pb,
-                     const int64_t *offB, int64_t bvs, float *C, int64_t ldc, int last)
-{
-    kn_operand Ao, Bo;
-    Ao.p = A;
-    for (int l = 0; l < 16; l++) Ao.off[l] = l;
-    Ao.step = 16;
-    Ao.rs = a_i;
-    Bo.p = pb;
-    for (int l = 0; l < 16; l++) Bo.off[l] = offB[l];
-    Bo.step = 16;
-    Bo.rs = 0;
-    Bo.vs = bvs;
-    kn_shape(mr, nr)(K, &Ao, &Bo, C, ldc, last, 0);
 }
 
 void CAT(crnn_gemm16_kn_packed_sparse, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
@@ -192,12 +128,14 @@ void CAT(crnn_gemm16_kn_packed_sparse, ISA_SUFFIX)(int64_t M, int64_t N, int64_t
         float *Cj = C + jp * 16 + c0;
         const int64_t bvs = VW;
 #endif
+        kn_operand Ao, Bo;
+        ks_operands(A, a_i, pb, offB, bvs, &Ao, &Bo);
         for (int64_t b = 0; b < nblk; b++) {
             const int mr = M - b * KS_MR < KS_MR ? (int)(M - b * KS_MR) : KS_MR;
-            const float *Ab = A + b * KS_MR * a_i;
             float *Cb = Cj + b * KS_MR * ldc;
-            if (ks_shape(mr, nr)(Ab, a_i, pb, offB, bvs, mk + b * per, nseg, Cb, ldc, last))
-                ks_dense(mr, nr, K, Ab, a_i, pb, offB, bvs, Cb, ldc, last);
+            Ao.p = A + b * KS_MR * a_i;
+            if (ks_shape(mr, nr)(&Ao, &Bo, mk + b * per, nseg, Cb, ldc, last))
+                kn_shape(mr, nr)(K, &Ao, &Bo, Cb, ldc, last, 0);   /* again, every term */
         }
     }
 }

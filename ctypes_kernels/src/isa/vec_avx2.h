@@ -33,12 +33,12 @@ typedef __m256i vint_t;
 /* ---- gemm16 vocabulary (src/isa/gemm16_*.h) ---- */
 /* nonzero when some lane of v is ±0 */
 #define VANY_ZERO(v)     (_mm256_movemask_ps(_mm256_cmp_ps((v), _mm256_setzero_ps(), _CMP_EQ_OQ)) != 0)
-/* nonzero when some lane of v is -0 (the sign bit alone) */
 /* bit e set when lane e of v is not ±0 (a NaN is not ±0) */
 #define VNONZERO_BITS(v) ((uint32_t)_mm256_movemask_ps(_mm256_cmp_ps((v), _mm256_setzero_ps(), _CMP_NEQ_UQ)))
 /* acc | bit in the int32 lanes where v is not ±0 (the kn sparse kernel's lane masks) */
 #define VIOR_NZ(acc, v, bit) _mm256_or_si256((acc), _mm256_and_si256(_mm256_castps_si256( \
                              _mm256_cmp_ps((v), _mm256_setzero_ps(), _CMP_NEQ_UQ)), _mm256_set1_epi32((int)(bit))))
+/* nonzero when some lane of v is -0 (the sign bit alone) */
 #define VHAS_NEGZERO(v)  (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32( \
                              _mm256_castps_si256(v), _mm256_set1_epi32(INT32_MIN)))) != 0)
 static inline __m256i vlanes_lt(int n)   /* all-ones in lanes i < n */

@@ -33,12 +33,12 @@ typedef __m512i vint_t;
 /* ---- gemm16 vocabulary (src/isa/gemm16_*.h) ---- */
 /* nonzero when some lane of v is ±0 */
 #define VANY_ZERO(v)     (_mm512_cmp_ps_mask((v), _mm512_setzero_ps(), _CMP_EQ_OQ) != 0)
-/* nonzero when some lane of v is -0 (the sign bit alone) */
 /* bit e set when lane e of v is not ±0 (a NaN is not ±0) */
 #define VNONZERO_BITS(v) ((uint32_t)_mm512_cmp_ps_mask((v), _mm512_setzero_ps(), _CMP_NEQ_UQ))
 /* acc | bit in the int32 lanes where v is not ±0 (the kn sparse kernel's lane masks) */
 #define VIOR_NZ(acc, v, bit) _mm512_mask_or_epi32((acc), _mm512_cmp_ps_mask((v), _mm512_setzero_ps(), \
                              _CMP_NEQ_UQ), (acc), _mm512_set1_epi32((int)(bit)))
+/* nonzero when some lane of v is -0 (the sign bit alone) */
 #define VHAS_NEGZERO(v)  (_mm512_cmpeq_epi32_mask(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN)) != 0)
 /* the first n lanes (0 <= n <= VW) of p, zeros elsewhere; store the first n lanes */
 #define VLOADN(p, n)     _mm512_maskz_loadu_ps((__mmask16)((1u << (n)) - 1u), (p))

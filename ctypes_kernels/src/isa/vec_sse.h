@@ -32,12 +32,12 @@ typedef __m128i vint_t;
 /* ---- gemm16 vocabulary (src/isa/gemm16_*.h) ---- */
 /* nonzero when some lane of v is ±0 */
 #define VANY_ZERO(v)     (_mm_movemask_ps(_mm_cmpeq_ps((v), _mm_setzero_ps())) != 0)
-/* nonzero when some lane of v is -0 (the sign bit alone) */
 /* bit e set when lane e of v is not ±0 (a NaN is not ±0) */
 #define VNONZERO_BITS(v) ((uint32_t)_mm_movemask_ps(_mm_cmpneq_ps((v), _mm_setzero_ps())))
 /* acc | bit in the int32 lanes where v is not ±0 (the kn sparse kernel's lane masks) */
 #define VIOR_NZ(acc, v, bit) _mm_or_si128((acc), _mm_and_si128(_mm_castps_si128( \
                              _mm_cmpneq_ps((v), _mm_setzero_ps())), _mm_set1_epi32((int)(bit))))
+/* nonzero when some lane of v is -0 (the sign bit alone) */
 #define VHAS_NEGZERO(v)  (_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32( \
                              _mm_castps_si128(v), _mm_set1_epi32(INT32_MIN)))) != 0)
 static inline __m128 vlanes_lt(int n)    /* all-ones in lanes i < n */
