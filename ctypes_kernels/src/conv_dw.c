@@ -78,7 +78,9 @@ static void list_terms(const geom_t *g, const colsrc_t *cs, const float *dC, int
                        crnn_term *terms, int32_t *start, int32_t *len, int32_t *roff)
 {
     const int64_t P = g->P, Out = g->Out;
-    for (int64_t p = 0; p < P; p++) roff[p] = (int32_t)col_roff(g, cs, p);
+    for (int64_t y = 0, p = 0; y < g->Hc; y++)      /* col_roff without a division a row */
+        for (int64_t x = 0; x < g->Wc; x++, p++)
+            roff[p] = (int32_t)(cs->direct ? (y * cs->Wx + x) * g->C : p * g->KP);
     for (int64_t sl = 0; sl < 16 * Out; sl++) {
         start[sl] = (int32_t)(sl * cap);
         len[sl] = 0;

@@ -31,20 +31,34 @@ int crnn_all_finite(const float *x, int64_t n)
     int64_t i = 0;
     int bad = 0;
 #if defined(__SSE2__)
-    __m128 acc = _mm_setzero_ps();
-    for (; i + 4 <= n; i += 4) acc = _mm_or_ps(acc, _mm_mul_ps(_mm_loadu_ps(x + i), _mm_setzero_ps()));
-    bad = _mm_movemask_ps(_mm_cmpunord_ps(acc, acc)) != 0;
+    __m128 acc0 = _mm_setzero_ps(), acc1 = _mm_setzero_ps(), zero = _mm_setzero_ps();
+    for (; i + 8 <= n; i += 8) {      /* two chains: the mul's latency, not the loads */
+        acc0 = _mm_or_ps(acc0, _mm_mul_ps(_mm_loadu_ps(x + i), zero));
+        acc1 = _mm_or_ps(acc1, _mm_mul_ps(_mm_loadu_ps(x + i + 4), zero));
+    }
+    acc0 = _mm_or_ps(acc0, acc1);
+    bad = _mm_movemask_ps(_mm_cmpunord_ps(acc0, acc0)) != 0;
 #endif
     for (; i < n; i++) bad |= !(x[i] - x[i] == 0.0f);
     return !bad;
 }
 
+/* 1 when at least a quarter of x is ±0. The count from compare masks (each -1 where x is
+ * ±0) subtracted lane-wise: no popcount, which this baseline-flags file would call libgcc
+ * for (it was 0.8 % of the avx2 step). */
 int crnn_mostly_zero(const float *x, int64_t n)
 {
     int64_t i = 0, z = 0;
 #if defined(__SSE2__)
-    for (; i + 4 <= n; i += 4)
-        z += __builtin_popcount((unsigned)_mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(x + i), _mm_setzero_ps())));
+    while (i + 4 <= n) {
+        __m128i cnt = _mm_setzero_si128();
+        const int64_t stop = n - i > ((int64_t)1 << 30) ? i + ((int64_t)1 << 30) : n;
+        for (; i + 4 <= stop; i += 4)   /* at most 2^28 per lane: no wrap */
+            cnt = _mm_sub_epi32(cnt, _mm_castps_si128(_mm_cmpeq_ps(_mm_loadu_ps(x + i), _mm_setzero_ps())));
+        int32_t c[4];
+        _mm_storeu_si128((__m128i *)c, cnt);
+        z += (int64_t)c[0] + c[1] + c[2] + c[3];
+    }
 #endif
     for (; i < n; i++) z += x[i] == 0.0f;
     return 4 * z >= n;
