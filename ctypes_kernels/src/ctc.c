@@ -35,10 +35,11 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
     for (int64_t i = 0; i < nTK; i++) dlogits[i] = 0.0f;
     if (T == 0) { *loss = INFINITY; return CRNN_OK; }
 
-    double *lp = malloc(sizeof(double) * ((size_t)nTK * 2 + (size_t)T * S * 2));
+    double *lp = malloc(sizeof(double) * ((size_t)nTK * 2 + (size_t)T * S * 2 + (size_t)S));
     int32_t *ext = malloc(sizeof(int32_t) * (size_t)S);
     if (!lp || !ext) { free(lp); free(ext); return CRNN_E_NOMEM; }
     double *acc = lp + nTK, *alpha = acc + nTK, *beta = alpha + (size_t)T * S;
+    double *u = beta + (size_t)T * S;   /* a step's inner logadds */
     for (int64_t s = 0; s < S; s++) ext[s] = (s & 1) ? target[s >> 1] : 0;
 
     /* 1. log softmax, classes summed in ascending order */
@@ -52,16 +53,19 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
         for (int32_t k = 0; k < K; k++) lp[t * K + k] = ((double)z[k] - m) - ls;
     }
 
-    /* 2. alpha and beta, both including their own step's emission */
+    /* 2. alpha and beta, both including their own step's emission. A step's inner logadds
+     * for every s first, then the outer ones: the same operations per entry, but each pass
+     * is independent logadds the core can overlap (one entry's two nested logadds are a
+     * chain too long to overlap with the next entry's). */
     for (int64_t s = 0; s < S; s++)
         alpha[s] = s < 2 ? lp[ext[s]] : NEG_INF;
     for (int64_t t = 1; t < T; t++) {
         const double *a = alpha + (t - 1) * S;
         double *out = alpha + t * S;
+        for (int64_t s = 0; s < S; s++) u[s] = logadd(a[s], s >= 1 ? a[s - 1] : NEG_INF);
         for (int64_t s = 0; s < S; s++) {
-            double one = s >= 1 ? a[s - 1] : NEG_INF;
             double two = (s >= 2 && ext[s] != 0 && ext[s] != ext[s - 2]) ? a[s - 2] : NEG_INF;
-            out[s] = logadd(logadd(a[s], one), two) + lp[t * K + ext[s]];
+            out[s] = logadd(u[s], two) + lp[t * K + ext[s]];
         }
     }
     for (int64_t s = 0; s < S; s++)
@@ -69,10 +73,10 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
     for (int64_t t = T - 2; t >= 0; t--) {
         const double *bn = beta + (t + 1) * S;
         double *out = beta + t * S;
+        for (int64_t s = 0; s < S; s++) u[s] = logadd(bn[s], s + 1 < S ? bn[s + 1] : NEG_INF);
         for (int64_t s = 0; s < S; s++) {
-            double one = s + 1 < S ? bn[s + 1] : NEG_INF;
             double two = (s + 2 < S && ext[s + 2] != 0 && ext[s + 2] != ext[s]) ? bn[s + 2] : NEG_INF;
-            out[s] = logadd(logadd(bn[s], one), two) + lp[t * K + ext[s]];
+            out[s] = logadd(u[s], two) + lp[t * K + ext[s]];
         }
     }
 
@@ -86,10 +90,12 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
     }
     *loss = -logP;
 
-    /* 4. acc[t][k]: logadd over the entries labelled k, ascending; then the gradient */
+    /* 4. acc[t][k]: logadd over the entries labelled k, ascending; then the gradient (s the
+     * outer loop: each acc[t][k] still takes its entries in ascending s, and the T logadds
+     * of one s are independent) */
     for (int64_t i = 0; i < nTK; i++) acc[i] = NEG_INF;
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t s = 0; s < S; s++) {
+    for (int64_t s = 0; s < S; s++)
+        for (int64_t t = 0; t < T; t++) {
             double *ak = acc + t * K + ext[s];
             *ak = logadd(*ak, alpha[t * S + s] + beta[t * S + s]);
         }
