@@ -238,6 +238,30 @@ static void backward_dir(bwd_ctx *k, int d)
     }
 }
 
+/* dst[j][i] = src[i * lds + j], i < rows, j < cols (values moved only) */
+static void transpose_rows(int64_t rows, int64_t cols, const float *src, int64_t lds, float *dst)
+{
+    int64_t j0 = 0, i0 = 0;
+#if LSTM_SSE
+    for (; j0 + 4 <= cols; j0 += 4)
+        for (i0 = 0; i0 + 4 <= rows; i0 += 4) {
+            const float *a = src + i0 * lds + j0;
+            __m128 r0 = _mm_loadu_ps(a), r1 = _mm_loadu_ps(a + lds);
+            __m128 r2 = _mm_loadu_ps(a + 2 * lds), r3 = _mm_loadu_ps(a + 3 * lds);
+            _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+            float *b = dst + j0 * rows + i0;
+            _mm_storeu_ps(b, r0);
+            _mm_storeu_ps(b + rows, r1);
+            _mm_storeu_ps(b + 2 * rows, r2);
+            _mm_storeu_ps(b + 3 * rows, r3);
+        }
+    for (int64_t j = 0; j < j0; j++)            /* the rows past the last 4 */
+        for (int64_t i = i0; i < rows; i++) dst[j * rows + i] = src[i * lds + j];
+#endif
+    for (int64_t j = j0; j < cols; j++)
+        for (int64_t i = 0; i < rows; i++) dst[j * rows + i] = src[i * lds + j];
+}
+
 static void backward_range(void *ctx, int64_t begin, int64_t end)
 {
     for (int64_t d = begin; d < end; d++) backward_dir(ctx, (int)d);
@@ -260,12 +284,14 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
     const size_t nT = (size_t)T, G = 4 * (size_t)H, nH = (size_t)H;
     const size_t packed = nl > 1 ? (nH + 15) / 16 * 16 * G : 0;   /* W_hh of a direction */
     size_t n = (size_t)nl * nT * 2 * G   /* dz */
+             + G * nT                    /* dzT: a line's and direction's dz, gates by rows */
              + nT                        /* ones */
              + 4 * (size_t)nl * nH + 1   /* scratch */
              + 2 * packed;
     float *buf = crnn_scratch(CRNN_SCRATCH_LAYER, sizeof(float) * n);
     if (!buf) return CRNN_E_NOMEM;
-    float *dzall = buf, *ones = dzall + (size_t)nl * nT * 2 * G, *scratch = ones + nT;
+    float *dzall = buf, *dzT = dzall + (size_t)nl * nT * 2 * G, *ones = dzT + G * nT;
+    float *scratch = ones + nT;
     float *Whhp = nl > 1 ? scratch + 4 * (size_t)nl * nH + 1 : NULL;
     if (Whhp)
         for (int d = 0; d < 2; d++)
@@ -279,8 +305,11 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
     for (int li = 0; li < nl; li++) {
         const float *dz = dzall + (size_t)li * nT * 2 * G;
         for (int d = 0; d < 2; d++) {   /* each direction's gradients where its pointers say */
-            crnn_gemm16_kn((int64_t)G, I, T, dz + d * G, 1, G8, x[li], I, 1, dW_ih[2 * li + d], I);
-            crnn_gemm16_kn((int64_t)G, H, T, dz + d * G, 1, G8, hPrev[li] + d * nT * nH, H, 1,
+            /* the dots' A rows (a gate over t) made contiguous once for both products, so
+             * neither packs its strided terms */
+            transpose_rows(T, (int64_t)G, dz + d * G, G8, dzT);
+            crnn_gemm16_kn((int64_t)G, I, T, dzT, T, 1, x[li], I, 1, dW_ih[2 * li + d], I);
+            crnn_gemm16_kn((int64_t)G, H, T, dzT, T, 1, hPrev[li] + d * nT * nH, H, 1,
                            dW_hh[2 * li + d], H);
             crnn_gemm16_kn(1, (int64_t)G, T, ones, 0, 1, dz + d * G, G8, 1, db[2 * li + d],
                            (int64_t)G);
