@@ -205,6 +205,32 @@ def test_log_c_equals_python_bitwise(dm_lib):
     assert bad.size == 0, _mismatch(x, py, c, bad)
 
 
+@pytest.mark.parametrize("fname", ["exp", "log"])
+@pytest.mark.parametrize("isa", ["scalar", "sse", "avx2", "avx512", "neon"])
+def test_every_isa_path_equals_the_spec(lib, isas, fname, isa):
+    """The array paths the CTC runs (crnn_detmath_path_n: 2, 4 or 8 lanes and the scalar
+    fallback for lanes outside the common case) against the spec, with every offset of a
+    special value inside a vector and every tail length."""
+    if isa not in isas:
+        pytest.skip(f"{isa} not on this CPU")
+    from crnn_conformance.ctypes_kernels.abi import ISA_NAMES
+    fn = lib.crnn_detmath_path_n
+    fn.restype = ctypes.c_int32
+    fn.argtypes = [ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+    x = exp_inputs() if fname == "exp" else log_inputs()
+    specials = np.array([c for c, _ in (special_exp() if fname == "exp" else special_log())])
+    mixed = [np.insert(np.full(9, 0.5 if fname == "exp" else 1.5), at, v)
+             for v in specials for at in range(9)]
+    x = np.concatenate([x, *mixed])
+    want = getattr(detmath, fname)(x)
+    lib.crnn_set_isa(ISA_NAMES.index(isa))
+    for lo, hi in [(0, x.size)] + [(3, 3 + n) for n in range(1, 18)]:
+        y = np.full(hi - lo, np.nan)
+        assert fn(0 if fname == "exp" else 1, x[lo:].ctypes.data, hi - lo, y.ctypes.data) == CRNN_OK
+        bad = np.flatnonzero(_bits(want[lo:hi]) != _bits(y))
+        assert bad.size == 0, (isa, lo, hi, _mismatch(x[lo:hi], want[lo:hi], y, bad))
+
+
 COMPILERS = [c for c in ("gcc", "clang") if shutil.which(c)]
 
 

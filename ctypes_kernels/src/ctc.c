@@ -1,7 +1,9 @@
 /* ctc.c — CTC loss of one line and its logit gradient (docs/backward.md, "CTC loss").
  *
- * Scalar binary64 with the DetMath exp and log (detmath.h), compiled with -ffp-contract=off,
- * so every path and generators/spec/ctc.py give the same bits. Blank = 0. */
+ * Binary64 with the DetMath exp and log (detmath.h), compiled with -ffp-contract=off, so
+ * every path and generators/spec/ctc.py give the same bits. Blank = 0. The exps and logs of
+ * a step run over arrays on the current ISA path (crnn_detmath_exp_n / _log_n: the same bits
+ * as the element functions); everything around them is the scalar definition. */
 #include <math.h>
 #include <stdlib.h>
 #include "core.h"
@@ -9,15 +11,39 @@
 
 #define NEG_INF (-INFINITY)
 
-/* hi + log(1 + exp(lo - hi)), hi/lo the larger/smaller argument; hi when lo is -inf or
- * lo - hi < -40 (log(1 + e^-40) = 4.2e-18: under half an ulp of any |hi| >= 1/16). */
+/* logadd(a, b) = hi + log(1 + exp(lo - hi)), hi/lo the larger/smaller argument; hi when lo
+ * is -inf or lo - hi < -40 (log(1 + e^-40) = 4.2e-18: under half an ulp of any
+ * |hi| >= 1/16). la_parts gives hi, and d = lo - hi where the log is needed (else 0). */
+static inline int la_parts(double a, double b, double *hi, double *d)
+{
+    double h = a > b ? a : b, lo = a > b ? b : a;
+    *hi = h;
+    if (lo == NEG_INF) { *d = 0.0; return 0; }
+    *d = lo - h;
+    if (*d < -40.0) { *d = 0.0; return 0; }
+    return 1;
+}
+
 static double logadd(double a, double b)
 {
-    double hi = a > b ? a : b, lo = a > b ? b : a;
-    if (lo == NEG_INF) return hi;
-    double d = lo - hi;
-    if (d < -40.0) return hi;
+    double hi, d;
+    if (!la_parts(a, b, &hi, &d)) return hi;
     return hi + crnn_detmath_log1(1.0 + crnn_detmath_exp1(d));
+}
+
+/* out[i] = logadd(a[i], b[i]), i < n (out may be a): the same operations, the exps and logs
+ * over the array; w holds 2n doubles */
+static void logadd_n(const double *a, const double *b, int64_t n, double *out, double *w)
+{
+    double *hi = w, *d = w + n;
+    for (int64_t i = 0; i < n; i++) la_parts(a[i], b[i], hi + i, d + i);
+    crnn_detmath_exp_n(d, n, d);
+    for (int64_t i = 0; i < n; i++) d[i] = 1.0 + d[i];
+    crnn_detmath_log_n(d, n, d);
+    for (int64_t i = 0; i < n; i++) {
+        double h, e;
+        out[i] = la_parts(a[i], b[i], &h, &e) ? hi[i] + d[i] : hi[i];
+    }
 }
 
 int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
@@ -35,11 +61,12 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
     for (int64_t i = 0; i < nTK; i++) dlogits[i] = 0.0f;
     if (T == 0) { *loss = INFINITY; return CRNN_OK; }
 
-    double *lp = malloc(sizeof(double) * ((size_t)nTK * 2 + (size_t)T * S * 2 + (size_t)S));
+    const int64_t nw = S > T ? (S > K ? S : K) : (T > K ? T : K);   /* a step's entries */
+    double *lp = malloc(sizeof(double) * ((size_t)nTK * 3 + (size_t)T * S * 2 + (size_t)nw * 5));
     int32_t *ext = malloc(sizeof(int32_t) * (size_t)S);
     if (!lp || !ext) { free(lp); free(ext); return CRNN_E_NOMEM; }
-    double *acc = lp + nTK, *alpha = acc + nTK, *beta = alpha + (size_t)T * S;
-    double *u = beta + (size_t)T * S;   /* a step's inner logadds */
+    double *acc = lp + nTK, *ex = acc + nTK, *alpha = ex + nTK, *beta = alpha + (size_t)T * S;
+    double *u = beta + (size_t)T * S, *v = u + nw, *w = v + nw;   /* w: logadd_n's 2 nw */
     for (int64_t s = 0; s < S; s++) ext[s] = (s & 1) ? target[s >> 1] : 0;
 
     /* 1. log softmax, classes summed in ascending order */
@@ -47,37 +74,39 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
         const float *z = logits + t * K;
         double m = z[0];
         for (int32_t k = 1; k < K; k++) if ((double)z[k] > m) m = z[k];
+        for (int32_t k = 0; k < K; k++) u[k] = (double)z[k] - m;
+        crnn_detmath_exp_n(u, K, u);
         double s = 0.0;
-        for (int32_t k = 0; k < K; k++) s = s + crnn_detmath_exp1((double)z[k] - m);
+        for (int32_t k = 0; k < K; k++) s = s + u[k];
         double ls = crnn_detmath_log1(s);
         for (int32_t k = 0; k < K; k++) lp[t * K + k] = ((double)z[k] - m) - ls;
     }
 
-    /* 2. alpha and beta, both including their own step's emission. A step's inner logadds
-     * for every s first, then the outer ones: the same operations per entry, but each pass
-     * is independent logadds the core can overlap (one entry's two nested logadds are a
-     * chain too long to overlap with the next entry's). */
+    /* 2. alpha and beta, both including their own step's emission: per step the inner
+     * logadds of every s, then the outer ones (the same operations per entry) */
     for (int64_t s = 0; s < S; s++)
         alpha[s] = s < 2 ? lp[ext[s]] : NEG_INF;
     for (int64_t t = 1; t < T; t++) {
         const double *a = alpha + (t - 1) * S;
         double *out = alpha + t * S;
-        for (int64_t s = 0; s < S; s++) u[s] = logadd(a[s], s >= 1 ? a[s - 1] : NEG_INF);
-        for (int64_t s = 0; s < S; s++) {
-            double two = (s >= 2 && ext[s] != 0 && ext[s] != ext[s - 2]) ? a[s - 2] : NEG_INF;
-            out[s] = logadd(u[s], two) + lp[t * K + ext[s]];
-        }
+        for (int64_t s = 0; s < S; s++) v[s] = s >= 1 ? a[s - 1] : NEG_INF;
+        logadd_n(a, v, S, u, w);
+        for (int64_t s = 0; s < S; s++)
+            v[s] = (s >= 2 && ext[s] != 0 && ext[s] != ext[s - 2]) ? a[s - 2] : NEG_INF;
+        logadd_n(u, v, S, out, w);
+        for (int64_t s = 0; s < S; s++) out[s] = out[s] + lp[t * K + ext[s]];
     }
     for (int64_t s = 0; s < S; s++)
         beta[(T - 1) * S + s] = s >= S - 2 ? lp[(T - 1) * K + ext[s]] : NEG_INF;
     for (int64_t t = T - 2; t >= 0; t--) {
         const double *bn = beta + (t + 1) * S;
         double *out = beta + t * S;
-        for (int64_t s = 0; s < S; s++) u[s] = logadd(bn[s], s + 1 < S ? bn[s + 1] : NEG_INF);
-        for (int64_t s = 0; s < S; s++) {
-            double two = (s + 2 < S && ext[s + 2] != 0 && ext[s + 2] != ext[s]) ? bn[s + 2] : NEG_INF;
-            out[s] = logadd(u[s], two) + lp[t * K + ext[s]];
-        }
+        for (int64_t s = 0; s < S; s++) v[s] = s + 1 < S ? bn[s + 1] : NEG_INF;
+        logadd_n(bn, v, S, u, w);
+        for (int64_t s = 0; s < S; s++)
+            v[s] = (s + 2 < S && ext[s + 2] != 0 && ext[s + 2] != ext[s]) ? bn[s + 2] : NEG_INF;
+        logadd_n(u, v, S, out, w);
+        for (int64_t s = 0; s < S; s++) out[s] = out[s] + lp[t * K + ext[s]];
     }
 
     /* 3. logP and the loss */
@@ -90,18 +119,23 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
     }
     *loss = -logP;
 
-    /* 4. acc[t][k]: logadd over the entries labelled k, ascending; then the gradient (s the
-     * outer loop: each acc[t][k] still takes its entries in ascending s, and the T logadds
-     * of one s are independent) */
+    /* 4. acc[t][k]: logadd over the entries labelled k, ascending s (s the outer loop: the T
+     * logadds of one s are independent); then the gradient */
     for (int64_t i = 0; i < nTK; i++) acc[i] = NEG_INF;
-    for (int64_t s = 0; s < S; s++)
+    for (int64_t s = 0; s < S; s++) {
         for (int64_t t = 0; t < T; t++) {
-            double *ak = acc + t * K + ext[s];
-            *ak = logadd(*ak, alpha[t * S + s] + beta[t * S + s]);
+            u[t] = acc[t * K + ext[s]];
+            v[t] = alpha[t * S + s] + beta[t * S + s];
         }
+        logadd_n(u, v, T, u, w);
+        for (int64_t t = 0; t < T; t++) acc[t * K + ext[s]] = u[t];
+    }
+    for (int64_t i = 0; i < nTK; i++) acc[i] = (acc[i] - lp[i]) - logP;
+    crnn_detmath_exp_n(acc, nTK, acc);          /* occ */
+    crnn_detmath_exp_n(lp, nTK, ex);
     for (int64_t i = 0; i < nTK; i++) {
-        double occ = crnn_detmath_exp1((acc[i] - lp[i]) - logP);
-        dlogits[i] = (float)(scale * (crnn_detmath_exp1(lp[i]) - occ));
+        double occ = acc[i];
+        dlogits[i] = (float)(scale * (ex[i] - occ));
     }
     free(lp); free(ext);
     return CRNN_OK;

@@ -31,53 +31,12 @@
 static double dm_d(uint64_t u) { double d; memcpy(&d, &u, sizeof d); return d; }
 static uint64_t dm_u(double d) { uint64_t u; memcpy(&u, &d, sizeof u); return u; }
 
-#define DM_EXP_N 32
-#define DM_LOG_N 32
-
-/* ---- constants (bit patterns; decimal values in docs/decoding.md) -------- */
-#define DM_POS_INF   0x7ff0000000000000ULL
-#define DM_NEG_INF   0xfff0000000000000ULL
-#define DM_QNAN      0x7ff8000000000000ULL  /* returned by log(x < 0)            */
-#define DM_O_THRESH  0x40862e42fefa39efULL  /*  0x1.62e42fefa39efp+9  =  709.78... */
-#define DM_U_THRESH  0xc0874910d52d3051ULL  /* -0x1.74910d52d3051p+9  = -745.13... */
-#define DM_INVLN2N   0x40471547652b82feULL  /* RN(32/ln2)                        */
-#define DM_SHIFT     0x4338000000000000ULL  /* 1.5 * 2^52                        */
-#define DM_LN2HI     0x3fe62e42fee00000ULL  /* ln2 to 32 significant bits        */
-#define DM_LN2LO     0x3dea39ef35793c76ULL  /* RN(ln2 - LN2HI)                   */
-#define DM_LN2HIN    0x3f962e42fee00000ULL  /* LN2HI / 32                        */
-#define DM_LN2LON    0x3d9a39ef35793c76ULL  /* LN2LO / 32                        */
-#define DM_TWO54     0x4350000000000000ULL  /* 2^54                              */
-#define DM_TWO1023   0x7fe0000000000000ULL  /* 2^1023                            */
-#define DM_TWOM1022  0x0010000000000000ULL  /* 2^-1022                           */
-#define DM_SPLIT     0x41a0000002000000ULL  /* 2^27 + 1 (Veltkamp splitter)      */
-
-/* exp: Taylor coefficients 1/k!, k = 2..7 */
-#define DM_E2 0x3fe0000000000000ULL
-#define DM_E3 0x3fc5555555555555ULL
-#define DM_E4 0x3fa5555555555555ULL
-#define DM_E5 0x3f81111111111111ULL
-#define DM_E6 0x3f56c16c16c16c17ULL
-#define DM_E7 0x3f2a01a01a01a01aULL
-
-/* log: Taylor coefficients (-1)^(k+1)/k, k = 2..12 */
-#define DM_C2  0xbfe0000000000000ULL
-#define DM_C3  0x3fd5555555555555ULL
-#define DM_C4  0xbfd0000000000000ULL
-#define DM_C5  0x3fc999999999999aULL
-#define DM_C6  0xbfc5555555555555ULL
-#define DM_C7  0x3fc2492492492492ULL
-#define DM_C8  0xbfc0000000000000ULL
-#define DM_C9  0x3fbc71c71c71c71cULL
-#define DM_C10 0xbfb999999999999aULL
-#define DM_C11 0x3fb745d1745d1746ULL
-#define DM_C12 0xbfb5555555555555ULL
-
 /* Tables, generated with mpmath (docs/decoding.md gives the rule):
  *   exp: H_j = RN(2^(j/32)), T_j = RN((2^(j/32) - H_j) / H_j).
  *   log: INVC_j = 1 for j = 0 and j = 31, else d_j / (1 + (j + 1/2)/32) rounded
  *        to 20 significant bits, d_j = 1 for j < 13 and 2 otherwise;
  *        LOGC_HI_j + LOGC_LO_j = -log(INVC_j) as a double-double. */
-static const uint64_t dm_exp_tab[2 * DM_EXP_N] = {  /* H_j, T_j */
+const uint64_t crnn_dm_exp_tab[2 * DM_EXP_N] = {  /* H_j, T_j */
     0x3ff0000000000000ULL, 0x0000000000000000ULL,  /*  0 */
     0x3ff059b0d3158574ULL, 0x3c8cd2523567f613ULL,  /*  1 */
     0x3ff0b5586cf9890fULL, 0x3c979aa65d837b6dULL,  /*  2 */
@@ -111,7 +70,7 @@ static const uint64_t dm_exp_tab[2 * DM_EXP_N] = {  /* H_j, T_j */
     0x3ffea4afa2a490daULL, 0xbc8ff7128fd391f0ULL,  /* 30 */
     0x3fff50765b6e4540ULL, 0x3c8a64a931d185eeULL,  /* 31 */
 };
-static const uint64_t dm_log_tab[3 * DM_LOG_N] = {  /* INVC_j, LOGC_HI_j, LOGC_LO_j */
+const uint64_t crnn_dm_log_tab[3 * DM_LOG_N] = {  /* INVC_j, LOGC_HI_j, LOGC_LO_j */
     0x3ff0000000000000ULL, 0x0000000000000000ULL, 0x0000000000000000ULL,  /*  0 */
     0x3fee913200000000ULL, 0x3fa774537632e48cULL, 0x3c4189c5532d6361ULL,  /*  1 */
     0x3fedae6000000000ULL, 0x3fb341db961bd9d1ULL, 0xbc5b5449cd169766ULL,  /*  2 */
@@ -170,8 +129,8 @@ double crnn_detmath_exp1(double x)
     r2 = r * r;
     p = r2 * (dm_d(DM_E2) + r * (dm_d(DM_E3) + r * (dm_d(DM_E4) + r * (dm_d(DM_E5)
             + r * (dm_d(DM_E6) + r * dm_d(DM_E7))))));
-    H = dm_d(dm_exp_tab[2 * j]);
-    T = dm_d(dm_exp_tab[2 * j + 1]);
+    H = dm_d(crnn_dm_exp_tab[2 * j]);
+    T = dm_d(crnn_dm_exp_tab[2 * j + 1]);
     tmp = (T + r) + p;
 
     if (m > -1022) {
@@ -216,7 +175,7 @@ double crnn_detmath_log1(double x)
     k += up;                                                 /* x = 2^k m, m in [0.703, 1.406) */
 
     /* r = m * INVC_j - 1 exactly as rh + rl (Dekker product; INVC_j has 20 bits) */
-    invc = dm_d(dm_log_tab[3 * j]);
+    invc = dm_d(crnn_dm_log_tab[3 * j]);
     p = m * invc;
     t = m * dm_d(DM_SPLIT);
     mh = t - (t - m);
@@ -234,13 +193,13 @@ double crnn_detmath_log1(double x)
     dk = (double)k;
     khi = dk * dm_d(DM_LN2HI);                               /* exact */
     klo = dk * dm_d(DM_LN2LO);
-    s1 = khi + dm_d(dm_log_tab[3 * j + 1]);                  /* two-sum: s1 + e1 exact */
+    s1 = khi + dm_d(crnn_dm_log_tab[3 * j + 1]);                  /* two-sum: s1 + e1 exact */
     bb = s1 - khi;
-    e1 = (khi - (s1 - bb)) + (dm_d(dm_log_tab[3 * j + 1]) - bb);
+    e1 = (khi - (s1 - bb)) + (dm_d(crnn_dm_log_tab[3 * j + 1]) - bb);
     s2 = s1 + rh;                                            /* two-sum: s2 + e2 exact */
     bb = s2 - s1;
     e2 = (s1 - (s2 - bb)) + (rh - bb);
-    lo = ((((e1 + e2) + klo) + dm_d(dm_log_tab[3 * j + 2])) + (rl - rl * rh)) + q;
+    lo = ((((e1 + e2) + klo) + dm_d(crnn_dm_log_tab[3 * j + 2])) + (rl - rl * rh)) + q;
     return s2 + lo;
 }
 
