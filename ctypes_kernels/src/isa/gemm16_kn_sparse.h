@@ -19,16 +19,28 @@
 
 /* Lane l's live terms of a block of mr rows as bits: bit c of mk[16 * seg + l] is term
  * m = 32 * seg + c (k = l + 16m), set when some row's A(r, k) is not ±0 (a NaN counts as
- * not ±0). Built a vector of lanes at a time; returns the number of live terms. */
+ * not ±0). A chunk of 16 terms at a time: each row's compare, the rows' compares OR-ed, one
+ * bit into the lanes' masks (held in registers); returns the number of live terms. */
+#define KS_NV (16 / VW)                       /* registers of a chunk's 16 lanes */
 static int64_t ks_masks(int mr, int64_t K, const float *A, int64_t a_i, int64_t nseg, uint32_t *mk)
 {
     int64_t live = 0;
     for (int64_t seg = 0; seg < nseg; seg++) {
-        vint_t acc[16 / VW];
-        for (int v = 0; v < 16 / VW; v++) acc[v] = VISET1(0);
+        vint_t acc[KS_NV];
+        UNROLL
+        for (int v = 0; v < KS_NV; v++) acc[v] = VISET1(0);
         for (int c = 0; c < 32 && 16 * (32 * seg + c) < K; c++) {
             const int64_t k = 16 * (32 * seg + c);
-            for (int v = 0; v < 16 / VW && k + v * VW < K; v++) {
+            if (k + 16 <= K) {                /* a whole chunk */
+                UNROLL
+                for (int v = 0; v < KS_NV; v++) {
+                    vmask_t nz = VNZ(VLOADU(A + k + v * VW));
+                    for (int r = 1; r < mr; r++) nz = VMASK_OR(nz, VNZ(VLOADU(A + r * a_i + k + v * VW)));
+                    acc[v] = VIOR_MASK(acc[v], nz, 1u << c);
+                }
+                continue;
+            }
+            for (int v = 0; v < KS_NV && k + v * VW < K; v++) {   /* the tail */
                 const int64_t k1 = k + v * VW;
                 const int nk = K - k1 < VW ? (int)(K - k1) : VW;
                 for (int r = 0; r < mr; r++) {
@@ -37,7 +49,8 @@ static int64_t ks_masks(int mr, int64_t K, const float *A, int64_t a_i, int64_t 
                 }
             }
         }
-        for (int v = 0; v < 16 / VW; v++) VISTOREU(mk + 16 * seg + v * VW, acc[v]);
+        UNROLL
+        for (int v = 0; v < KS_NV; v++) VISTOREU(mk + 16 * seg + v * VW, acc[v]);
         for (int l = 0; l < 16; l++) live += __builtin_popcount(mk[16 * seg + l]);
     }
     return live;

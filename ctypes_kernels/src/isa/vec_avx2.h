@@ -38,6 +38,11 @@ typedef __m256i vint_t;
 /* acc | bit in the int32 lanes where v is not ±0 (the kn sparse kernel's lane masks) */
 #define VIOR_NZ(acc, v, bit) _mm256_or_si256((acc), _mm256_and_si256(_mm256_castps_si256( \
                              _mm256_cmp_ps((v), _mm256_setzero_ps(), _CMP_NEQ_UQ)), _mm256_set1_epi32((int)(bit))))
+/* the same in two steps: the lanes not ±0 as a mask (OR-ed over rows), then the bit */
+#define VNZ(v)               _mm256_cmp_ps((v), _mm256_setzero_ps(), _CMP_NEQ_UQ)
+#define VMASK_OR(a, b)       _mm256_or_ps((a), (b))
+#define VIOR_MASK(acc, m, bit) _mm256_or_si256((acc), _mm256_and_si256(_mm256_castps_si256(m), \
+                             _mm256_set1_epi32((int)(bit))))
 /* nonzero when some lane of v is -0 (the sign bit alone) */
 #define VHAS_NEGZERO(v)  (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32( \
                              _mm256_castps_si256(v), _mm256_set1_epi32(INT32_MIN)))) != 0)

@@ -38,6 +38,10 @@ typedef __m512i vint_t;
 /* acc | bit in the int32 lanes where v is not ±0 (the kn sparse kernel's lane masks) */
 #define VIOR_NZ(acc, v, bit) _mm512_mask_or_epi32((acc), _mm512_cmp_ps_mask((v), _mm512_setzero_ps(), \
                              _CMP_NEQ_UQ), (acc), _mm512_set1_epi32((int)(bit)))
+/* the same in two steps: the lanes not ±0 as a mask (OR-ed over rows), then the bit */
+#define VNZ(v)               _mm512_cmp_ps_mask((v), _mm512_setzero_ps(), _CMP_NEQ_UQ)
+#define VMASK_OR(a, b)       ((__mmask16)((a) | (b)))
+#define VIOR_MASK(acc, m, bit) _mm512_mask_or_epi32((acc), (m), (acc), _mm512_set1_epi32((int)(bit)))
 /* nonzero when some lane of v is -0 (the sign bit alone) */
 #define VHAS_NEGZERO(v)  (_mm512_cmpeq_epi32_mask(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN)) != 0)
 /* the first n lanes (0 <= n <= VW) of p, zeros elsewhere; store the first n lanes */

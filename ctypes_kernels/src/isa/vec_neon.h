@@ -53,6 +53,11 @@ static inline uint32_t neon_nonzero_bits(float32x4_t v)
 /* acc | bit in the int32 lanes where v is not ±0 (the kn sparse kernel's lane masks) */
 #define VIOR_NZ(acc, v, bit) vorrq_s32((acc), vandq_s32(vreinterpretq_s32_u32(vmvnq_u32( \
                              vceqq_f32((v), vdupq_n_f32(0.0f)))), vdupq_n_s32((int32_t)(bit))))
+/* the same in two steps: the lanes not ±0 as a mask (OR-ed over rows), then the bit */
+#define VNZ(v)               vmvnq_u32(vceqq_f32((v), vdupq_n_f32(0.0f)))
+#define VMASK_OR(a, b)       vorrq_u32((a), (b))
+#define VIOR_MASK(acc, m, bit) vorrq_s32((acc), vandq_s32(vreinterpretq_s32_u32(m), \
+                             vdupq_n_s32((int32_t)(bit))))
 static inline uint32x4_t vlanes_lt(int n)    /* all-ones in lanes i < n */
 {
     static const int32_t lane[4] = {0, 1, 2, 3};

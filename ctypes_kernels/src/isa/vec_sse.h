@@ -37,6 +37,11 @@ typedef __m128i vint_t;
 /* acc | bit in the int32 lanes where v is not ±0 (the kn sparse kernel's lane masks) */
 #define VIOR_NZ(acc, v, bit) _mm_or_si128((acc), _mm_and_si128(_mm_castps_si128( \
                              _mm_cmpneq_ps((v), _mm_setzero_ps())), _mm_set1_epi32((int)(bit))))
+/* the same in two steps: the lanes not ±0 as a mask (OR-ed over rows), then the bit */
+#define VNZ(v)               _mm_cmpneq_ps((v), _mm_setzero_ps())
+#define VMASK_OR(a, b)       _mm_or_ps((a), (b))
+#define VIOR_MASK(acc, m, bit) _mm_or_si128((acc), _mm_and_si128(_mm_castps_si128(m), \
+                             _mm_set1_epi32((int)(bit))))
 /* nonzero when some lane of v is -0 (the sign bit alone) */
 #define VHAS_NEGZERO(v)  (_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32( \
                              _mm_castps_si128(v), _mm_set1_epi32(INT32_MIN)))) != 0)
