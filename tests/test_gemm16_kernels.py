@@ -269,6 +269,36 @@ def test_kn_packed_sparse_equals_spec(kern, isas, isa):
 
 
 @pytest.mark.parametrize("isa", ISA_NAMES)
+def test_kn_packed_taps_equals_spec(kern, isas, isa):
+    """crnn_gemm16_kn_packed_taps (K <= 16, A's term k of row i at A[i*a_i + tap[k]]: a
+    one-channel image's windows through a padded copy) gives the dot16 of the gathered rows:
+    3 x 3 and other windows, K = 1..16, row tails, products that round to -0, NaN and inf in
+    A; no write outside C."""
+    if isa not in isas:
+        pytest.skip(f"{isa} not on this CPU")
+    f = kern.crnn_gemm16_kn_packed_taps
+    f.restype, f.argtypes = None, [i64, i64, i64, P, i64, P, P, P, i64]
+    rng = np.random.default_rng(17)
+    assert kern.crnn_set_isa(ISA_NAMES.index(isa)) == 0
+    for M, N, kh, kw, Wx in [(256, 16, 3, 3, 258), (13, 16, 3, 3, 20), (7, 40, 2, 5, 11),
+                             (5, 17, 4, 4, 9), (1, 16, 1, 1, 3), (30, 32, 3, 2, 33),
+                             (9, 64, 1, 7, 16)]:
+        K = kh * kw
+        tap = np.array([(k // kw) * Wx + k % kw for k in range(16)], np.int64)
+        X = sparse_data(rng, (kh + 1, Wx)).ravel()
+        X[rng.integers(0, X.size)] = rng.choice([np.nan, np.inf, -np.inf])
+        A = np.stack([X[i + tap[:K]] for i in range(M)])          # the gathered rows
+        B = data(rng, (K, N))
+        Bp = pack_kn(B, K, N)
+        want = gemm16(A, B.T)
+        ldc = N + 3
+        C = np.full((M, ldc), np.nan, np.float32)
+        f(M, N, K, X.ctypes.data, 1, tap.ctypes.data, Bp.ctypes.data, C.ctypes.data, ldc)
+        assert np.array_equal(bits(C[:, :N]), bits(want)), (isa, M, N, K)
+        assert np.isnan(C[:, N:]).all(), "wrote outside C"
+
+
+@pytest.mark.parametrize("isa", ISA_NAMES)
 def test_kn_packed_sparse_redoes_negative_zero(kern, isas, isa):
     """Every lane of a row gets a product that rounds to -0, then only left-out +0 terms:
     without them every lane stays -0 and the dot is -0, but the full dot's +0 terms turn each

@@ -3,7 +3,8 @@
  *
  * Every dot goes through the gemm16 kernels (core.h) and has exactly the terms the docs
  * name, in their order: the forward is im2col then conv[p][o] = dot16(col[p], W[o]) over
- * KPadded (kn, W's rows gathered into the kernel's packed panels); the backward
+ * KPadded (kn, W's rows gathered into the kernel's packed panels; a one-channel block reads
+ * its window terms through taps into a zero-padded copy of x instead of an im2col); the backward
  * reads dC and col as they lie: dW[o][k] and db[o] are dots over p (kn with dC read down its
  * columns), dcol[p][k] = dot16 over o of dC[p][o] and W[o][k] (kn with W as stored). The pool
  * and the dx gather are element-wise; they are split across threads over independent
@@ -59,6 +60,8 @@ typedef struct {
     int32_t *winners;
     int64_t Kd;           /* the terms each dot runs over: KP, or K (dot_terms) */
     int sparse;           /* the window's ±0 terms left out (core.h) */
+    const float *xpad;    /* one channel, Kd = K <= 16: x with its padding, the taps' source */
+    int64_t tap[16];      /* where window term k is, from a conv row's first cell in xpad */
     int32_t rc;
 } band_job;
 
@@ -67,18 +70,24 @@ static void conv_bands(void *ctx, int64_t b0, int64_t b1)
     band_job *j = ctx;
     const geom_t *g = j->g;
     const int64_t rows = g->poolH, Out = g->Out;
-    float *col = crnn_scratch(CRNN_SCRATCH_BAND, bytes_of(rows * g->Wc * g->KP) + 1);
-    if (!col) {
+    float *col = j->xpad ? NULL : crnn_scratch(CRNN_SCRATCH_BAND, bytes_of(rows * g->Wc * g->KP) + 1);
+    if (!col && !j->xpad) {
         __atomic_store_n(&j->rc, CRNN_E_NOMEM, __ATOMIC_RELAXED);
         return;
     }
     fwd_job fj = {g, j->b, j->conv, j->pooled, j->winners};
     for (int64_t band = b0; band < b1; band++) {
         const int64_t y0 = band * rows, y1 = y0 + rows < g->Hc ? y0 + rows : g->Hc;
-        im2col_job ij = {g, j->x, col, y0};
-        crnn_conv_im2col_rows(&ij, y0, y1);
-        (j->sparse ? crnn_gemm16_kn_packed_sparse : crnn_gemm16_kn_packed)(
-            (y1 - y0) * g->Wc, Out, j->Kd, col, g->KP, 1, j->Bp, j->conv + y0 * g->Wc * Out, Out);
+        if (j->xpad) {    /* the windows straight from the padded image, a conv row a call */
+            for (int64_t y = y0; y < y1; y++)
+                crnn_gemm16_kn_packed_taps(g->Wc, Out, j->Kd, j->xpad + y * (g->W + 2 * g->padW), 1,
+                                           j->tap, j->Bp, j->conv + y * g->Wc * Out, Out);
+        } else {
+            im2col_job ij = {g, j->x, col, y0};
+            crnn_conv_im2col_rows(&ij, y0, y1);
+            (j->sparse ? crnn_gemm16_kn_packed_sparse : crnn_gemm16_kn_packed)(
+                (y1 - y0) * g->Wc, Out, j->Kd, col, g->KP, 1, j->Bp, j->conv + y0 * g->Wc * Out, Out);
+        }
         crnn_conv_bias_rows(&fj, y0 * g->Wc, y1 * g->Wc);
         if (band < g->Hp) crnn_conv_pool_rows(&fj, band, band + 1);
     }
@@ -107,15 +116,26 @@ int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
     if (!x || !Wt || !b || !conv || !pooled || !winners) return CRNN_E_ARG;
     if (!make_geom(&g, H, W, C, Out, kh, kw, padH, padW, poolH, poolW)) return CRNN_E_ARG;
     /* bands of poolH conv rows: im2col, dots, bias and pool while the band is in cache */
-    size_t nb = bytes_of(16 * g.KP * ((g.Out + 15) / 16));
+    const int64_t Kd = dot_terms(&g, Wt);
+    /* one channel with one chunk of terms: the windows read through taps from x with its
+     * padding (the same values im2col would write), not copied out a row per position */
+    const int taps = C == 1 && Kd == g.K && Kd <= 16;
+    const int64_t Wx = g.W + 2 * g.padW, npad = taps ? (g.H + 2 * g.padH) * Wx : 0;
+    size_t nb = bytes_of(16 * g.KP * ((g.Out + 15) / 16) + npad);
     float *Bp = nb ? crnn_scratch(CRNN_SCRATCH_LAYER, nb) : NULL;
     if (!Bp) return CRNN_E_NOMEM;
-    const int64_t Kd = dot_terms(&g, Wt);
+    float *xpad = taps ? Bp + 16 * g.KP * ((g.Out + 15) / 16) : NULL;
+    if (xpad) {
+        memset(xpad, 0, sizeof(float) * (size_t)npad);
+        for (int64_t iy = 0; iy < g.H; iy++)
+            memcpy(xpad + (iy + g.padH) * Wx + g.padW, x + iy * g.W, sizeof(float) * (size_t)g.W);
+    }
     crnn_kn_pack(Kd, g.Out, Wt, 1, g.KP, Bp);       /* B(k, o) = Wt[o][k], packed once */
     /* after a ReLU and pool most window values are +0: their terms are left out where every
      * W is finite (±0 * inf is NaN, not a zero term) */
     const int sparse = crnn_mostly_zero(x, (int64_t)H * W * C) && crnn_all_finite(Wt, g.Out * g.KP);
-    band_job bj = {&g, x, Bp, b, conv, pooled, winners, Kd, sparse, CRNN_OK};
+    band_job bj = {&g, x, Bp, b, conv, pooled, winners, Kd, sparse, xpad, {0}, CRNN_OK};
+    for (int64_t k = 0; taps && k < Kd; k++) bj.tap[k] = (k / g.kw) * Wx + k % g.kw;
     crnn_parallel_for_work((g.Hc + g.poolH - 1) / g.poolH, g.P * g.Out * g.KP, conv_bands, &bj);
     return bj.rc;
 }

@@ -61,7 +61,9 @@ typedef void (*crnn_gemm16_kn_fn)(int64_t M, int64_t N, int64_t K,
     void crnn_gemm16_kn_packed_##isa(int64_t, int64_t, int64_t, const float *, int64_t, int64_t, \
                                      const float *, float *, int64_t);                           \
     void crnn_gemm16_kn_packed_sparse_##isa(int64_t, int64_t, int64_t, const float *, int64_t,   \
-                                            int64_t, const float *, float *, int64_t);
+                                            int64_t, const float *, float *, int64_t);          \
+    void crnn_gemm16_kn_packed_taps_##isa(int64_t, int64_t, int64_t, const float *, int64_t,     \
+                                          const int64_t *, const float *, float *, int64_t);
 CRNN_DECLARE_GEMM16(scalar)
 /* The scalar nt with the C library's fmaf (variant 0) or FMA3 (1, if the CPU has it): tests. */
 void crnn_gemm16_scalar_variant(int variant, int64_t M, int64_t N, int64_t K,
@@ -98,6 +100,11 @@ void crnn_gemm16_kn_packed(int64_t M, int64_t N, int64_t K,
 void crnn_gemm16_kn_packed_sparse(int64_t M, int64_t N, int64_t K,
                                   const float *A, int64_t a_i, int64_t a_k, const float *Bp,
                                   float *C, int64_t ldc);
+/* The same product for K <= 16 (one term a lane) with A's term k of row i at
+ * A[i * a_i + tap[k]]: the windows of a one-channel image read from a zero-padded copy, no
+ * im2col (tap[k] = ky * padded width + kx). The same dot16 bits; on the calling thread. */
+void crnn_gemm16_kn_packed_taps(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i,
+                                const int64_t *tap, const float *Bp, float *C, int64_t ldc);
 /* 1 when every x[i] (i < n) is finite: then x * (±0) is an exact zero. */
 int crnn_all_finite(const float *x, int64_t n);
 /* 1 when at least a quarter of x[i] (i < n) is ±0: enough zero terms for the sparse

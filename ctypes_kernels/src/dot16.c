@@ -76,6 +76,9 @@ static const crnn_gemm16_kn_fn kn_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm1
 typedef crnn_gemm16_kn_packed_fn kn_packed_fn;
 static const kn_packed_fn kn_packed_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16_kn_packed);
 static const kn_packed_fn kn_sparse_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16_kn_packed_sparse);
+typedef void (*kn_taps_fn)(int64_t, int64_t, int64_t, const float *, int64_t, const int64_t *,
+                           const float *, float *, int64_t);
+static const kn_taps_fn kn_taps_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16_kn_packed_taps);
 
 static crnn_gemm16_fn nt_kernel(void)
 {
@@ -207,6 +210,12 @@ void crnn_gemm16_kn_packed_sparse(int64_t M, int64_t N, int64_t K,
 {
     gemm_job g = {NULL, NULL, kn_sparse_kernels[crnn_current_isa()], M, N, K, a_i, a_k, 0, 1, ldc, A, Bp, C, 1};
     gemm_run(&g);
+}
+
+void crnn_gemm16_kn_packed_taps(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i,
+                                const int64_t *tap, const float *Bp, float *C, int64_t ldc)
+{
+    if (M > 0 && N > 0 && K >= 0 && K <= 16) kn_taps_kernels[crnn_current_isa()](M, N, K, A, a_i, tap, Bp, C, ldc);
 }
 
 /* The row-split kernels below: whole rows per thread, or all on this thread when the work

@@ -1,17 +1,39 @@
 /* gemm16_kn_packed.h — crnn_gemm16_kn_packed: kn with a B its caller already wrote in the
  * kernels' packed layout (core.h), through the blocks of gemm16_kn.h (included before). */
 
+/* Every row block of one column block with A's term k (K <= 16: one a lane) of row i at
+ * A + i*a_i + tap[k] (crnn_gemm16_kn_packed_taps) */
+static void kn_rows_taps(int64_t M, int64_t K, const float *A, int64_t a_i, const int64_t *tap,
+                         const kn_operand *Bo, int nr, int last, float *C, int64_t ldc)
+{
+    kn_operand Ao;
+    for (int l = 0; l < 16; l++) Ao.off[l] = l < K ? tap[l] : 0;
+    Ao.step = 0;          /* no second term in a lane (and not the contiguous variant) */
+    Ao.rs = a_i;
+    for (int64_t i = 0; i < M; ) {
+        int mr = KN_MAX_REGS / nr;
+        if (M - i < mr) mr = (int)(M - i);
+        Ao.p = A + i * a_i;
+        kn_shape(mr, nr)(K, &Ao, Bo, C + i * ldc, ldc, last, 0);
+        i += mr;
+    }
+}
+
 /* kn with B already packed (core.h, crnn_gemm16_kn_packed): panels of 16 columns, each the
- * rows of lane 0, then lane 1, ..., 16 floats a row, zeros past N. */
-void CAT(crnn_gemm16_kn_packed, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
-                                            const float *A, int64_t a_i, int64_t a_k,
-                                            const float *Bp, float *C, int64_t ldc)
+ * rows of lane 0, then lane 1, ..., 16 floats a row, zeros past N. With tap (K <= 16), A's
+ * terms are where tap says (crnn_gemm16_kn_packed_taps). */
+static void kn_packed_panels(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i,
+                             int64_t a_k, const int64_t *tap, const float *Bp, float *C,
+                             int64_t ldc)
 {
     if (M <= 0 || N <= 0) return;
     const int64_t npanel = (N + 15) / 16;
     const int nrmax = kn_nr_max(M);
     int64_t offA[16], offB[16];
-    const float *ap = a_k != 1 && N > VW ? kn_pack_a(M, K, A, a_i, a_k, offA) : NULL;
+    const float *ap = !tap && a_k != 1 && N > VW ? kn_pack_a(M, K, A, a_i, a_k, offA) : NULL;
+#define KN_ROWS(C_)                                                                         \
+    (tap ? kn_rows_taps(M, K, A, a_i, tap, &Bo, nr, last, (C_), ldc)                        \
+         : kn_rows(M, K, A, a_i, a_k, ap, offA, &Bo, nr, last, 0, (C_), ldc))
     lane_starts(K, 16, offB);
 #if VW == 16
     /* one register per panel: a block of nr registers spans nr panels (16*K apart) */
@@ -24,7 +46,7 @@ void CAT(crnn_gemm16_kn_packed, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
         Bo.step = 16;
         Bo.rs = 0;
         Bo.vs = 16 * K;
-        kn_rows(M, K, A, a_i, a_k, ap, offA, &Bo, nr, last, 0, C + jp * 16, ldc);
+        KN_ROWS(C + jp * 16);
         jp += nr;
     }
 #else
@@ -40,9 +62,24 @@ void CAT(crnn_gemm16_kn_packed, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
             Bo.step = 16;
             Bo.rs = 0;
             Bo.vs = VW;
-            kn_rows(M, K, A, a_i, a_k, ap, offA, &Bo, nr, last, 0, C + jp * 16 + v0 * VW, ldc);
+            KN_ROWS(C + jp * 16 + v0 * VW);
             v0 += nr;
         }
     }
 #endif
+#undef KN_ROWS
+}
+
+void CAT(crnn_gemm16_kn_packed, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
+                                            const float *A, int64_t a_i, int64_t a_k,
+                                            const float *Bp, float *C, int64_t ldc)
+{
+    kn_packed_panels(M, N, K, A, a_i, a_k, NULL, Bp, C, ldc);
+}
+
+void CAT(crnn_gemm16_kn_packed_taps, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
+                                                 const float *A, int64_t a_i, const int64_t *tap,
+                                                 const float *Bp, float *C, int64_t ldc)
+{
+    kn_packed_panels(M, N, K, A, a_i, 1, tap, Bp, C, ldc);
 }

@@ -213,6 +213,22 @@ void crnn_gemm16_kn_packed_scalar(int64_t M, int64_t N, int64_t K,
     (crnn_cpu_has_fma3() ? kn_fma3 : kn_generic)(M, N, K, A, a_i, a_k, B, N, 1, C, ldc);
 }
 
+/* kn with B packed and A's term k at A[i * a_i + tap[k]], K <= 16 (core.h): blocks of rows
+ * gathered, then the walk above */
+void crnn_gemm16_kn_packed_taps_scalar(int64_t M, int64_t N, int64_t K, const float *A,
+                                       int64_t a_i, const int64_t *tap, const float *Bp,
+                                       float *C, int64_t ldc)
+{
+    enum { ROWS = 64 };
+    float a[ROWS * 16];
+    for (int64_t i0 = 0; i0 < M; i0 += ROWS) {
+        const int64_t m = M - i0 < ROWS ? M - i0 : ROWS;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t k = 0; k < K; k++) a[i * K + k] = A[(i0 + i) * a_i + tap[k]];
+        crnn_gemm16_kn_packed_scalar(m, N, K, a, K, 1, Bp, C + i0 * ldc, ldc);
+    }
+}
+
 /* The same with the ±0 terms of each row of A left out (core.h), a row's 16 outputs again
  * with every term when one of them came out -0. */
 void crnn_gemm16_kn_packed_sparse_scalar(int64_t M, int64_t N, int64_t K,
