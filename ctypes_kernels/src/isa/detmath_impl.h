@@ -94,20 +94,25 @@ static inline vd log_v(vd x)
     return s2 + lo;
 }
 
+/* y[0..DM_W) = r where common, else the scalar function of x */
+static inline void put_lanes(vd r, vu common, const double *x, double *y, double (*f1)(double))
+{
+    int all = 1;
+    for (int l = 0; l < DM_W; l++) all &= common[l] != 0;
+    if (all) {
+        memcpy(y, &r, sizeof r);
+        return;
+    }
+    for (int l = 0; l < DM_W; l++) y[l] = common[l] ? r[l] : f1(x[l]);
+}
+
 void CAT(crnn_detmath_exp_n, ISA_SUFFIX)(const double *x, int64_t n, double *y)
 {
     int64_t i = 0;
     for (; i + DM_W <= n; i += DM_W) {
         const vd v = d_load(x + i);
         const vu common = (vu)((v >= -700.0) & (v <= 700.0));   /* NaN: not common */
-        const vd r = exp_v(d_from(d_bits(v) & common));
-        int all = 1;
-        for (int l = 0; l < DM_W; l++) all &= common[l] != 0;
-        if (all) {
-            memcpy(y + i, &r, sizeof r);
-            continue;
-        }
-        for (int l = 0; l < DM_W; l++) y[i + l] = common[l] ? r[l] : crnn_detmath_exp1(x[i + l]);
+        put_lanes(exp_v(d_from(d_bits(v) & common)), common, x + i, y + i, crnn_detmath_exp1);
     }
     for (; i < n; i++) y[i] = crnn_detmath_exp1(x[i]);
 }
@@ -119,14 +124,8 @@ void CAT(crnn_detmath_log_n, ISA_SUFFIX)(const double *x, int64_t n, double *y)
         const vu ix = d_bits(d_load(x + i));
         /* a positive normal finite x: 2^-1022 <= x < inf (the sign bit makes ix large) */
         const vu common = (vu)((ix >= 0x0010000000000000ULL) & (ix < DM_POS_INF));
-        const vd r = log_v(d_from((ix & common) | (0x3ff0000000000000ULL & ~common)));
-        int all = 1;
-        for (int l = 0; l < DM_W; l++) all &= common[l] != 0;
-        if (all) {
-            memcpy(y + i, &r, sizeof r);
-            continue;
-        }
-        for (int l = 0; l < DM_W; l++) y[i + l] = common[l] ? r[l] : crnn_detmath_log1(x[i + l]);
+        put_lanes(log_v(d_from((ix & common) | (0x3ff0000000000000ULL & ~common))), common, x + i,
+                  y + i, crnn_detmath_log1);
     }
     for (; i < n; i++) y[i] = crnn_detmath_log1(x[i]);
 }
