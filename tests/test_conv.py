@@ -272,6 +272,27 @@ def test_listed_dW_recomputes_rows_with_a_negative_zero_lane(lib):
     backward_equals_spec(lib, want, x, Wt, b, dPooled, g)
 
 
+@pytest.mark.parametrize("poolW", [2, 1])
+def test_listed_dW_slots_hold_their_bound(lib, poolW):
+    """The dW lists' slot size is a bound: with Wc % 16 == 0 a lane's positions are every
+    16th column of each row, so a slot holds at most one term per window row and lane column.
+    Tiny inputs make every conv output its bias and every window a tie won by its first cell,
+    so the slots of the lanes of those cells fill to exactly that bound (one term fewer of
+    room would overwrite the next slot)."""
+    g = geometry(8, 32, 16, 16, poolH=2, poolW=poolW)
+    rng = np.random.default_rng(6)
+    Wt, _ = cases.init_weights(rng, g)
+    b = np.full(g["Out"], 0.25, np.float32)
+    x = rng.uniform(1e-20, 2e-20, (g["H"], g["W"], g["C"])).astype(np.float32)
+    _, pooled, winners = spec.forward(x, Wt, b, *geo_args(g))
+    Wc = g["W"]
+    cells = winners // g["Out"]                       # every window's first cell
+    assert (cells % Wc % poolW == 0).all() and (cells // Wc % 2 == 0).all()
+    dPooled = rng.uniform(0.5, 1.0, pooled.shape).astype(np.float32)
+    want, _ = spec_block(x, Wt, b, g, dPooled=dPooled)
+    backward_equals_spec(lib, want, x, Wt, b, dPooled, g)
+
+
 def test_sparse_dcol_zero_signs_never_reach_dx(lib):
     """dcol (dots over the channels) leaves out the ±0 dC terms too, without redoing any row:
     its values can differ from the full dots only in the signs of zeros, and dx, a sum from

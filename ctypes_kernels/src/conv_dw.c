@@ -129,9 +129,17 @@ int crnn_conv_dW_listed(const geom_t *g, const float *x, const float *dC, float 
     const int64_t C = g->C, Out = g->Out, P = g->P, KP = g->KP, nb = KP / 16;
     const colsrc_t cs0 = {NULL, g->W + 2 * g->padW, C % 16 == 0};
     const int64_t nB = cs0.direct ? (g->H + 2 * g->padH) * cs0.Wx * C : P * KP;
-    /* a slot holds at most one term a window and one a position of its lane */
+    /* a slot holds at most one term a window and one a position of its lane (tighter below) */
     const int64_t perlane = (P + 15) / 16, windows = g->Hp * g->Wp;
-    const int64_t fill = perlane < windows ? perlane : windows, nslot = 16 * Out;
+    int64_t fill = perlane < windows ? perlane : windows;
+    const int64_t nslot = 16 * Out;
+    /* with Wc % 16 == 0 a lane's positions are the columns x = l mod 16 of every row, and
+     * windows at most 16 wide never hold two of them in one row: at most one term a window
+     * row and lane column */
+    if (g->Wc % 16 == 0 && g->poolW <= 16) {
+        const int64_t lanecols = (g->Wp * g->poolW + 15) / 16;
+        if (g->Hp * lanecols < fill) fill = g->Hp * lanecols;
+    }
     /* slots a multiple of 4 KiB apart one cache line further apart: every slot's next term
      * would be in the same L1 set (the list stores are scattered over all the slots) */
     const int64_t cap = fill * (int64_t)sizeof(crnn_term) % 4096 == 0 ? fill + 8 : fill;
