@@ -129,7 +129,7 @@ int crnn_conv_dW_listed(const geom_t *g, const float *x, const float *dC, float 
     const int64_t C = g->C, Out = g->Out, P = g->P, KP = g->KP, nb = KP / 16;
     const colsrc_t cs0 = {NULL, g->W + 2 * g->padW, C % 16 == 0};
     const int64_t nB = cs0.direct ? (g->H + 2 * g->padH) * cs0.Wx * C : P * KP;
-    /* a slot holds at most one term a window and one a position of its lane (tighter below) */
+    /* a slot holds at most one term a window and one a position of its lane */
     const int64_t perlane = (P + 15) / 16, windows = g->Hp * g->Wp;
     int64_t fill = perlane < windows ? perlane : windows;
     const int64_t nslot = 16 * Out;
