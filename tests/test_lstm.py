@@ -62,15 +62,20 @@ SMALL = [(1, 5, 3, 0), (7, 19, 5, 1), (17, 33, 4, 2), (25, 40, 16, 3), (3, 16, 1
 def test_c_equals_spec_small_shapes(lstm_lib, T, I, H, seed):
     scale = 6.0 if seed % 2 else 1.0
     inp = small_inputs(seed, T, I, H, scale)
+    equals_spec_everywhere(lstm_lib, inp, THREADS)
+
+
+def equals_spec_everywhere(lib, inp, threads):
+    """Every tensor of the C layer equals the spec's bits on every ISA path and thread count."""
     want = spec_all(inp)
-    for isa in abi.available_isas(lstm_lib):
-        for threads in THREADS:
-            lstm_lib.crnn_set_isa(abi.ISA_NAMES.index(isa))
-            lstm_lib.crnn_set_threads(threads)
-            got = lstm_layer.run(lstm_lib, Case("small", {}, inp))
+    for isa in abi.available_isas(lib):
+        for t in threads:
+            lib.crnn_set_isa(abi.ISA_NAMES.index(isa))
+            lib.crnn_set_threads(t)
+            got = lstm_layer.run(lib, Case("spec", {}, inp))
             for k in TENSORS:
-                assert same_bits(got[k], want[k]), (isa, threads, k)
-    lstm_lib.crnn_set_threads(1)
+                assert same_bits(got[k], want[k]), (isa, t, k)
+    lib.crnn_set_threads(1)
 
 
 def test_c_equals_fixture_every_isa_and_thread_count(lstm_lib, fixture):
@@ -169,15 +174,7 @@ def test_c_equals_spec_when_x_is_mostly_zero(lstm_lib, T, I, H, seed):
     x[rng.random(x.shape) < 0.05] = np.float32(1e-30)
     inp["W_ih"][:, :, ::7] *= np.float32(1e-12)
     inp["x"] = x
-    want = spec_all(inp)
-    for isa in abi.available_isas(lstm_lib):
-        for threads in (1, 2):
-            lstm_lib.crnn_set_isa(abi.ISA_NAMES.index(isa))
-            lstm_lib.crnn_set_threads(threads)
-            got = lstm_layer.run(lstm_lib, Case("sparse", {}, inp))
-            for k in TENSORS:
-                assert same_bits(got[k], want[k]), (isa, threads, k)
-    lstm_lib.crnn_set_threads(1)
+    equals_spec_everywhere(lstm_lib, inp, (1, 2))
 
 
 @pytest.mark.parametrize("bad", [np.inf, np.nan])

@@ -32,18 +32,16 @@ static double logadd(double a, double b)
 }
 
 /* out[i] = logadd(a[i], b[i]), i < n (out may be a): the same operations, the exps and logs
- * over the array; w holds 2n doubles */
-static void logadd_n(const double *a, const double *b, int64_t n, double *out, double *w)
+ * over the array; w holds 2n doubles, need n flags (whether entry i takes the log) */
+static void logadd_n(const double *a, const double *b, int64_t n, double *out, double *w,
+                     unsigned char *need)
 {
     double *hi = w, *d = w + n;
-    for (int64_t i = 0; i < n; i++) la_parts(a[i], b[i], hi + i, d + i);
+    for (int64_t i = 0; i < n; i++) need[i] = (unsigned char)la_parts(a[i], b[i], hi + i, d + i);
     crnn_detmath_exp_n(d, n, d);
     for (int64_t i = 0; i < n; i++) d[i] = 1.0 + d[i];
     crnn_detmath_log_n(d, n, d);
-    for (int64_t i = 0; i < n; i++) {
-        double h, e;
-        out[i] = la_parts(a[i], b[i], &h, &e) ? hi[i] + d[i] : hi[i];
-    }
+    for (int64_t i = 0; i < n; i++) out[i] = need[i] ? hi[i] + d[i] : hi[i];
 }
 
 int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
@@ -63,8 +61,9 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
 
     const int64_t nw = S > T ? (S > K ? S : K) : (T > K ? T : K);   /* a step's entries */
     double *lp = malloc(sizeof(double) * ((size_t)nTK * 3 + (size_t)T * S * 2 + (size_t)nw * 5));
-    int32_t *ext = malloc(sizeof(int32_t) * (size_t)S);
+    int32_t *ext = malloc(sizeof(int32_t) * (size_t)S + (size_t)nw);
     if (!lp || !ext) { free(lp); free(ext); return CRNN_E_NOMEM; }
+    unsigned char *need = (unsigned char *)(ext + S);            /* logadd_n's flags */
     double *acc = lp + nTK, *ex = acc + nTK, *alpha = ex + nTK, *beta = alpha + (size_t)T * S;
     double *u = beta + (size_t)T * S, *v = u + nw, *w = v + nw;   /* w: logadd_n's 2 nw */
     for (int64_t s = 0; s < S; s++) ext[s] = (s & 1) ? target[s >> 1] : 0;
@@ -90,10 +89,10 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
         const double *a = alpha + (t - 1) * S;
         double *out = alpha + t * S;
         for (int64_t s = 0; s < S; s++) v[s] = s >= 1 ? a[s - 1] : NEG_INF;
-        logadd_n(a, v, S, u, w);
+        logadd_n(a, v, S, u, w, need);
         for (int64_t s = 0; s < S; s++)
             v[s] = (s >= 2 && ext[s] != 0 && ext[s] != ext[s - 2]) ? a[s - 2] : NEG_INF;
-        logadd_n(u, v, S, out, w);
+        logadd_n(u, v, S, out, w, need);
         for (int64_t s = 0; s < S; s++) out[s] = out[s] + lp[t * K + ext[s]];
     }
     for (int64_t s = 0; s < S; s++)
@@ -102,10 +101,10 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
         const double *bn = beta + (t + 1) * S;
         double *out = beta + t * S;
         for (int64_t s = 0; s < S; s++) v[s] = s + 1 < S ? bn[s + 1] : NEG_INF;
-        logadd_n(bn, v, S, u, w);
+        logadd_n(bn, v, S, u, w, need);
         for (int64_t s = 0; s < S; s++)
             v[s] = (s + 2 < S && ext[s + 2] != 0 && ext[s + 2] != ext[s]) ? bn[s + 2] : NEG_INF;
-        logadd_n(u, v, S, out, w);
+        logadd_n(u, v, S, out, w, need);
         for (int64_t s = 0; s < S; s++) out[s] = out[s] + lp[t * K + ext[s]];
     }
 
@@ -127,7 +126,7 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
             u[t] = acc[t * K + ext[s]];
             v[t] = alpha[t * S + s] + beta[t * S + s];
         }
-        logadd_n(u, v, T, u, w);
+        logadd_n(u, v, T, u, w, need);
         for (int64_t t = 0; t < T; t++) acc[t * K + ext[s]] = u[t];
     }
     for (int64_t i = 0; i < nTK; i++) acc[i] = (acc[i] - lp[i]) - logP;

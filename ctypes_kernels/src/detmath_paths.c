@@ -5,15 +5,9 @@
 #include "core.h"
 #include "detmath.h"
 
-void crnn_detmath_exp_n_scalar(const double *x, int64_t n, double *y)
-{
-    for (int64_t i = 0; i < n; i++) y[i] = crnn_detmath_exp1(x[i]);
-}
-
-void crnn_detmath_log_n_scalar(const double *x, int64_t n, double *y)
-{
-    for (int64_t i = 0; i < n; i++) y[i] = crnn_detmath_log1(x[i]);
-}
+/* the scalar path: the ABI's element loops of detmath.c */
+void crnn_detmath_exp_n_scalar(const double *x, int64_t n, double *y) { crnn_detmath_exp(x, n, y); }
+void crnn_detmath_log_n_scalar(const double *x, int64_t n, double *y) { crnn_detmath_log(x, n, y); }
 
 typedef void (*dm_fn)(const double *, int64_t, double *);
 static const dm_fn exp_paths[CRNN_NISA] = CRNN_ISA_TABLE(crnn_detmath_exp_n);
