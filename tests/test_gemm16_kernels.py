@@ -32,6 +32,16 @@ def kern(lib):
     lib.crnn_set_threads(th0)
 
 
+def on_path(kern, isas, isa, name, argtypes):
+    """kernel `name` bound with argtypes, the ISA path selected (skipped if the CPU lacks it)"""
+    if isa not in isas:
+        pytest.skip(f"{isa} not on this CPU")
+    f = getattr(kern, name)
+    f.restype, f.argtypes = None, argtypes
+    assert kern.crnn_set_isa(ISA_NAMES.index(isa)) == 0
+    return f
+
+
 def data(rng, shape):
     """Magnitudes 2^-30..2^30, signs mixed, some exact cancellations, some tiny values whose
     products underflow to -0 or +0."""
@@ -141,12 +151,8 @@ def pack_kn(B, K, N):
 
 @pytest.mark.parametrize("isa", ISA_NAMES)
 def test_kn_packed_equals_spec(kern, isas, isa):
-    if isa not in isas:
-        pytest.skip(f"{isa} not on this CPU")
-    f = kern.crnn_gemm16_kn_packed
-    f.restype, f.argtypes = None, [i64, i64, i64, P, i64, i64, P, P, i64]
+    f = on_path(kern, isas, isa, "crnn_gemm16_kn_packed", [i64, i64, i64, P, i64, i64, P, P, i64])
     rng = np.random.default_rng(13)
-    assert kern.crnn_set_isa(ISA_NAMES.index(isa)) == 0
     for M, N, K in SHAPES + [(33, 144, 200), (16, 16, 8192 // 16)]:
         ldc = N + 2
         B = data(rng, (K, N))
@@ -200,12 +206,8 @@ def test_sparse_rows_equals_spec(kern, isas, isa):
     the full dot16's bits wherever that is not ±0, a ±0 where it is, with the row's flag
     set; no write outside C. Rows are mostly ±0 (as dC is), some wholly; K has vector and
     64-term tails."""
-    if isa not in isas:
-        pytest.skip(f"{isa} not on this CPU")
-    f = kern.crnn_gemm16_sparse_rows
-    f.restype, f.argtypes = None, [i64, i64, i64, P, i64, P, i64, P, i64, P]
+    f = on_path(kern, isas, isa, "crnn_gemm16_sparse_rows", [i64, i64, i64, P, i64, P, i64, P, i64, P])
     rng = np.random.default_rng(15)
-    assert kern.crnn_set_isa(ISA_NAMES.index(isa)) == 0
     for M, N, K in [(1, 16, 1), (3, 16, 5), (5, 32, 16), (4, 48, 17), (9, 144, 32),
                     (6, 288, 64), (9, 16, 65), (3, 32, 130), (4, 16, 300)]:
         lda, ldc = K + 3, N + 5
@@ -244,12 +246,8 @@ def test_kn_packed_sparse_equals_spec(kern, isas, isa):
     them; B finite) gives exactly the full dot16's bits: mostly-zero rows, rows with no
     nonzero term, NaN and inf in A, products that round to -0, K with lane tails and more
     than one 512-term segment of masks, M with block tails; no write outside C."""
-    if isa not in isas:
-        pytest.skip(f"{isa} not on this CPU")
-    f = kern.crnn_gemm16_kn_packed_sparse
-    f.restype, f.argtypes = None, [i64, i64, i64, P, i64, i64, P, P, i64]
+    f = on_path(kern, isas, isa, "crnn_gemm16_kn_packed_sparse", [i64, i64, i64, P, i64, i64, P, P, i64])
     rng = np.random.default_rng(16)
-    assert kern.crnn_set_isa(ISA_NAMES.index(isa)) == 0
     for M, N, K in [(1, 16, 1), (2, 16, 9), (3, 32, 144), (4, 64, 288), (5, 48, 17), (7, 40, 33),
                     (9, 512, 256), (13, 20, 100), (8, 16, 520), (6, 32, 1100), (64, 64, 144)]:
         lda, ldc = K + 3, N + 2
@@ -274,12 +272,8 @@ def test_kn_packed_taps_equals_spec(kern, isas, isa):
     one-channel image's windows through a padded copy) gives the dot16 of the gathered rows:
     3 x 3 and other windows, K = 1..16, row tails, products that round to -0, NaN and inf in
     A; no write outside C."""
-    if isa not in isas:
-        pytest.skip(f"{isa} not on this CPU")
-    f = kern.crnn_gemm16_kn_packed_taps
-    f.restype, f.argtypes = None, [i64, i64, i64, P, i64, P, P, P, i64]
+    f = on_path(kern, isas, isa, "crnn_gemm16_kn_packed_taps", [i64, i64, i64, P, i64, P, P, P, i64])
     rng = np.random.default_rng(17)
-    assert kern.crnn_set_isa(ISA_NAMES.index(isa)) == 0
     for M, N, kh, kw, Wx in [(256, 16, 3, 3, 258), (13, 16, 3, 3, 20), (7, 40, 2, 5, 11),
                              (5, 17, 4, 4, 9), (1, 16, 1, 1, 3), (30, 32, 3, 2, 33),
                              (9, 64, 1, 7, 16)]:
@@ -304,11 +298,7 @@ def test_kn_packed_sparse_redoes_negative_zero(kern, isas, isa):
     without them every lane stays -0 and the dot is -0, but the full dot's +0 terms turn each
     lane to +0 and the dot is +0. The kernel must give +0 (it computes such a block again
     with every term)."""
-    if isa not in isas:
-        pytest.skip(f"{isa} not on this CPU")
-    f = kern.crnn_gemm16_kn_packed_sparse
-    f.restype, f.argtypes = None, [i64, i64, i64, P, i64, i64, P, P, i64]
-    assert kern.crnn_set_isa(ISA_NAMES.index(isa)) == 0
+    f = on_path(kern, isas, isa, "crnn_gemm16_kn_packed_sparse", [i64, i64, i64, P, i64, i64, P, P, i64])
     M, N, K = 4, 32, 64
     A = np.zeros((M, K), np.float32)
     A[:, :16] = -1e-30                        # k < 16: -1e-30 * 1e-30 rounds to -0
