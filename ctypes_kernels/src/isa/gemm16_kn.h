@@ -32,13 +32,21 @@
 /* Output registers per row of a block: KN_NR_PREFERRED when M fills the block's rows, else
  * as many as the block holds, at most KN_NR_ROW_MAX (a single row of 6 or 8 registers kept
  * more partials live than the registers hold: the one-line LSTM backward's dhRec, M = 1,
- * ran 0.08 ms slower on 256-bit; the step 0.46 ms) */
+ * ran 0.08 ms slower on 256-bit; the step 0.46 ms). Every row block streams its column
+ * block's whole B panel (K terms x NR registers); where that panel would not stay in L1,
+ * fewer registers a row, never below 2: the LSTM backward's dx (K = 512) on 256-bit ran at
+ * 74 GFLOP/s in 2 x 3 blocks and 94 in 3 x 2 (docs/performance.md) */
 #ifndef KN_NR_ROW_MAX
 #define KN_NR_ROW_MAX 4
 #endif
-static inline int kn_nr_max(int64_t M)
+#define KN_PANEL_BYTES 40960
+static inline int kn_nr_max(int64_t M, int64_t K)
 {
-    if (M >= KN_MAX_REGS / KN_NR_PREFERRED) return KN_NR_PREFERRED;
+    if (M >= KN_MAX_REGS / KN_NR_PREFERRED) {
+        int nr = KN_NR_PREFERRED;
+        while (nr > 2 && K * nr * VW * (int64_t)sizeof(float) > KN_PANEL_BYTES) nr--;
+        return nr;
+    }
     const int nr = KN_MAX_REGS / (int)M;
     return nr < KN_NR_ROW_MAX ? nr : KN_NR_ROW_MAX;
 }
@@ -318,7 +326,7 @@ void CAT(crnn_gemm16_kn, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
      * gathers them). A: packed when its terms are strided (a_k != 1) and several panels
      * reuse it. Packing moves values only: the same terms, in the same order. */
     const int packB = (M >= KN_PACK_MIN_ROWS && K >= 16) || b_j != 1;
-    const int nrmax = kn_nr_max(M);
+    const int nrmax = kn_nr_max(M, K);
     float *bp = NULL;
     if (packB) {
         const int64_t nrp = nvec < nrmax ? nvec : nrmax;    /* the widest panel packed */

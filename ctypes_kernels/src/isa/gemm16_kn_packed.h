@@ -28,7 +28,7 @@ static void kn_packed_panels(int64_t M, int64_t N, int64_t K, const float *A, in
 {
     if (M <= 0 || N <= 0) return;
     const int64_t npanel = (N + 15) / 16;
-    const int nrmax = kn_nr_max(M);
+    const int nrmax = kn_nr_max(M, K);
     int64_t offA[16], offB[16];
     const float *ap = !tap && a_k != 1 && N > VW ? kn_pack_a(M, K, A, a_i, a_k, offA) : NULL;
 #define KN_ROWS(C_)                                                                         \
