@@ -302,7 +302,11 @@ void crnn_gemm16_listed_scalar(int64_t M, int64_t nb, const crnn_term *terms, co
 
 
 /* Sparse rows of A (core.h, crnn_gemm16_sparse_rows): the definition with the ±0 terms of A
- * skipped, 16 outputs at a time, every lane through the whole tree (an empty lane is +0). */
+ * left out, 16 outputs at a time. A lane that gets no term is +0, and it is left out of the
+ * tree as well: p[l] + p[l+s] where both lanes have terms, the one that has where only one
+ * does; then +0 is added when some lane had none (x + +0 = x unless x is ±0, and the full
+ * tree, one of whose leaves is +0, cannot end at -0): the full dot's bits wherever they
+ * are not ±0, for a fraction of the adds when few lanes have terms. */
 AI void sparse_rows_def(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                         int64_t ldb, float *C, int64_t ldc, int32_t *flag)
 {
@@ -310,18 +314,31 @@ AI void sparse_rows_def(int64_t M, int64_t N, int64_t K, const float *A, int64_t
         flag[i] = 0;
         for (int64_t j0 = 0; j0 < N; j0 += 16) {
             float p[16][16];                   /* p[lane][output] */
-            for (int l = 0; l < 16; l++)
-                for (int e = 0; e < 16; e++) p[l][e] = 0.0f;
+            unsigned have = 0;                 /* lanes with terms */
             for (int64_t k = 0; k < K; k++) {
                 const float a = A[i * lda + k];
                 if (a == 0.0f) continue;
-                for (int e = 0; e < 16; e++) p[k % 16][e] = fmaf(a, B[k * ldb + j0 + e], p[k % 16][e]);
+                float *pl = p[k % 16];
+                if (!(have >> (k % 16) & 1))
+                    for (int e = 0; e < 16; e++) pl[e] = 0.0f;
+                have |= 1u << (k % 16);
+                for (int e = 0; e < 16; e++) pl[e] = fmaf(a, B[k * ldb + j0 + e], pl[e]);
+            }
+            const int full = have == 0xFFFFu;
+            for (int s = 8; s >= 1; s >>= 1) {
+                for (int l = 0; l < s; l++) {
+                    if (!(have >> (l + s) & 1)) continue;
+                    if (have >> l & 1)
+                        for (int e = 0; e < 16; e++) p[l][e] = p[l][e] + p[l + s][e];
+                    else
+                        for (int e = 0; e < 16; e++) p[l][e] = p[l + s][e];
+                }
+                have = (have | have >> s) & ((1u << s) - 1);
             }
             for (int e = 0; e < 16; e++) {
-                for (int s = 8; s >= 1; s >>= 1)
-                    for (int l = 0; l < s; l++) p[l][e] = p[l][e] + p[l + s][e];
-                C[i * ldc + j0 + e] = p[0][e];
-                flag[i] |= p[0][e] == 0.0f;
+                const float y = !have ? 0.0f : full ? p[0][e] : p[0][e] + 0.0f;
+                C[i * ldc + j0 + e] = y;
+                flag[i] |= y == 0.0f;
             }
         }
     }
