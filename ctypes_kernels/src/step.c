@@ -431,16 +431,21 @@ static void sum_blocks(void *ctx, int64_t b0, int64_t b1)
 {
     const sum_job *j = ctx;
     int64_t i0 = b0 * SUM_BLOCK, i1 = b1 * SUM_BLOCK < j->n ? b1 * SUM_BLOCK : j->n;
-    const float *acc = j->lineGrads;     /* g_0, then the partial sum in grads */
-    for (int32_t b = 1; b < j->B; b++) {
-        const float *gb = j->lineGrads + (int64_t)b * j->n;
-        int64_t i = i0;
+    const float *g0 = j->lineGrads;
+    const int32_t B = j->B;
+    const int64_t n = j->n;
+    int64_t i = i0;
 #if defined(__SSE2__)
-        for (; i + 4 <= i1; i += 4)      /* four elements at a time, each its own sum */
-            _mm_storeu_ps(j->grads + i, _mm_add_ps(_mm_loadu_ps(acc + i), _mm_loadu_ps(gb + i)));
+    for (; i + 4 <= i1; i += 4) {        /* four elements at a time, each its own sum */
+        __m128 g = _mm_loadu_ps(g0 + i);
+        for (int32_t b = 1; b < B; b++) g = _mm_add_ps(g, _mm_loadu_ps(g0 + (int64_t)b * n + i));
+        _mm_storeu_ps(j->grads + i, g);
+    }
 #endif
-        for (; i < i1; i++) j->grads[i] = acc[i] + gb[i];
-        acc = j->grads;
+    for (; i < i1; i++) {
+        float g = g0[i];
+        for (int32_t b = 1; b < B; b++) g = g + g0[(int64_t)b * n + i];
+        j->grads[i] = g;
     }
 }
 
