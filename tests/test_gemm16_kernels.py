@@ -267,6 +267,46 @@ def test_kn_packed_sparse_equals_spec(kern, isas, isa):
 
 
 @pytest.mark.parametrize("isa", ISA_NAMES)
+def test_kn_packed_sparse_win_equals_spec(kern, isas, isa):
+    """crnn_gemm16_kn_packed_sparse_win (row i's chunk m of 16 terms at A[i*a_i + coff[m]]:
+    the windows of a C-channel image, C % 16 == 0, read from a zero-padded copy) gives the
+    full dot16 of the gathered rows: mostly-zero images, NaN and inf in them, products that
+    round to -0 where only left-out +0 terms follow (the block is computed again), row tails,
+    more than one 512-term segment of masks; no write outside C."""
+    f = on_path(kern, isas, isa, "crnn_gemm16_kn_packed_sparse_win", [i64, i64, i64, P, i64, P, P, P, i64])
+    f.restype = ctypes.c_int
+    rng = np.random.default_rng(19)
+    for M, N, C, kh, kw, negz in [(128, 32, 16, 3, 3, False), (64, 64, 32, 3, 3, False),
+                                   (13, 40, 48, 2, 3, False), (7, 16, 16, 1, 1, False),
+                                   (5, 20, 64, 3, 3, False), (9, 32, 16, 3, 1, True)]:
+        Wx, K = M + kw - 1, kh * kw * C
+        X = sparse_data(rng, (kh, Wx, C))
+        if negz:        # chunk 0 (tap ky = 0) of every row: -1e-30 * 1e-30 rounds to -0; the rest +0
+            X[:] = 0.0
+            X[0] = -1e-30
+        else:
+            X[rng.integers(0, kh), rng.integers(0, Wx), rng.integers(0, C)] = rng.choice([np.nan, np.inf, -np.inf])
+        coff = np.array([((16 * m // C) // kw * Wx + (16 * m // C) % kw) * C + 16 * m % C
+                         for m in range(K // 16)], np.int64)
+        flat = X.ravel()
+        A = np.stack([np.concatenate([flat[i * C + o: i * C + o + 16] for o in coff]) for i in range(M)])
+        B = data(rng, (K, N))
+        if negz:
+            B[:] = 1.0
+            B[:16] = 1e-30
+        want = gemm16(A, B.T)
+        if negz:
+            assert (bits(want) == 0).all()   # the full dot: +0; without the redo, -0
+        Bp, ldc = pack_kn(B, K, N), N + 3
+        for t in THREADS:
+            kern.crnn_set_threads(t)
+            out = np.full((M, ldc), np.nan, np.float32)
+            assert f(M, N, K, X.ctypes.data, C, coff.ctypes.data, Bp.ctypes.data, out.ctypes.data, ldc) == 0
+            assert np.array_equal(bits(out[:, :N]), bits(want)), (isa, t, M, N, C)
+            assert np.isnan(out[:, N:]).all(), "wrote outside C"
+
+
+@pytest.mark.parametrize("isa", ISA_NAMES)
 def test_kn_packed_taps_equals_spec(kern, isas, isa):
     """crnn_gemm16_kn_packed_taps (K <= 16, A's term k of row i at A[i*a_i + tap[k]]: a
     one-channel image's windows through a padded copy) gives the dot16 of the gathered rows:

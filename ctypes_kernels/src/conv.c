@@ -4,7 +4,9 @@
  * Every dot goes through the gemm16 kernels (core.h) and has exactly the terms the docs
  * name, in their order: the forward is im2col then conv[p][o] = dot16(col[p], W[o]) over
  * KPadded (kn, W's rows gathered into the kernel's packed panels; a one-channel block reads
- * its window terms through taps into a zero-padded copy of x instead of an im2col); the backward
+ * its window terms through taps into a zero-padded copy of x instead of an im2col, and so
+ * does a block of 16, 32, ... channels whose windows are mostly +0, a tap's 16 channels at a
+ * time); the backward
  * reads dC and col as they lie: dW[o][k] and db[o] are dots over p (kn with dC read down its
  * columns), dcol[p][k] = dot16 over o of dC[p][o] and W[o][k] (kn with W as stored). The pool
  * and the dx gather are element-wise; they are split across threads over independent
@@ -60,8 +62,10 @@ typedef struct {
     int32_t *winners;
     int64_t Kd;           /* the terms each dot runs over: KP, or K (dot_terms) */
     int sparse;           /* the window's ±0 terms left out (core.h) */
-    const float *xpad;    /* one channel, Kd = K <= 16: x with its padding, the taps' source */
-    int64_t tap[16];      /* where window term k is, from a conv row's first cell in xpad */
+    const float *xpad;    /* x with its padding: the windows' source (taps or coff), no im2col */
+    int64_t tap[16];      /* one channel, Kd = K <= 16: where window term k is, from a conv
+                           * row's first cell in xpad */
+    const int64_t *coff;  /* C % 16 == 0, sparse: where chunk m (a tap's 16 channels) is */
     int32_t rc;
 } band_job;
 
@@ -78,7 +82,14 @@ static void conv_bands(void *ctx, int64_t b0, int64_t b1)
     fwd_job fj = {g, j->b, j->conv, j->pooled, j->winners};
     for (int64_t band = b0; band < b1; band++) {
         const int64_t y0 = band * rows, y1 = y0 + rows < g->Hc ? y0 + rows : g->Hc;
-        if (j->xpad) {    /* the windows straight from the padded image, a conv row a call */
+        if (j->coff) {    /* the windows straight from the padded image, a conv row a call */
+            for (int64_t y = y0; y < y1; y++)
+                if (crnn_gemm16_kn_packed_sparse_win(g->Wc, Out, j->Kd, j->xpad + y * (g->W + 2 * g->padW) * g->C,
+                                                     g->C, j->coff, j->Bp, j->conv + y * g->Wc * Out, Out)) {
+                    __atomic_store_n(&j->rc, CRNN_E_NOMEM, __ATOMIC_RELAXED);
+                    return;
+                }
+        } else if (j->xpad) {
             for (int64_t y = y0; y < y1; y++)
                 crnn_gemm16_kn_packed_taps(g->Wc, Out, j->Kd, j->xpad + y * (g->W + 2 * g->padW), 1,
                                            j->tap, j->Bp, j->conv + y * g->Wc * Out, Out);
@@ -120,21 +131,29 @@ int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
     /* one channel with one chunk of terms: the windows read through taps from x with its
      * padding (the same values im2col would write), not copied out a row per position */
     const int taps = C == 1 && Kd == g.K && Kd <= 16;
-    const int64_t Wx = g.W + 2 * g.padW, npad = taps ? (g.H + 2 * g.padH) * Wx : 0;
-    size_t nb = bytes_of(16 * g.KP * ((g.Out + 15) / 16) + npad);
+    /* after a ReLU and pool most window values are +0: their terms are left out where every
+     * W is finite (±0 * inf is NaN, not a zero term); with C % 16 == 0 each chunk of 16 terms
+     * is one tap's channels, read from x with its padding */
+    const int sparse = !taps && crnn_mostly_zero(x, (int64_t)H * W * C) && crnn_all_finite(Wt, g.Out * g.KP);
+    const int win = sparse && C % 16 == 0;
+    const int64_t Wx = g.W + 2 * g.padW, npad = taps || win ? (g.H + 2 * g.padH) * Wx * C : 0;
+    const int64_t nchunk = win ? g.KP / 16 : 0, nBp = 16 * g.KP * ((g.Out + 15) / 16);
+    size_t nb = bytes_of(nBp + npad + 2 * nchunk + 16);
     float *Bp = nb ? crnn_scratch(CRNN_SCRATCH_LAYER, nb) : NULL;
     if (!Bp) return CRNN_E_NOMEM;
-    float *xpad = taps ? Bp + 16 * g.KP * ((g.Out + 15) / 16) : NULL;
+    float *xpad = npad ? Bp + nBp : NULL;
     if (xpad) {
         memset(xpad, 0, sizeof(float) * (size_t)npad);
         for (int64_t iy = 0; iy < g.H; iy++)
-            memcpy(xpad + (iy + g.padH) * Wx + g.padW, x + iy * g.W, sizeof(float) * (size_t)g.W);
+            memcpy(xpad + ((iy + g.padH) * Wx + g.padW) * C, x + iy * g.W * C, sizeof(float) * (size_t)(g.W * C));
+    }
+    int64_t *coff = win ? (int64_t *)(void *)(((uintptr_t)(Bp + nBp + npad) + 7) & ~(uintptr_t)7) : NULL;
+    for (int64_t m = 0; m < nchunk; m++) {          /* chunk m: tap 16m / C, channels from 16m % C */
+        const int64_t tap = 16 * m / C;
+        coff[m] = ((tap / g.kw) * Wx + tap % g.kw) * C + 16 * m % C;
     }
     crnn_kn_pack(Kd, g.Out, Wt, 1, g.KP, Bp);       /* B(k, o) = Wt[o][k], packed once */
-    /* after a ReLU and pool most window values are +0: their terms are left out where every
-     * W is finite (±0 * inf is NaN, not a zero term) */
-    const int sparse = crnn_mostly_zero(x, (int64_t)H * W * C) && crnn_all_finite(Wt, g.Out * g.KP);
-    band_job bj = {&g, x, Bp, b, conv, pooled, winners, Kd, sparse, xpad, {0}, CRNN_OK};
+    band_job bj = {&g, x, Bp, b, conv, pooled, winners, Kd, sparse, xpad, {0}, coff, CRNN_OK};
     for (int64_t k = 0; taps && k < Kd; k++) bj.tap[k] = (k / g.kw) * Wx + k % g.kw;
     crnn_parallel_for_work((g.Hc + g.poolH - 1) / g.poolH, g.P * g.Out * g.KP, conv_bands, &bj);
     return bj.rc;

@@ -63,7 +63,9 @@ typedef void (*crnn_gemm16_kn_fn)(int64_t M, int64_t N, int64_t K,
     void crnn_gemm16_kn_packed_sparse_##isa(int64_t, int64_t, int64_t, const float *, int64_t,   \
                                             int64_t, const float *, float *, int64_t);          \
     void crnn_gemm16_kn_packed_taps_##isa(int64_t, int64_t, int64_t, const float *, int64_t,     \
-                                          const int64_t *, const float *, float *, int64_t);
+                                          const int64_t *, const float *, float *, int64_t);      \
+    int crnn_gemm16_kn_packed_sparse_win_##isa(int64_t, int64_t, int64_t, const float *, int64_t, \
+                                               const int64_t *, const float *, float *, int64_t);
 CRNN_DECLARE_GEMM16(scalar)
 /* The scalar nt with the C library's fmaf (variant 0) or FMA3 (1, if the CPU has it): tests. */
 void crnn_gemm16_scalar_variant(int variant, int64_t M, int64_t N, int64_t K,
@@ -100,6 +102,12 @@ void crnn_gemm16_kn_packed(int64_t M, int64_t N, int64_t K,
 void crnn_gemm16_kn_packed_sparse(int64_t M, int64_t N, int64_t K,
                                   const float *A, int64_t a_i, int64_t a_k, const float *Bp,
                                   float *C, int64_t ldc);
+/* The same sparse product with a row's terms read through chunk offsets: term 16m + l of row
+ * i at A[i * a_i + coff[m] + l] (K % 16 == 0): the windows of an image with C % 16 == 0
+ * channels read from a zero-padded copy (coff[m]: the tap and channels of chunk m), no
+ * im2col. On the calling thread; returns nonzero without memory for the masks. */
+int crnn_gemm16_kn_packed_sparse_win(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i,
+                                     const int64_t *coff, const float *Bp, float *C, int64_t ldc);
 /* The same product for K <= 16 (one term a lane) with A's term k of row i at
  * A[i * a_i + tap[k]]: the windows of a one-channel image read from a zero-padded copy, no
  * im2col (tap[k] = ky * padded width + kx). The same dot16 bits; on the calling thread. */

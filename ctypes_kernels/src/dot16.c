@@ -212,6 +212,16 @@ void crnn_gemm16_kn_packed_sparse(int64_t M, int64_t N, int64_t K,
     gemm_run(&g);
 }
 
+typedef int (*kn_win_fn)(int64_t, int64_t, int64_t, const float *, int64_t, const int64_t *,
+                         const float *, float *, int64_t);
+static const kn_win_fn kn_win_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16_kn_packed_sparse_win);
+
+int crnn_gemm16_kn_packed_sparse_win(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i,
+                                     const int64_t *coff, const float *Bp, float *C, int64_t ldc)
+{
+    return kn_win_kernels[crnn_current_isa()](M, N, K, A, a_i, coff, Bp, C, ldc);
+}
+
 void crnn_gemm16_kn_packed_taps(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i,
                                 const int64_t *tap, const float *Bp, float *C, int64_t ldc)
 {

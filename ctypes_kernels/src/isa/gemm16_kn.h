@@ -58,6 +58,7 @@ typedef struct {
     const float *p;
     int64_t off[16], step, rs;
     int64_t vs;           /* B: from one output register's columns to the next's */
+    const int64_t *chunk; /* A of the sparse blocks: term 16m + l of a row at p + chunk[m] + l */
 } kn_operand;
 
 /* One term k of lane-partials x (MR x NR registers): x[r*NR + v] += A(r, k) * B(k, v). */
@@ -114,34 +115,39 @@ AI void kn_pair(const int MR, const int NR, const int A_CONTIG, int a, int64_t K
 
 /* kn_pair over the live terms of lanes a and a+8 only (gemm16_kn_sparse.h): bit c of
  * mk[16 * seg + l] marks lane l's term m = 32 * seg + c, each lane's marked terms in
- * ascending order from +0 (the full dot with the left-out ones missing); whole registers, A
- * unpacked with a_k = 1 and B packed (both 16 floats from one term of a lane to the next). */
-AI void ks_pair(const int MR, const int NR, int a, const kn_operand *A, const kn_operand *B,
-                const uint32_t *mk, int64_t nseg, vec_t *y)
+ * ascending order from +0 (the full dot with the left-out ones missing); whole registers, A's
+ * chunk m of 16 terms 16 m floats from a row's start (a row as it lies) or, with CHUNKS, at
+ * A->chunk[m] (a tap's channels of a window read from the image), and B packed (16 floats a
+ * term of a lane). */
+AI void ks_pair(const int MR, const int NR, const int CHUNKS, int a, const kn_operand *A,
+                const kn_operand *B, const uint32_t *mk, int64_t nseg, vec_t *y)
 {
     enum { Q = KN_MAX_REGS };
     vec_t x0[Q], x8[Q];
     UNROLL
     for (int q = 0; q < MR * NR; q++) x0[q] = x8[q] = VZERO();
-    enum { as = 16, bs = 16 };
+    enum { bs = 16 };
     const int64_t ars = A->rs, bvs = B->vs;
+    const float *pa0 = A->p + a, *pa8 = pa0 + 8;
     for (int64_t seg = 0; seg < nseg; seg++) {
         uint32_t m0 = mk[16 * seg + a], m8 = mk[16 * seg + a + 8];
-        const float *pa0 = A->p + a + 32 * seg * as, *pa8 = pa0 + 8;
+        const int64_t *ch = CHUNKS ? A->chunk + 32 * seg : NULL;
+#define ch(i) (CHUNKS ? ch[i] : 16 * (int64_t)(32 * seg + (i)))
         const float *pb0 = B->p + B->off[a] + 32 * seg * bs, *pb8 = B->p + B->off[a + 8] + 32 * seg * bs;
         for (; m0 && m8; m0 &= m0 - 1, m8 &= m8 - 1) {
             const int i = __builtin_ctz(m0), j = __builtin_ctz(m8);
-            kn_term(MR, NR, pa0 + i * as, ars, pb0 + i * bs, bvs, VW, x0);
-            kn_term(MR, NR, pa8 + j * as, ars, pb8 + j * bs, bvs, VW, x8);
+            kn_term(MR, NR, pa0 + ch(i), ars, pb0 + i * bs, bvs, VW, x0);
+            kn_term(MR, NR, pa8 + ch(j), ars, pb8 + j * bs, bvs, VW, x8);
         }
         for (; m0; m0 &= m0 - 1) {
             const int i = __builtin_ctz(m0);
-            kn_term(MR, NR, pa0 + i * as, ars, pb0 + i * bs, bvs, VW, x0);
+            kn_term(MR, NR, pa0 + ch(i), ars, pb0 + i * bs, bvs, VW, x0);
         }
         for (; m8; m8 &= m8 - 1) {
             const int j = __builtin_ctz(m8);
-            kn_term(MR, NR, pa8 + j * as, ars, pb8 + j * bs, bvs, VW, x8);
+            kn_term(MR, NR, pa8 + ch(j), ars, pb8 + j * bs, bvs, VW, x8);
         }
+#undef ch
     }
     UNROLL
     for (int q = 0; q < MR * NR; q++) y[q] = VADD(x0[q], x8[q]);
@@ -150,7 +156,8 @@ AI void ks_pair(const int MR, const int NR, int a, const kn_operand *A, const kn
 /* MR x NR registers of outputs: C[r*ldc + v*VW + e]; the last register holds `last` outputs.
  * The tree from the lane pairs, level by level: q_a = p[a] + p[a+8]; r_a = q_a + q_{a+4};
  * u_a = r_a + r_{a+2}; the result u_0 + u_1 — exactly the levels s = 8, 4, 2, 1. The pairs
- * run every term, or (SPARSE) only the terms mk marks; then the return value is nonzero when
+ * run every term, or (SPARSE) only the terms mk marks (SPARSE == 2: A's chunks through
+ * A->chunk, ks_pair); then the return value is nonzero when
  * some output came out -0. */
 AI int kn_block(const int MR, const int NR, const int A_CONTIG, const int SPARSE, int64_t K,
                 const kn_operand *A, const kn_operand *B, const uint32_t *mk, int64_t nseg,
@@ -160,7 +167,7 @@ AI int kn_block(const int MR, const int NR, const int A_CONTIG, const int SPARSE
     vec_t u0[Q], u1[Q], t[Q];
     const int lastload = masked ? last : VW;
 #define VSUM(d, a, b) UNROLL for (int q = 0; q < MR * NR; q++) d[q] = VADD(a[q], b[q])
-#define PAIR(a, y) (SPARSE ? ks_pair(MR, NR, a, A, B, mk, nseg, y) \
+#define PAIR(a, y) (SPARSE ? ks_pair(MR, NR, SPARSE == 2, a, A, B, mk, nseg, y) \
                            : kn_pair(MR, NR, A_CONTIG, a, K, A, B, lastload, y))
     vec_t r[Q];
     for (int h = 0; h < 2; h++) {                          /* u_h from lanes h, h+2, ... */

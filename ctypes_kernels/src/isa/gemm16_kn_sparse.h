@@ -7,8 +7,12 @@
  * Per block of KS_MR rows, each lane's live terms (k = l + 16m with some row's A(r, k) not
  * ±0) are marked in a bit mask once for every panel of B; kn_block then runs each lane's
  * marked terms in ascending m (ks_pair, in pairs (a, a+8) as kn_pair) and the same tree. A
- * block any of whose outputs comes out -0 is computed again with every term (core.h says why
- * no other output can differ). */
+ * block any of whose outputs comes out -0 is computed again with every term marked (core.h
+ * says why no other output can differ).
+ *
+ * A row's chunk m of 16 terms is at chunk[m] from the row's start: 16 m for rows as they lie
+ * (crnn_gemm16_kn_packed_sparse), a tap's channels of a window read straight from the
+ * zero-padded image (crnn_gemm16_kn_packed_sparse_win: no im2col). */
 
 #if VW == 16
 #define KS_MR 4      /* 4 rows x 2 registers (two panels), as the dense 512-bit blocks */
@@ -22,7 +26,8 @@
  * not ±0). A chunk of 16 terms at a time: each row's compare, the rows' compares OR-ed, one
  * bit into the lanes' masks (held in registers); returns the number of live terms. */
 #define KS_NV (16 / VW)                       /* registers of a chunk's 16 lanes */
-static int64_t ks_masks(int mr, int64_t K, const float *A, int64_t a_i, int64_t nseg, uint32_t *mk)
+static int64_t ks_masks(int mr, int64_t K, const float *A, int64_t a_i, const int64_t *chunk,
+                        int64_t nseg, uint32_t *mk)
 {
     int64_t live = 0;
     for (int64_t seg = 0; seg < nseg; seg++) {
@@ -32,15 +37,16 @@ static int64_t ks_masks(int mr, int64_t K, const float *A, int64_t a_i, int64_t 
         for (int c = 0; c < 32 && 16 * (32 * seg + c) < K; c++) {
             const int64_t k = 16 * (32 * seg + c);
             if (k + 16 <= K) {                /* a whole chunk */
+                const float *ac = A + (chunk ? chunk[32 * seg + c] : k);
                 UNROLL
                 for (int v = 0; v < KS_NV; v++) {
-                    vmask_t nz = VNZ(VLOADU(A + k + v * VW));
-                    for (int r = 1; r < mr; r++) nz = VMASK_OR(nz, VNZ(VLOADU(A + r * a_i + k + v * VW)));
+                    vmask_t nz = VNZ(VLOADU(ac + v * VW));
+                    for (int r = 1; r < mr; r++) nz = VMASK_OR(nz, VNZ(VLOADU(ac + r * a_i + v * VW)));
                     acc[v] = VIOR_MASK(acc[v], nz, 1u << c);
                 }
                 continue;
             }
-            for (int v = 0; v < KS_NV && k + v * VW < K; v++) {   /* the tail */
+            for (int v = 0; v < KS_NV && k + v * VW < K; v++) {   /* the tail (rows as they lie) */
                 const int64_t k1 = k + v * VW;
                 const int nk = K - k1 < VW ? (int)(K - k1) : VW;
                 for (int r = 0; r < mr; r++) {
@@ -56,10 +62,10 @@ static int64_t ks_masks(int mr, int64_t K, const float *A, int64_t a_i, int64_t 
     return live;
 }
 
-/* The operands of a panel's blocks: A unpacked by rows (term k at A + r*a_i + k; the caller
- * moves A->p from block to block), B packed (core.h) */
-static void ks_operands(const float *A, int64_t a_i, const float *pb, const int64_t *offB,
-                        int64_t bvs, kn_operand *Ao, kn_operand *Bo)
+/* The operands of a panel's blocks: A unpacked by rows (term 16m + l at A + r*a_i + 16m + l,
+ * or + chunk[m] + l; the caller moves A->p from block to block), B packed (core.h) */
+static void ks_operands(const float *A, int64_t a_i, const int64_t *chunk, const float *pb,
+                        const int64_t *offB, int64_t bvs, kn_operand *Ao, kn_operand *Bo)
 {
     Ao->p = A;
     Bo->p = pb;
@@ -69,8 +75,10 @@ static void ks_operands(const float *A, int64_t a_i, const float *pb, const int6
     }
     Ao->step = Bo->step = 16;
     Ao->rs = a_i;
+    Ao->chunk = chunk;
     Bo->rs = 0;
     Bo->vs = bvs;
+    Bo->chunk = NULL;
 }
 
 /* kn_block over the marked terms of each lane (gemm16_kn.h); nonzero when an output is -0 */
@@ -80,7 +88,8 @@ typedef int (*ks_block_fn)(const kn_operand *, const kn_operand *, const uint32_
     static int ks_##mr##x##nr(const kn_operand *A, const kn_operand *B, const uint32_t *mk,      \
                               int64_t nseg, float *C, int64_t ldc, int last)                    \
     {                                                                                           \
-        return kn_block(mr, nr, 1, 1, 0, A, B, mk, nseg, C, ldc, last, 0);                      \
+        return A->chunk ? kn_block(mr, nr, 1, 2, 0, A, B, mk, nseg, C, ldc, last, 0)              \
+                        : kn_block(mr, nr, 1, 1, 0, A, B, mk, nseg, C, ldc, last, 0);             \
     }
 #if VW == 16
 #define KS_SHAPES(X) X(1, 1) X(2, 1) X(3, 1) X(4, 1) X(1, 2) X(2, 2) X(3, 2) X(4, 2)
@@ -98,27 +107,37 @@ static ks_block_fn ks_shape(int mr, int nr)
 #undef KS_CASE
 }
 
-void CAT(crnn_gemm16_kn_packed_sparse, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
-                                                   const float *A, int64_t a_i, int64_t a_k,
-                                                   const float *Bp, float *C, int64_t ldc)
+/* Every marked term of every lane (the full dot: a block's redo), for nseg segments */
+static void ks_all_terms(int64_t K, int64_t nseg, uint32_t *all)
 {
-    if (M <= 0 || N <= 0) return;
-    if (a_k != 1) {   /* the masks are built from rows of A */
-        CAT(crnn_gemm16_kn_packed, ISA_SUFFIX)(M, N, K, A, a_i, a_k, Bp, C, ldc);
-        return;
-    }
+    for (int64_t seg = 0; seg < nseg; seg++)
+        for (int l = 0; l < 16; l++) {
+            const int64_t n = (K > l ? (K - l + 15) / 16 : 0) - 32 * seg;
+            all[16 * seg + l] = n >= 32 ? ~0u : n > 0 ? (1u << n) - 1 : 0;
+        }
+}
+
+/* The product with the chunk offsets given (coff, K % 16 == 0) or rows as they lie (NULL);
+ * returns nonzero without memory for the masks. */
+static int ks_product(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i,
+                      const int64_t *coff, const float *Bp, float *C, int64_t ldc)
+{
     const int64_t nseg = (K + 511) / 512, nblk = (M + KS_MR - 1) / KS_MR, per = 16 * nseg;
-    uint32_t *mk = crnn_scratch(CRNN_SCRATCH_PACK_A, sizeof(uint32_t) * (size_t)(nblk * per + 1));
+    uint32_t *mk = crnn_scratch(CRNN_SCRATCH_PACK_A, sizeof(uint32_t) * (size_t)((nblk + 1) * per + 1));
+    if (!mk) return 1;
+    uint32_t *all = mk + nblk * per;
     int64_t live = 0;
-    for (int64_t b = 0; mk && b < nblk; b++) {
+    for (int64_t b = 0; b < nblk; b++) {
         const int mr = M - b * KS_MR < KS_MR ? (int)(M - b * KS_MR) : KS_MR;
-        live += ks_masks(mr, K, A + b * KS_MR * a_i, a_i, nseg, mk + b * per);
+        live += ks_masks(mr, K, A + b * KS_MR * a_i, a_i, coff, nseg, mk + b * per);
     }
-    /* too few terms left out to pay for the masks' branches: every term, the same bits */
-    if (!mk || 8 * live > 7 * M * K) {
+    /* rows as they lie with too few terms left out to pay for the masks' branches: the dense
+     * kernel, the same bits */
+    if (!coff && 8 * live > 7 * M * K) {
         CAT(crnn_gemm16_kn_packed, ISA_SUFFIX)(M, N, K, A, a_i, 1, Bp, C, ldc);
-        return;
+        return 0;
     }
+    ks_all_terms(K, nseg, all);
     int64_t offB[16];
     lane_starts(K, 16, offB);
     const int64_t npanel = (N + 15) / 16;
@@ -142,13 +161,33 @@ void CAT(crnn_gemm16_kn_packed_sparse, ISA_SUFFIX)(int64_t M, int64_t N, int64_t
         const int64_t bvs = VW;
 #endif
         kn_operand Ao, Bo;
-        ks_operands(A, a_i, pb, offB, bvs, &Ao, &Bo);
+        ks_operands(A, a_i, coff, pb, offB, bvs, &Ao, &Bo);
         for (int64_t b = 0; b < nblk; b++) {
             const int mr = M - b * KS_MR < KS_MR ? (int)(M - b * KS_MR) : KS_MR;
             float *Cb = Cj + b * KS_MR * ldc;
             Ao.p = A + b * KS_MR * a_i;
             if (ks_shape(mr, nr)(&Ao, &Bo, mk + b * per, nseg, Cb, ldc, last))
-                kn_shape(mr, nr)(K, &Ao, &Bo, Cb, ldc, last, 0);   /* again, every term */
+                ks_shape(mr, nr)(&Ao, &Bo, all, nseg, Cb, ldc, last);   /* again, every term */
         }
     }
+    return 0;
+}
+
+void CAT(crnn_gemm16_kn_packed_sparse, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
+                                                   const float *A, int64_t a_i, int64_t a_k,
+                                                   const float *Bp, float *C, int64_t ldc)
+{
+    if (M <= 0 || N <= 0) return;
+    /* the masks are built from rows of A; without memory for them, every term */
+    if (a_k != 1 || ks_product(M, N, K, A, a_i, NULL, Bp, C, ldc))
+        CAT(crnn_gemm16_kn_packed, ISA_SUFFIX)(M, N, K, A, a_i, a_k, Bp, C, ldc);
+}
+
+int CAT(crnn_gemm16_kn_packed_sparse_win, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
+                                                      const float *A, int64_t a_i,
+                                                      const int64_t *coff, const float *Bp,
+                                                      float *C, int64_t ldc)
+{
+    if (M <= 0 || N <= 0) return 0;
+    return ks_product(M, N, K, A, a_i, coff, Bp, C, ldc);
 }
