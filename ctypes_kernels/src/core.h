@@ -207,7 +207,8 @@ crnn_gemm16_kn_packed_fn crnn_gemm16_kn_packed_kernel(void);
 #define CRNN_SCRATCH_LINE   3
 #define CRNN_SCRATCH_BATCH  4
 #define CRNN_SCRATCH_BAND   5   /* a band of rows inside a layer (conv forward) */
-#define CRNN_SCRATCH_SLOTS  6
+#define CRNN_SCRATCH_GATHER 6   /* rows a scalar kernel gathers before its walk */
+#define CRNN_SCRATCH_SLOTS  7
 void *crnn_scratch(int slot, size_t bytes);
 
 /* The LSTM layer (lstm.c) for nl lines of the same length T at once, each line's tensors

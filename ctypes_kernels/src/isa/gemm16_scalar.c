@@ -9,6 +9,7 @@
  * compiled with the instruction enabled (target("fma")), and used: an fma has exactly one
  * correct result, so only the speed differs. */
 #include <math.h>
+#include <string.h>
 #include "../core.h"
 
 #define AI static inline __attribute__((always_inline))
@@ -37,28 +38,21 @@ AI void nt_def(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
             C[i * ldc + j] = dot16_def(A + i * lda, 1, B + j * ldb, 1, K);
 }
 
-/* A's term k of a row: at a[k * a_k], or (coff) through a window's chunk offsets, term
- * 16j + l at a[coff[j] + l] (core.h, crnn_gemm16_kn_packed_sparse_win) */
-AI float kn_a(const float *a, int64_t a_k, const int64_t *coff, int64_t k)
-{
-    return coff ? a[coff[k / 16] + k % 16] : a[k * a_k];
-}
-
 /* kn: the same definition for each output C[i][j], term k = A(i, k) * B[k][j]; a block of
  * up to 16 outputs of one row is walked together (B read along its rows when b_j = 1). With
  * a list `ks` of n terms, only those (the row's terms whose A is not ±0: core.h,
  * crnn_gemm16_kn_packed_sparse; B finite); returns nonzero when an output came out -0, the
  * one case where that can differ from every term. */
 enum { KN_JB = 16 };
-AI int kn_row_def(const int32_t *ks, int64_t n, const float *a, int64_t a_k, const int64_t *coff,
-                  const float *B, int64_t b_k, int64_t b_j, int nj, float *c)
+AI int kn_row_def(const int32_t *ks, int64_t n, const float *a, int64_t a_k, const float *B,
+                  int64_t b_k, int64_t b_j, int nj, float *c)
 {
     float p[16][KN_JB];                   /* p[lane][output] */
     for (int l = 0; l < 16; l++)
         for (int jj = 0; jj < KN_JB; jj++) p[l][jj] = 0.0f;
     for (int64_t t = 0; t < n; t++) {
         const int64_t k = ks ? ks[t] : t;
-        const float ak = kn_a(a, a_k, coff, k);
+        const float ak = a[k * a_k];
         const float *b = B + k * b_k;
         float *pl = p[k % 16];
         if (b_j == 1 && nj == KN_JB)      /* a fixed count: vectorizes at -O2 as well */
@@ -68,10 +62,14 @@ AI int kn_row_def(const int32_t *ks, int64_t n, const float *a, int64_t a_k, con
         else
             for (int jj = 0; jj < nj; jj++) pl[jj] = fmaf(ak, b[jj * b_j], pl[jj]);
     }
+    /* the tree of every output of the block, a level at a time: each output's adds are its
+     * own, and side by side they do not wait for each other (an output's levels one after
+     * another made a chain through memory: the scalar step 12 % slower) */
+    for (int s = 8; s >= 1; s >>= 1)
+        for (int l = 0; l < s; l++)
+            for (int jj = 0; jj < KN_JB; jj++) p[l][jj] = p[l][jj] + p[l + s][jj];
     int negz = 0;
     for (int jj = 0; jj < nj; jj++) {
-        for (int s = 8; s >= 1; s >>= 1)
-            for (int l = 0; l < s; l++) p[l][jj] = p[l][jj] + p[l + s][jj];
         c[jj] = p[0][jj];
         negz |= p[0][jj] == 0.0f && signbit(p[0][jj]);
     }
@@ -80,8 +78,7 @@ AI int kn_row_def(const int32_t *ks, int64_t n, const float *a, int64_t a_k, con
 
 /* every term, or (ks: room for K indices) each row's terms whose A is not ±0 */
 AI void kn_def(int32_t *ks, int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i,
-               int64_t a_k, const int64_t *coff, const float *B, int64_t b_k, int64_t b_j,
-               float *C, int64_t ldc)
+               int64_t a_k, const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
 {
     for (int64_t i = 0; i < M; i++) {
         const float *a = A + i * a_i;
@@ -90,15 +87,15 @@ AI void kn_def(int32_t *ks, int64_t M, int64_t N, int64_t K, const float *A, int
             n = 0;
             for (int64_t k = 0; k < K; k++) {
                 ks[n] = (int32_t)k;
-                n += kn_a(a, a_k, coff, k) != 0.0f;
+                n += a[k * a_k] != 0.0f;
             }
         }
         for (int64_t j0 = 0; j0 < N; j0 += KN_JB) {
             const int nj = N - j0 < KN_JB ? (int)(N - j0) : KN_JB;
             const float *b = B + j0 * b_j;
             float *c = C + i * ldc + j0;
-            if (kn_row_def(ks, n, a, a_k, coff, b, b_k, b_j, nj, c) && ks)
-                kn_row_def(NULL, K, a, a_k, coff, b, b_k, b_j, nj, c);     /* every term */
+            if (kn_row_def(ks, n, a, a_k, b, b_k, b_j, nj, c) && ks)
+                kn_row_def(NULL, K, a, a_k, b, b_k, b_j, nj, c);     /* every term */
         }
     }
 }
@@ -112,13 +109,13 @@ static void nt_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t 
 static void kn_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i, int64_t a_k,
                        const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
 {
-    kn_def(NULL, M, N, K, A, a_i, a_k, NULL, B, b_k, b_j, C, ldc);
+    kn_def(NULL, M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
 }
 
 static void kn_sparse_generic(int32_t *ks, int64_t M, int64_t N, int64_t K, const float *A,
-                              int64_t a_i, const int64_t *coff, const float *B, float *C, int64_t ldc)
+                              int64_t a_i, const float *B, float *C, int64_t ldc)
 {
-    kn_def(ks, M, N, K, A, a_i, 1, coff, B, N, 1, C, ldc);
+    kn_def(ks, M, N, K, A, a_i, 1, B, N, 1, C, ldc);
 }
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
@@ -133,14 +130,14 @@ __attribute__((target("fma")))
 static void kn_fma3(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i, int64_t a_k,
                     const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
 {
-    kn_def(NULL, M, N, K, A, a_i, a_k, NULL, B, b_k, b_j, C, ldc);
+    kn_def(NULL, M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
 }
 
 __attribute__((target("fma")))
 static void kn_sparse_fma3(int32_t *ks, int64_t M, int64_t N, int64_t K, const float *A,
-                           int64_t a_i, const int64_t *coff, const float *B, float *C, int64_t ldc)
+                           int64_t a_i, const float *B, float *C, int64_t ldc)
 {
-    kn_def(ks, M, N, K, A, a_i, 1, coff, B, N, 1, C, ldc);
+    kn_def(ks, M, N, K, A, a_i, 1, B, N, 1, C, ldc);
 }
 
 #else
@@ -251,20 +248,29 @@ void crnn_gemm16_kn_packed_sparse_scalar(int64_t M, int64_t N, int64_t K,
         return;
     }
     kn_unpack(K, N, Bp, B);
-    (crnn_cpu_has_fma3() ? kn_sparse_fma3 : kn_sparse_generic)(ks, M, N, K, A, a_i, NULL, B, C, ldc);
+    (crnn_cpu_has_fma3() ? kn_sparse_fma3 : kn_sparse_generic)(ks, M, N, K, A, a_i, B, C, ldc);
 }
 
 /* The same with A's terms read through a window's chunk offsets (core.h,
- * crnn_gemm16_kn_packed_sparse_win); nonzero without memory */
+ * crnn_gemm16_kn_packed_sparse_win): B back to rows once, then blocks of rows gathered
+ * (values moved only) through the walk above; nonzero without memory */
 int crnn_gemm16_kn_packed_sparse_win_scalar(int64_t M, int64_t N, int64_t K, const float *A,
                                             int64_t a_i, const int64_t *coff, const float *Bp,
                                             float *C, int64_t ldc)
 {
+    enum { ROWS = 64 };
     int32_t *ks = K <= INT32_MAX ? crnn_scratch(CRNN_SCRATCH_PACK_A, sizeof(int32_t) * (size_t)(K + 1)) : NULL;
-    float *B = ks ? crnn_scratch(CRNN_SCRATCH_PACK_B, sizeof(float) * (size_t)(K * N + 1)) : NULL;
-    if (!B) return 1;
+    float *B = crnn_scratch(CRNN_SCRATCH_PACK_B, sizeof(float) * (size_t)(K * N + 1));
+    float *rows = crnn_scratch(CRNN_SCRATCH_GATHER, sizeof(float) * (size_t)(ROWS * K + 1));
+    if (!ks || !B || !rows) return 1;
     kn_unpack(K, N, Bp, B);
-    (crnn_cpu_has_fma3() ? kn_sparse_fma3 : kn_sparse_generic)(ks, M, N, K, A, a_i, coff, B, C, ldc);
+    for (int64_t i0 = 0; i0 < M; i0 += ROWS) {
+        const int64_t m = M - i0 < ROWS ? M - i0 : ROWS;
+        for (int64_t i = 0; i < m; i++)          /* a chunk of 16 terms a move */
+            for (int64_t c = 0; c < K / 16; c++)
+                memcpy(rows + i * K + 16 * c, A + (i0 + i) * a_i + coff[c], 16 * sizeof(float));
+        (crnn_cpu_has_fma3() ? kn_sparse_fma3 : kn_sparse_generic)(ks, m, N, K, rows, K, B, C + i0 * ldc, ldc);
+    }
     return 0;
 }
 
@@ -286,11 +292,10 @@ AI void listed_def(int64_t M, int64_t nb, const crnn_term *terms, const int32_t 
                 }
                 for (int e = 0; e < 16; e++) neg |= p[l][e] == 0.0f && signbit(p[l][e]);
             }
-            for (int e = 0; e < 16; e++) {
-                for (int s = 8; s >= 1; s >>= 1)
-                    for (int l = 0; l < s; l++) p[l][e] = p[l][e] + p[l + s][e];
-                C[i * ldc + c * 16 + e] = p[0][e];
-            }
+            for (int s = 8; s >= 1; s >>= 1)   /* the tree, a level at a time (kn_row_def) */
+                for (int l = 0; l < s; l++)
+                    for (int e = 0; e < 16; e++) p[l][e] = p[l][e] + p[l + s][e];
+            for (int e = 0; e < 16; e++) C[i * ldc + c * 16 + e] = p[0][e];
         }
         negz[i] = neg;
     }
