@@ -197,6 +197,8 @@ C_CASES = [
     # C % 16 != 0 with 5 chunks: the listed dW over im2col rows; Out % 4 != 0 as well
     ("C8_O24_listed_im2col", geometry(9, 14, 8, 24), True),
     ("C8_O18_listed_odd_out", geometry(10, 13, 8, 18, poolH=2, poolW=3), True),
+    # 81 taps: more than the dx gather lists on its stack
+    ("k9x9_taps81", geometry(12, 14, 4, 8, kh=9, kw=9, padH=4, padW=4), True),
 ]
 
 
