@@ -92,6 +92,19 @@ def test_crnn_v0_every_isa_and_thread_count(lib, isas, restore):
     check_every_path(lib, isas, config, params, images, targets)
 
 
+def test_lines_of_one_length_every_isa_and_thread_count(lib, isas, restore):
+    """Four lines of one length go through each LSTM layer together; after the recurrence
+    their gradients run as line x direction jobs, 2, 3 or 7 chunks of them on as many
+    threads (dx's columns in halves) or one after another at 1 thread."""
+    config = model.default_config()
+    rng = np.random.default_rng(14)
+    params = cases.fp16_params(config, model.init_params(config, rng))
+    widths = (32, 33, 34, 35)
+    assert len({model.steps_for_width(config, w) for w in widths}) == 1
+    images, targets = random_batch(rng, config, widths, with_no_alignment=False)
+    check_every_path(lib, isas, config, params, images, targets)
+
+
 def test_single_line_and_sum_in_line_order(lib, restore):
     """B = 1 is that line's gradient; B = 3 is float32 (g0 + g1) + g2 of the lines at scale 1/3."""
     config = cases.small_config()

@@ -267,6 +267,48 @@ static void backward_range(void *ctx, int64_t begin, int64_t end)
     for (int64_t d = begin; d < end; d++) backward_dir(ctx, (int)d);
 }
 
+/* After the recurrence, per line li and direction d: dots over t, t ascending, of dz's
+ * columns against the rows of x, hPrev and ones (dW_ih, dW_hh, db); and dx[t][i] for the
+ * columns i of half d, the dot over the 8H gates [dz_fwd | dz_rev] against W_ih[.][i]. */
+typedef struct {
+    int nl;
+    int64_t T, I, H;
+    const float *const *x, *const *hPrev;
+    const float *W_ih, *dz, *ones;
+    float *const *dW_ih, *const *dW_hh, *const *db, *const *dx;
+    float *dzT;           /* [chunks][4H][T] */
+    int chunks;           /* > 1: one a thread, dx's columns in halves; 1: dx whole in d = 1 */
+} grad_ctx;
+
+static void line_dir_grads(grad_ctx *k, int li, int d, float *dzT)
+{
+    const int64_t T = k->T, I = k->I, H = k->H, G = 4 * H, G8 = 2 * G;
+    const float *dz = k->dz + (size_t)li * T * G8;
+    /* the dots' A rows (a gate over t) made contiguous once for both products, so neither
+     * packs its strided terms */
+    transpose_rows(T, G, dz + d * G, G8, dzT);
+    crnn_gemm16_kn(G, I, T, dzT, T, 1, k->x[li], I, 1, k->dW_ih[2 * li + d], I);
+    crnn_gemm16_kn(G, H, T, dzT, T, 1, k->hPrev[li] + d * T * H, H, 1, k->dW_hh[2 * li + d], H);
+    crnn_gemm16_kn(1, G, T, k->ones, 0, 1, dz + d * G, G8, 1, k->db[2 * li + d], G);
+    if (k->dx[li]) {   /* columns [i0, i1): each half of W_ih is packed by one job only */
+        int64_t half = k->chunks == 1 ? 0 : (I / 2 + 15) / 16 * 16;
+        if (half > I) half = I / 2;
+        const int64_t i0 = d == 0 ? 0 : half, i1 = d == 0 ? half : I;
+        if (i1 > i0)
+            crnn_gemm16_kn(T, i1 - i0, G8, dz, G8, 1, k->W_ih + i0, I, 1, k->dx[li] + i0, I);
+    }
+}
+
+/* chunk c of `chunks`: its share of the 2 nl jobs, with its own dzT */
+static void grad_range(void *ctx, int64_t begin, int64_t end)
+{
+    grad_ctx *k = ctx;
+    const int64_t jobs = 2 * (int64_t)k->nl;
+    for (int64_t c = begin; c < end; c++)
+        for (int64_t j = c * jobs / k->chunks; j < (c + 1) * jobs / k->chunks; j++)
+            line_dir_grads(k, (int)(j / 2), (int)(j % 2), k->dzT + c * 4 * k->H * k->T);
+}
+
 int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32_t I, int32_t H,
                                  const float *W_ih, const float *W_hh,
                                  const float *const *gates, const float *const *c,
@@ -283,14 +325,22 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
     }
     const size_t nT = (size_t)T, G = 4 * (size_t)H, nH = (size_t)H;
     const size_t packed = nl > 1 ? (nH + 15) / 16 * 16 * G : 0;   /* W_hh of a direction */
+    /* After the recurrence every line and direction is a job of about the same size (its
+     * dW, and half of the line's dx columns), run whole on one thread: with at least as
+     * many jobs as threads, no product is split and no barrier waits between them; else the
+     * products split their outputs across the threads, one job after another (dx whole).
+     * The same outputs either way. */
+    const int64_t jobs = 2 * (int64_t)nl, work = jobs * T * (int64_t)G * (I + H + I);
+    const int threads = crnn_current_threads();
+    const int chunks = threads > 1 && jobs >= threads && work >= CRNN_SMALL_WORK ? threads : 1;
     size_t n = (size_t)nl * nT * 2 * G   /* dz */
-             + G * nT                    /* dzT: a line's and direction's dz, gates by rows */
+             + (size_t)chunks * G * nT   /* dzT: a line's and direction's dz, gates by rows */
              + nT                        /* ones */
              + 4 * (size_t)nl * nH + 1   /* scratch */
              + 2 * packed;
     float *buf = crnn_scratch(CRNN_SCRATCH_LAYER, sizeof(float) * n);
     if (!buf) return CRNN_E_NOMEM;
-    float *dzall = buf, *dzT = dzall + (size_t)nl * nT * 2 * G, *ones = dzT + G * nT;
+    float *dzall = buf, *dzT = dzall + (size_t)nl * nT * 2 * G, *ones = dzT + (size_t)chunks * G * nT;
     float *scratch = ones + nT;
     float *Whhp = nl > 1 ? scratch + 4 * (size_t)nl * nH + 1 : NULL;
     if (Whhp)
@@ -299,24 +349,10 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
     bwd_ctx k = {nl, T, H, gates, c, tc, dOut, W_hh, Whhp, dzall, scratch};
     crnn_parallel_for_work(2, 2 * (int64_t)nl * T * (int64_t)G * H, backward_range, &k);
 
-    /* per line: dots over t, t ascending: columns of dz against rows of x, hPrev, ones */
-    const int64_t G8 = 2 * (int64_t)G;
     for (size_t t = 0; t < nT; t++) ones[t] = 1.0f;
-    for (int li = 0; li < nl; li++) {
-        const float *dz = dzall + (size_t)li * nT * 2 * G;
-        for (int d = 0; d < 2; d++) {   /* each direction's gradients where its pointers say */
-            /* the dots' A rows (a gate over t) made contiguous once for both products, so
-             * neither packs its strided terms */
-            transpose_rows(T, (int64_t)G, dz + d * G, G8, dzT);
-            crnn_gemm16_kn((int64_t)G, I, T, dzT, T, 1, x[li], I, 1, dW_ih[2 * li + d], I);
-            crnn_gemm16_kn((int64_t)G, H, T, dzT, T, 1, hPrev[li] + d * nT * nH, H, 1,
-                           dW_hh[2 * li + d], H);
-            crnn_gemm16_kn(1, (int64_t)G, T, ones, 0, 1, dz + d * G, G8, 1, db[2 * li + d],
-                           (int64_t)G);
-        }
-        /* dx[t][i]: the dot over the 8H gates [dz_fwd | dz_rev] against W_ih[.][i] */
-        if (dx[li]) crnn_gemm16_kn(T, I, G8, dz, G8, 1, W_ih, I, 1, dx[li], I);
-    }
+    grad_ctx gk = {nl, T, I, H, x, hPrev, W_ih, dzall, ones, dW_ih, dW_hh, db, dx, dzT, chunks};
+    if (chunks > 1) crnn_parallel_for(chunks, grad_range, &gk);
+    else grad_range(&gk, 0, 1);
     return CRNN_OK;
 }
 
