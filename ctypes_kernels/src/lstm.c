@@ -112,6 +112,27 @@ static void forward_range(void *ctx, int64_t begin, int64_t end)
     for (int64_t d = begin; d < end; d++) forward_dir(ctx, (int)d);
 }
 
+/* xw of lines [begin, end): x_l·W_ihᵀ against the packed W_ih, its ±0 terms left out
+ * where that is exact (core.h) */
+typedef struct {
+    int nl;
+    int64_t T, I, N;
+    const float *const *x;
+    const float *Wp;
+    float *xw;
+    int finite, zeros1;
+} xw_ctx;
+
+static void xw_range(void *ctx, int64_t begin, int64_t end)
+{
+    const xw_ctx *j = ctx;
+    for (int64_t li = begin; li < end; li++) {
+        const int sparse = j->finite && (j->nl == 1 ? j->zeros1 : crnn_mostly_zero(j->x[li], j->T * j->I));
+        (sparse ? crnn_gemm16_kn_packed_sparse : crnn_gemm16_kn_packed)(
+            j->T, j->N, j->I, j->x[li], j->I, 1, j->Wp, j->xw + li * j->T * j->N, j->N);
+    }
+}
+
 int32_t crnn_lstm_forward_lines(int nl, const float *const *x, int32_t T, int32_t I, int32_t H,
                                 const float *W_ih, const float *W_hh, const float *b,
                                 float *const *out, float *const *gates, float *const *c,
@@ -141,11 +162,14 @@ int32_t crnn_lstm_forward_lines(int nl, const float *const *x, int32_t T, int32_
         crnn_gemm16_kn(T, 2 * (int64_t)G, I, x[0], I, 1, W_ih, 1, I, xw, 2 * (int64_t)G);
     } else {
         crnn_kn_pack(I, 2 * (int64_t)G, W_ih, 1, I, Wp);
-        for (int li = 0; li < nl; li++) {
-            const int sparse = finite && (nl == 1 ? zeros1 : crnn_mostly_zero(x[li], nx));
-            (sparse ? crnn_gemm16_kn_packed_sparse : crnn_gemm16_kn_packed)(
-                T, 2 * (int64_t)G, I, x[li], I, 1, Wp, xw + (size_t)li * nT * 2 * G, 2 * (int64_t)G);
-        }
+        xw_ctx j = {nl, T, I, 2 * (int64_t)G, x, Wp, xw, finite, zeros1};
+        /* a line a job, whole on one thread, when there are at least as many lines as
+         * threads (no barrier between them); else each product splits its rows */
+        const int threads = crnn_current_threads();
+        if (threads > 1 && nl >= threads && nx * 2 * (int64_t)G >= CRNN_SMALL_WORK)
+            crnn_parallel_for(nl, xw_range, &j);
+        else
+            xw_range(&j, 0, nl);
     }
     fwd_ctx k = {nl, T, H, xw, W_hh, b, out, gates, c, tc, hPrev, scratch, Whhp};
     crnn_parallel_for_work(2, 2 * (int64_t)nl * T * (int64_t)G * H, forward_range, &k);
