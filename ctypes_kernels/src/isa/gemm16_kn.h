@@ -18,11 +18,13 @@
  * the training step (docs/performance.md).
  * Two block variants chosen at run time, each measured faster on its paths:
  * KN_A_CONTIG_VARIANT, for A unpacked with a_k = 1 (its lanes one pointer, a known step: the
- * loop needs fewer registers), with K = 32 and 64 as constants on every path (the LSTM's dW over
- * T = 32, 64 steps: each lane's terms straight-line code, 6-12 % faster in C loops);
- * KN_CONST_K_VARIANT (256-bit), K = 16, 32, 64 as constants for the other operands. */
+ * loop needs fewer registers), with K = 32 and 64 as constants on 256- and 128-bit
+ * (KN_CONST_K_CONTIG: the LSTM's dW over T = 32, 64 steps, 10-17 % faster in C loops; on
+ * 512-bit 6 % faster in C loops but the step 0.18 ms slower); KN_CONST_K_VARIANT (256-bit),
+ * K = 16, 32, 64 as constants for the other operands. */
 #define KN_A_CONTIG_VARIANT 1
 #define KN_CONST_K_VARIANT (VW == 8)
+#define KN_CONST_K_CONTIG (VW < 16)
 #if VW == 16
 #define KN_MAX_REGS 8
 #define KN_NR_PREFERRED 2
@@ -209,9 +211,9 @@ typedef void (*kn_block_fn)(int64_t, const kn_operand *, const kn_operand *, flo
         /* unpacked A, a_k = 1 */                                                               \
         const int a_contig = KN_A_CONTIG_VARIANT && A->step == 16 && A->off[1] == 1;            \
         if (masked) kn_block(mr, nr, 0, 0, K, A, B, NULL, 0, C, ldc, last, 1);                  \
-        else if (a_contig && K == 64)                                                          \
+        else if (a_contig && KN_CONST_K_CONTIG && K == 64)                                      \
             kn_block(mr, nr, 1, 0, 64, A, B, NULL, 0, C, ldc, last, 0);                         \
-        else if (a_contig && K == 32)                                                          \
+        else if (a_contig && KN_CONST_K_CONTIG && K == 32)                                      \
             kn_block(mr, nr, 1, 0, 32, A, B, NULL, 0, C, ldc, last, 0);                         \
         else if (a_contig) kn_block(mr, nr, 1, 0, K, A, B, NULL, 0, C, ldc, last, 0);           \
         else if (KN_CONST_K_VARIANT && K == 32)                                                 \
