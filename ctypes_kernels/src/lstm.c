@@ -166,7 +166,7 @@ int32_t crnn_lstm_forward_lines(int nl, const float *const *x, int32_t T, int32_
         /* a line a job, whole on one thread, when there are at least as many lines as
          * threads (no barrier between them); else each product splits its rows */
         const int threads = crnn_current_threads();
-        if (threads > 1 && nl >= threads && nx * 2 * (int64_t)G >= CRNN_SMALL_WORK)
+        if (threads > 1 && nl >= threads && (double)nx * 2.0 * (double)G >= CRNN_SMALL_WORK)
             crnn_parallel_for(nl, xw_range, &j);
         else
             xw_range(&j, 0, nl);
@@ -354,7 +354,8 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
      * many jobs as threads, no product is split and no barrier waits between them; else the
      * products split their outputs across the threads, one job after another (dx whole).
      * The same outputs either way. */
-    const int64_t jobs = 2 * (int64_t)nl, work = jobs * T * (int64_t)G * (I + H + I);
+    const int64_t jobs = 2 * (int64_t)nl;
+    const double work = (double)jobs * T * (double)G * (2.0 * I + H);   /* no int64 overflow */
     const int threads = crnn_current_threads();
     const int chunks = threads > 1 && jobs >= threads && work >= CRNN_SMALL_WORK ? threads : 1;
     size_t n = (size_t)nl * nT * 2 * G   /* dz */
