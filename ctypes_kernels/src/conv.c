@@ -142,16 +142,9 @@ int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
     float *Bp = nb ? crnn_scratch(CRNN_SCRATCH_LAYER, nb) : NULL;
     if (!Bp) return CRNN_E_NOMEM;
     float *xpad = npad ? Bp + nBp : NULL;
-    if (xpad) {
-        memset(xpad, 0, sizeof(float) * (size_t)npad);
-        for (int64_t iy = 0; iy < g.H; iy++)
-            memcpy(xpad + ((iy + g.padH) * Wx + g.padW) * C, x + iy * g.W * C, sizeof(float) * (size_t)(g.W * C));
-    }
+    if (xpad) crnn_conv_pad(&g, x, xpad);
     int64_t *coff = win ? (int64_t *)(void *)(((uintptr_t)(Bp + nBp + npad) + 7) & ~(uintptr_t)7) : NULL;
-    for (int64_t m = 0; m < nchunk; m++) {          /* chunk m: tap 16m / C, channels from 16m % C */
-        const int64_t tap = 16 * m / C;
-        coff[m] = ((tap / g.kw) * Wx + tap % g.kw) * C + 16 * m % C;
-    }
+    for (int64_t m = 0; m < nchunk; m++) coff[m] = crnn_conv_chunk_offset(&g, m);
     crnn_kn_pack(Kd, g.Out, Wt, 1, g.KP, Bp);       /* B(k, o) = Wt[o][k], packed once */
     band_job bj = {&g, x, Bp, b, conv, pooled, winners, Kd, sparse, xpad, {0}, coff, CRNN_OK};
     for (int64_t k = 0; taps && k < Kd; k++) bj.tap[k] = (k / g.kw) * Wx + k % g.kw;

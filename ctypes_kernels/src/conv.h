@@ -33,6 +33,15 @@ typedef struct {
 } im2col_job;
 void crnn_conv_im2col_rows(void *ctx, int64_t y0, int64_t y1);   /* conv rows y0..y1 of j */
 void crnn_conv_im2col(const geom_t *g, const float *x, float *col);  /* every row, threaded */
+/* The windows without an im2col: xpad = x with padH rows and padW columns of +0 around it
+ * ((H + 2 padH) x (W + 2 padW) x C); with C % 16 == 0, chunk m of a window row (16 channels
+ * of tap 16m / C) starts crnn_conv_chunk_offset(g, m) floats from the window's first cell */
+void crnn_conv_pad(const geom_t *g, const float *x, float *xpad);
+static inline int64_t crnn_conv_chunk_offset(const geom_t *g, int64_t m)
+{
+    const int64_t tap = 16 * m / g->C;
+    return ((tap / g->kw) * (g->W + 2 * g->padW) + tap % g->kw) * g->C + 16 * m % g->C;
+}
 
 /* conv_pool.c: the bias, the pool over rows of windows and its backward scatter */
 typedef struct {

@@ -42,20 +42,14 @@ static void dW_row_dense(const geom_t *g, const colsrc_t *cs, const int32_t *cof
 static void window_rows(const geom_t *g, const float *x, const colsrc_t *cs, float *B,
                         int32_t *coff)
 {
-    const int64_t C = g->C, nb = g->KP / 16;
+    const int64_t nb = g->KP / 16;
     if (!cs->direct) {
         crnn_conv_im2col(g, x, B);
         for (int64_t c = 0; c < nb; c++) coff[c] = (int32_t)(16 * c);
         return;
     }
-    memset(B, 0, sizeof(float) * (size_t)((g->H + 2 * g->padH) * cs->Wx * C));
-    for (int64_t iy = 0; iy < g->H; iy++)
-        memcpy(B + ((iy + g->padH) * cs->Wx + g->padW) * C, x + iy * g->W * C,
-               sizeof(float) * (size_t)(g->W * C));
-    for (int64_t c = 0; c < nb; c++) {              /* 16 channels of one tap */
-        const int64_t tap = 16 * c / C;
-        coff[c] = (int32_t)(((tap / g->kw) * cs->Wx + tap % g->kw) * C + 16 * c % C);
-    }
+    crnn_conv_pad(g, x, B);
+    for (int64_t c = 0; c < nb; c++) coff[c] = (int32_t)crnn_conv_chunk_offset(g, c);
 }
 
 /* bit i set when x[i] is not ±0 (a NaN is not ±0), n <= 64 */

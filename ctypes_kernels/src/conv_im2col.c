@@ -65,3 +65,12 @@ void crnn_conv_im2col(const geom_t *g, const float *x, float *col)
     im2col_job j = {g, x, col, 0};
     crnn_parallel_for_work(g->Hc, g->P * g->KP, crnn_conv_im2col_rows, &j);
 }
+
+void crnn_conv_pad(const geom_t *g, const float *x, float *xpad)
+{
+    const int64_t Wx = g->W + 2 * g->padW, C = g->C;
+    memset(xpad, 0, sizeof(float) * (size_t)((g->H + 2 * g->padH) * Wx * C));
+    for (int64_t iy = 0; iy < g->H; iy++)
+        memcpy(xpad + ((iy + g->padH) * Wx + g->padW) * C, x + iy * g->W * C,
+               sizeof(float) * (size_t)(g->W * C));
+}
