@@ -136,6 +136,36 @@ def test_negative_zero_lanes(kern, isas):
         assert bits(c)[0] == 0x80000000, isa
 
 
+@pytest.mark.parametrize("isa", ISA_NAMES)
+def test_short_dots_of_zero_products(kern, isas, isa):
+    """K < 16: lanes K..15 get no term and stay +0, and the tree adds them (a kernel may skip
+    those adds only if it adds the +0 at the end). Every product here is ±0 (tiny times tiny,
+    or a signed zero), so the present lanes' own tree is often -0 while the dot is +0; K = 16
+    and 17 have no empty lane and keep a -0. Both kn entry points with a plain B and the
+    packed one, row and register tails."""
+    kn = on_path(kern, isas, isa, "crnn_gemm16_kn", [i64, i64, i64, P, i64, i64, P, i64, i64, P, i64])
+    knp = getattr(kern, "crnn_gemm16_kn_packed")
+    knp.restype, knp.argtypes = None, [i64, i64, i64, P, i64, i64, P, P, i64]
+    rng = np.random.default_rng(19)
+    vals = np.array([-1e-30, 1e-30, -0.0, 0.0], np.float32)
+    for K in list(range(1, 18)):
+        for M, N in [(3, 16), (7, 37)]:
+            A = rng.choice(vals, (M, K), p=[0.7, 0.1, 0.1, 0.1]).astype(np.float32)
+            B = rng.choice(vals[[1, 0, 3, 2]], (K, N), p=[0.7, 0.1, 0.1, 0.1]).astype(np.float32)
+            A[0] = -1e-30                       # a row whose every product rounds to -0
+            B[:, 0] = 1e-30
+            want, Bp = gemm16(A, B.T), pack_kn(B, K, N)
+            assert (bits(want) == 0x80000000).any() == (K >= 16), K   # the data test the sign
+            for t in (1, 2):
+                kern.crnn_set_threads(t)
+                C = np.full((M, N + 1), np.nan, np.float32)
+                kn(M, N, K, A.ctypes.data, K, 1, B.ctypes.data, N, 1, C.ctypes.data, N + 1)
+                assert np.array_equal(bits(C[:, :N]), bits(want)), (isa, t, M, N, K)
+                C[:] = np.nan
+                knp(M, N, K, A.ctypes.data, K, 1, Bp.ctypes.data, C.ctypes.data, N + 1)
+                assert np.array_equal(bits(C[:, :N]), bits(want)), ("packed", isa, t, M, N, K)
+
+
 def pack_kn(B, K, N):
     """B [K][N] in crnn_gemm16_kn_packed's layout: panels of 16 columns, each the rows of
     lane 0, then lane 1, ..., 16 floats a row, zeros past N."""

@@ -113,8 +113,9 @@ AI void kn_pair(const int MR, const int NR, const int A_CONTIG, int a, int64_t K
         }
         if (n0 > m) kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, bvs, last, x0);
     }
+    /* lane a+8 without terms (K <= a + 8 < 16) is the +0 that kn_block adds at the end */
     UNROLL
-    for (int q = 0; q < MR * NR; q++) y[q] = VADD(x0[q], x8[q]);
+    for (int q = 0; q < MR * NR; q++) y[q] = n8 ? VADD(x0[q], x8[q]) : x0[q];
 }
 
 /* kn_pair over the live terms of lanes a and a+8 only (gemm16_kn_sparse.h): bit c of
@@ -193,6 +194,7 @@ AI int kn_block(const int MR, const int NR, const int A_CONTIG, const int SPARSE
         for (int v = 0; v < NR; v++) {
             float *c = C + r * ldc + v * VW;
             vec_t y = VADD(u0[r * NR + v], u1[r * NR + v]);
+            if (!SPARSE && K < 16) y = VADD(y, VZERO());   /* the empty lanes' +0 (kn_pair) */
             if (SPARSE) negz |= VHAS_NEGZERO(y);   /* a column past `last`: +0 or NaN */
             if (v == NR - 1 && last < VW) VSTOREN(c, y, last);
             else VSTOREU(c, y);
