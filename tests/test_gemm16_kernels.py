@@ -141,11 +141,14 @@ def test_short_dots_of_zero_products(kern, isas, isa):
     """K < 16: lanes K..15 get no term and stay +0, and the tree adds them (a kernel may skip
     those adds only if it adds the +0 at the end). Every product here is ±0 (tiny times tiny,
     or a signed zero), so the present lanes' own tree is often -0 while the dot is +0; K = 16
-    and 17 have no empty lane and keep a -0. Both kn entry points with a plain B and the
-    packed one, row and register tails."""
+    and 17 have no empty lane and keep a -0. kn with a plain B, the packed one and the taps
+    (K <= 16), row and register tails."""
     kn = on_path(kern, isas, isa, "crnn_gemm16_kn", [i64, i64, i64, P, i64, i64, P, i64, i64, P, i64])
     knp = getattr(kern, "crnn_gemm16_kn_packed")
     knp.restype, knp.argtypes = None, [i64, i64, i64, P, i64, i64, P, P, i64]
+    knt = getattr(kern, "crnn_gemm16_kn_packed_taps")
+    knt.restype, knt.argtypes = None, [i64, i64, i64, P, i64, P, P, P, i64]
+    tap = np.arange(16, dtype=np.int64)                 # row i's term k at A[i*K + k]
     rng = np.random.default_rng(19)
     vals = np.array([-1e-30, 1e-30, -0.0, 0.0], np.float32)
     for K in list(range(1, 18)):
@@ -164,6 +167,10 @@ def test_short_dots_of_zero_products(kern, isas, isa):
                 C[:] = np.nan
                 knp(M, N, K, A.ctypes.data, K, 1, Bp.ctypes.data, C.ctypes.data, N + 1)
                 assert np.array_equal(bits(C[:, :N]), bits(want)), ("packed", isa, t, M, N, K)
+                if K <= 16:
+                    C[:] = np.nan
+                    knt(M, N, K, A.ctypes.data, K, tap.ctypes.data, Bp.ctypes.data, C.ctypes.data, N + 1)
+                    assert np.array_equal(bits(C[:, :N]), bits(want)), ("taps", isa, t, M, N, K)
 
 
 def pack_kn(B, K, N):

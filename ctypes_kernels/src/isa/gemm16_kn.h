@@ -88,8 +88,9 @@ AI void kn_term(const int MR, const int NR, const float *a, int64_t ars, const f
 }
 
 /* Lanes a and a+8 together (two fma chains per output register), each lane's terms in
- * ascending order from +0; then the first tree level: y = p[a] + p[a+8]. */
-AI void kn_pair(const int MR, const int NR, const int A_CONTIG, int a, int64_t K,
+ * ascending order from +0; then the first tree level: y = p[a] + p[a+8]. SHORT (K < 16): a
+ * lane a+8 without terms is left out of that add, and kn_block adds its +0 at the end. */
+AI void kn_pair(const int MR, const int NR, const int A_CONTIG, const int SHORT, int a, int64_t K,
                 const kn_operand *A, const kn_operand *B, int last, vec_t *y)
 {
     enum { Q = KN_MAX_REGS };
@@ -104,6 +105,11 @@ AI void kn_pair(const int MR, const int NR, const int A_CONTIG, int a, int64_t K
     const int64_t as = A_CONTIG ? 16 : A->step, bs = B->step, ars = A->rs, bvs = B->vs;
     if (K <= 16) {        /* one chunk: a lane has at most one term (straight-line code) */
         if (n0) kn_term(MR, NR, pa0, ars, pb0, bvs, last, x0);
+        if (SHORT && !n8) {
+            UNROLL
+            for (int q = 0; q < MR * NR; q++) y[q] = x0[q];
+            return;
+        }
         if (n8) kn_term(MR, NR, pa8, ars, pb8, bvs, last, x8);
     } else {
         int64_t m = 0;
@@ -113,9 +119,8 @@ AI void kn_pair(const int MR, const int NR, const int A_CONTIG, int a, int64_t K
         }
         if (n0 > m) kn_term(MR, NR, pa0 + m * as, ars, pb0 + m * bs, bvs, last, x0);
     }
-    /* lane a+8 without terms (K <= a + 8 < 16) is the +0 that kn_block adds at the end */
     UNROLL
-    for (int q = 0; q < MR * NR; q++) y[q] = n8 ? VADD(x0[q], x8[q]) : x0[q];
+    for (int q = 0; q < MR * NR; q++) y[q] = VADD(x0[q], x8[q]);
 }
 
 /* kn_pair over the live terms of lanes a and a+8 only (gemm16_kn_sparse.h): bit c of
@@ -163,8 +168,12 @@ AI void ks_pair(const int MR, const int NR, const int CHUNKS, int a, const kn_op
  * u_a = r_a + r_{a+2}; the result u_0 + u_1 — exactly the levels s = 8, 4, 2, 1. The pairs
  * run every term, or (SPARSE) only the terms mk marks (SPARSE == 2: A's chunks through
  * A->chunk, ks_pair); then the return value is nonzero when
- * some output came out -0. */
-AI int kn_block(const int MR, const int NR, const int A_CONTIG, const int SPARSE, int64_t K,
+ * some output came out -0.
+ * SHORT, for K < 16: the tree leaves out the adds with the empty lanes a+8 (kn_pair) and
+ * adds one +0 at the end. Same bits: the full tree of a dot with an empty lane is never -0
+ * (every node above the lane has a child that is not -0), and the tree without those adds
+ * differs from it only in the sign of a zero; adding +0 makes a zero +0 and keeps the rest. */
+AI int kn_block(const int MR, const int NR, const int A_CONTIG, const int SPARSE, const int SHORT, int64_t K,
                 const kn_operand *A, const kn_operand *B, const uint32_t *mk, int64_t nseg,
                 float *C, int64_t ldc, int last, int masked)
 {
@@ -173,7 +182,7 @@ AI int kn_block(const int MR, const int NR, const int A_CONTIG, const int SPARSE
     const int lastload = masked ? last : VW;
 #define VSUM(d, a, b) UNROLL for (int q = 0; q < MR * NR; q++) d[q] = VADD(a[q], b[q])
 #define PAIR(a, y) (SPARSE ? ks_pair(MR, NR, SPARSE == 2, a, A, B, mk, nseg, y) \
-                           : kn_pair(MR, NR, A_CONTIG, a, K, A, B, lastload, y))
+                           : kn_pair(MR, NR, A_CONTIG, SHORT, a, K, A, B, lastload, y))
     vec_t r[Q];
     for (int h = 0; h < 2; h++) {                          /* u_h from lanes h, h+2, ... */
         vec_t *u = h ? u1 : u0;
@@ -194,7 +203,7 @@ AI int kn_block(const int MR, const int NR, const int A_CONTIG, const int SPARSE
         for (int v = 0; v < NR; v++) {
             float *c = C + r * ldc + v * VW;
             vec_t y = VADD(u0[r * NR + v], u1[r * NR + v]);
-            if (!SPARSE && K < 16) y = VADD(y, VZERO());   /* the empty lanes' +0 (kn_pair) */
+            if (SHORT) y = VADD(y, VZERO());           /* the empty lanes' +0 */
             if (SPARSE) negz |= VHAS_NEGZERO(y);   /* a column past `last`: +0 or NaN */
             if (v == NR - 1 && last < VW) VSTOREN(c, y, last);
             else VSTOREU(c, y);
@@ -212,19 +221,19 @@ typedef void (*kn_block_fn)(int64_t, const kn_operand *, const kn_operand *, flo
     {                                                                                           \
         /* unpacked A, a_k = 1 */                                                               \
         const int a_contig = KN_A_CONTIG_VARIANT && A->step == 16 && A->off[1] == 1;            \
-        if (masked) kn_block(mr, nr, 0, 0, K, A, B, NULL, 0, C, ldc, last, 1);                  \
+        if (masked) kn_block(mr, nr, 0, 0, 0, K, A, B, NULL, 0, C, ldc, last, 1);           \
         else if (a_contig && KN_CONST_K_CONTIG && K == 64)                                      \
-            kn_block(mr, nr, 1, 0, 64, A, B, NULL, 0, C, ldc, last, 0);                         \
+            kn_block(mr, nr, 1, 0, 0, 64, A, B, NULL, 0, C, ldc, last, 0);                  \
         else if (a_contig && KN_CONST_K_CONTIG && K == 32)                                      \
-            kn_block(mr, nr, 1, 0, 32, A, B, NULL, 0, C, ldc, last, 0);                         \
-        else if (a_contig) kn_block(mr, nr, 1, 0, K, A, B, NULL, 0, C, ldc, last, 0);           \
+            kn_block(mr, nr, 1, 0, 0, 32, A, B, NULL, 0, C, ldc, last, 0);                  \
+        else if (a_contig) kn_block(mr, nr, 1, 0, 0, K, A, B, NULL, 0, C, ldc, last, 0);    \
         else if (KN_CONST_K_VARIANT && K == 32)                                                 \
-            kn_block(mr, nr, 0, 0, 32, A, B, NULL, 0, C, ldc, last, 0);                         \
+            kn_block(mr, nr, 0, 0, 0, 32, A, B, NULL, 0, C, ldc, last, 0);                  \
         else if (KN_CONST_K_VARIANT && K == 16)                                                 \
-            kn_block(mr, nr, 0, 0, 16, A, B, NULL, 0, C, ldc, last, 0);                         \
+            kn_block(mr, nr, 0, 0, 0, 16, A, B, NULL, 0, C, ldc, last, 0);                  \
         else if (KN_CONST_K_VARIANT && K == 64)                                                 \
-            kn_block(mr, nr, 0, 0, 64, A, B, NULL, 0, C, ldc, last, 0);                         \
-        else kn_block(mr, nr, 0, 0, K, A, B, NULL, 0, C, ldc, last, 0);                         \
+            kn_block(mr, nr, 0, 0, 0, 64, A, B, NULL, 0, C, ldc, last, 0);                  \
+        else kn_block(mr, nr, 0, 0, 0, K, A, B, NULL, 0, C, ldc, last, 0);                  \
     }
 /* Every block shape a path reaches (kn_rows: mr <= KN_MAX_REGS / nr, nr <= kn_nr_max),
  * listed once: the functions and kn_shape's table both come from it. */

@@ -1,6 +1,27 @@
 /* gemm16_kn_packed.h — crnn_gemm16_kn_packed: kn with a B its caller already wrote in the
  * kernels' packed layout (core.h), through the blocks of gemm16_kn.h (included before). */
 
+/* The blocks of the taps: K <= 16, the straight-line pairs; K < 16 with the short tree
+ * (kn_block, SHORT: the conv's first block has K = 9 taps) */
+#define KT_SHAPE(mr, nr)                                                                        \
+    static void kt_##mr##x##nr(int64_t K, const kn_operand *A, const kn_operand *B, float *C,  \
+                               int64_t ldc, int last)                                          \
+    {                                                                                           \
+        if (K < 16) kn_block(mr, nr, 0, 0, 1, K, A, B, NULL, 0, C, ldc, last, 0);                \
+        else kn_block(mr, nr, 0, 0, 0, K, A, B, NULL, 0, C, ldc, last, 0);                      \
+    }
+KN_SHAPES(KT_SHAPE)
+typedef void (*kt_block_fn)(int64_t, const kn_operand *, const kn_operand *, float *, int64_t, int);
+static kt_block_fn kt_shape(int mr, int nr)
+{
+#define KT_CASE(mr, nr) case mr * 16 + nr: return kt_##mr##x##nr;
+    switch (mr * 16 + nr) {
+    KN_SHAPES(KT_CASE)
+    default: return 0;
+    }
+#undef KT_CASE
+}
+
 /* Every row block of one column block with A's term k (K <= 16: one a lane) of row i at
  * A + i*a_i + tap[k] (crnn_gemm16_kn_packed_taps) */
 static void kn_rows_taps(int64_t M, int64_t K, const float *A, int64_t a_i, const int64_t *tap,
@@ -14,7 +35,7 @@ static void kn_rows_taps(int64_t M, int64_t K, const float *A, int64_t a_i, cons
         int mr = KN_MAX_REGS / nr;
         if (M - i < mr) mr = (int)(M - i);
         Ao.p = A + i * a_i;
-        kn_shape(mr, nr)(K, &Ao, Bo, C + i * ldc, ldc, last, 0);
+        kt_shape(mr, nr)(K, &Ao, Bo, C + i * ldc, ldc, last);
         i += mr;
     }
 }
