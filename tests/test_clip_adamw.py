@@ -74,6 +74,33 @@ def test_clip_norm_is_dot16_per_tensor_summed_in_double(lib):
     assert c_clip(lib, grads, 1e9, True)[1] == want
 
 
+@pytest.mark.parametrize("n_tensors", [3, 20, 100])
+def test_clip_tensors_split_across_threads(lib, isas, n_tensors):
+    """Each tensor's dot runs whole on one thread (runs of tensors of about equal size) and
+    the sums follow in order: every ISA path and thread count gives the spec's norm and
+    scaled gradients, with empty tensors, one tensor much larger than the rest, and more
+    tensors than the kernel keeps on its stack."""
+    from crnn_conformance.ctypes_kernels.abi import ISA_NAMES
+    rng = np.random.default_rng(74 + n_tensors)
+    sizes = rng.integers(0, 3000, n_tensors)
+    sizes[rng.integers(0, n_tensors)] = 70000
+    sizes[rng.random(n_tensors) < 0.1] = 0
+    grads = [rng.normal(0.0, 10.0 ** rng.uniform(-3, 1), int(k)).astype(F) for k in sizes]
+    out_s, n_s = clip.clip(grads, 1.0, True)
+    isa0, th0 = lib.crnn_get_isa(), lib.crnn_get_threads()
+    try:
+        for isa in isas:
+            assert lib.crnn_set_isa(ISA_NAMES.index(isa)) == 0
+            for t in (1, 2, 3, 7):
+                assert lib.crnn_set_threads(t) == 0
+                out_c, n_c = c_clip(lib, grads, 1.0, True)
+                assert bits(np.float64(n_s)) == bits(np.float64(n_c)), (isa, t)
+                assert all(bits(a) == bits(b) for a, b in zip(out_s, out_c)), (isa, t)
+    finally:
+        lib.crnn_set_isa(isa0)
+        lib.crnn_set_threads(th0)
+
+
 def test_adamw_first_step_of_a_scalar(lib):
     """p = 2.0, g = 0.1, lr = 0.01, wd = 0.01, betas 0.9/0.999: 1.989800001 in double."""
     args = (0.01, 0.9, 0.999, 1e-8, 0.01, True, 0.9, 0.999)

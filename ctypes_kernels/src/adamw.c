@@ -50,6 +50,7 @@ void crnn_adamw_range_scalar(const adamw_job *j, int64_t i0, int64_t i1)
 static const crnn_adamw_range_fn paths[CRNN_NISA] = CRNN_ISA_TABLE(crnn_adamw_range);
 
 #define ADAMW_BLOCK 4096
+#define ADAMW_SPLIT 4      /* a tensor of at least this many blocks is split across threads */
 static void adamw_blocks(void *ctx, int64_t b0, int64_t b1)   /* blocks of elements */
 {
     const adamw_job *j = ctx;
@@ -72,7 +73,7 @@ int32_t crnn_adamw(float *p, float *m, float *v, const float *g, int64_t n,
     const float stepSize = (float)(lr / (1.0 - b1t));
     const float sqrtC2 = (float)sqrt(1.0 - b2t);
     adamw_job j = {p, m, v, g, n, decay, omb1, b2, omb2, epsf, dec, stepSize, sqrtC2};
-    if (n >= 16 * ADAMW_BLOCK) crnn_parallel_for((n + ADAMW_BLOCK - 1) / ADAMW_BLOCK, adamw_blocks, &j);
+    if (n >= ADAMW_SPLIT * ADAMW_BLOCK) crnn_parallel_for((n + ADAMW_BLOCK - 1) / ADAMW_BLOCK, adamw_blocks, &j);
     else paths[crnn_current_isa()](&j, 0, n);
     return CRNN_OK;
 }
