@@ -246,15 +246,19 @@ typedef void (*kn_block_fn)(int64_t, const kn_operand *, const kn_operand *, flo
 #endif
 KN_SHAPES(KN_SHAPE)
 
-static kn_block_fn kn_shape(int mr, int nr)
-{
-#define KN_CASE(mr, nr) case mr * 16 + nr: return kn_##mr##x##nr;
-    switch (mr * 16 + nr) {
-    KN_SHAPES(KN_CASE)
-    default: return 0;
+/* A block family's lookup: static TYPE NAME(mr, nr) gives the function PREFIX_<mr>x<nr> for
+ * every shape SHAPES lists (an X-macro of (mr, nr)), 0 for any other */
+#define KN_LOOKUP_CASE(prefix, mr, nr) case mr * 16 + nr: return prefix##_##mr##x##nr;
+#define KN_SHAPE_LOOKUP(TYPE, NAME, SHAPES, CASE)                                               \
+    static TYPE NAME(int mr, int nr)                                                            \
+    {                                                                                           \
+        switch (mr * 16 + nr) {                                                                 \
+        SHAPES(CASE)                                                                            \
+        default: return 0;                                                                      \
+        }                                                                                       \
     }
-#undef KN_CASE
-}
+#define KN_CASE(mr, nr) KN_LOOKUP_CASE(kn, mr, nr)
+KN_SHAPE_LOOKUP(kn_block_fn, kn_shape, KN_SHAPES, KN_CASE)
 
 /* lane l's first term in a lane-major packing: the number of k < K with k mod 16 < l */
 static void lane_starts(int64_t K, int64_t width, int64_t off[16])

@@ -12,15 +12,8 @@
     }
 KN_SHAPES(KT_SHAPE)
 typedef void (*kt_block_fn)(int64_t, const kn_operand *, const kn_operand *, float *, int64_t, int);
-static kt_block_fn kt_shape(int mr, int nr)
-{
-#define KT_CASE(mr, nr) case mr * 16 + nr: return kt_##mr##x##nr;
-    switch (mr * 16 + nr) {
-    KN_SHAPES(KT_CASE)
-    default: return 0;
-    }
-#undef KT_CASE
-}
+#define KT_CASE(mr, nr) KN_LOOKUP_CASE(kt, mr, nr)
+KN_SHAPE_LOOKUP(kt_block_fn, kt_shape, KN_SHAPES, KT_CASE)
 
 /* Every row block of one column block with A's term k (K <= 16: one a lane) of row i at
  * A + i*a_i + tap[k] (crnn_gemm16_kn_packed_taps) */

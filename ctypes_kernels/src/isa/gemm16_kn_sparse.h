@@ -97,15 +97,8 @@ typedef int (*ks_block_fn)(const kn_operand *, const kn_operand *, const uint32_
 #define KS_SHAPES(X) X(1, 1) X(2, 1) X(3, 1) X(1, 2) X(2, 2) X(3, 2)
 #endif
 KS_SHAPES(KS_SHAPE)
-static ks_block_fn ks_shape(int mr, int nr)
-{
-#define KS_CASE(mr, nr) case mr * 16 + nr: return ks_##mr##x##nr;
-    switch (mr * 16 + nr) {
-    KS_SHAPES(KS_CASE)
-    default: return 0;
-    }
-#undef KS_CASE
-}
+#define KS_CASE(mr, nr) KN_LOOKUP_CASE(ks, mr, nr)
+KN_SHAPE_LOOKUP(ks_block_fn, ks_shape, KS_SHAPES, KS_CASE)
 
 /* Every marked term of every lane (the full dot: a block's redo), for nseg segments */
 static void ks_all_terms(int64_t K, int64_t nseg, uint32_t *all)
