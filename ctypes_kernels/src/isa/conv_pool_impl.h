@@ -24,32 +24,46 @@ void CAT(crnn_conv_bias_rows, ISA_SUFFIX)(void *ctx, int64_t p0, int64_t p1)
     }
 }
 
+/* One window's VW channels from o: rows then columns of ph x pw cells from p0 */
+static inline __attribute__((always_inline)) void
+pool_window(const fwd_job *j, int64_t Out, int64_t Wc, int64_t ph, int64_t pw, int64_t p0,
+            int64_t o, int64_t at)
+{
+    vec_t mo = VZERO();
+    vint_t wo = VISET1(-1);
+    for (int64_t dy = 0; dy < ph; dy++)
+        for (int64_t dx = 0; dx < pw; dx++) {
+            const int64_t p = p0 + dy * Wc + dx;
+            const vec_t v = VLOADU(j->conv + p * Out + o);
+            const vmask_t better = VCMPLT(mo, v);   /* v > mo */
+            mo = VSELECT(better, v, mo);
+            wo = VISELECT(better, VIADD(VISET1((int32_t)(p * Out + o)), VILANES()), wo);
+        }
+    VSTOREU(j->pooled + at + o, mo);
+    VISTOREU(j->winners + at + o, wo);
+}
+
+/* Rows of windows oy0..oy1 of ph x pw cells; crnn-v0's shapes (2 x 2, 2 x 1) are passed as
+ * constants, so their loops are unrolled (conv0's forward 6 % faster on 256-bit) */
+static inline __attribute__((always_inline)) void
+pool_rows(const fwd_job *j, int64_t oy0, int64_t oy1, int64_t ph, int64_t pw)
+{
+    const geom_t *g = j->g;
+    const int64_t Out = g->Out, Wc = g->Wc;
+    for (int64_t oy = oy0; oy < oy1; oy++)
+        for (int64_t ox = 0; ox < g->Wp; ox++) {
+            const int64_t at = (oy * g->Wp + ox) * Out;
+            const int64_t p0 = oy * ph * Wc + ox * pw;
+            for (int64_t o = 0; o < Out; o += VW) pool_window(j, Out, Wc, ph, pw, p0, o, at);
+        }
+}
+
 void CAT(crnn_conv_pool_rows, ISA_SUFFIX)(void *ctx, int64_t oy0, int64_t oy1)
 {
     const fwd_job *j = ctx;
     const geom_t *g = j->g;
-    const int64_t Out = g->Out;
-    if (Out % VW) {
-        crnn_conv_pool_rows_scalar(ctx, oy0, oy1);
-        return;
-    }
-    for (int64_t oy = oy0; oy < oy1; oy++)
-        for (int64_t ox = 0; ox < g->Wp; ox++) {
-            const int64_t at = (oy * g->Wp + ox) * Out;
-            const int64_t p0 = oy * g->poolH * g->Wc + ox * g->poolW;
-            for (int64_t o = 0; o < Out; o += VW) {
-                vec_t mo = VZERO();
-                vint_t wo = VISET1(-1);
-                for (int64_t dy = 0; dy < g->poolH; dy++)
-                    for (int64_t dx = 0; dx < g->poolW; dx++) {
-                        const int64_t p = p0 + dy * g->Wc + dx;
-                        const vec_t v = VLOADU(j->conv + p * Out + o);
-                        const vmask_t better = VCMPLT(mo, v);   /* v > mo */
-                        mo = VSELECT(better, v, mo);
-                        wo = VISELECT(better, VIADD(VISET1((int32_t)(p * Out + o)), VILANES()), wo);
-                    }
-                VSTOREU(j->pooled + at + o, mo);
-                VISTOREU(j->winners + at + o, wo);
-            }
-        }
+    if (g->Out % VW) crnn_conv_pool_rows_scalar(ctx, oy0, oy1);
+    else if (g->poolH == 2 && g->poolW == 2) pool_rows(j, oy0, oy1, 2, 2);
+    else if (g->poolH == 2 && g->poolW == 1) pool_rows(j, oy0, oy1, 2, 1);
+    else pool_rows(j, oy0, oy1, g->poolH, g->poolW);
 }
