@@ -31,8 +31,9 @@ static inline vec_t sigmoid_v(vec_t x)
     vec_t v = VSELECT(VCMPGE(a, lo), a, lo);
     vec_t e = exp_neg_v(v);
     vec_t d = VADD(one, e);
-    vec_t pos = VDIV(one, d), neg = VDIV(e, d);
-    vec_t y = VSELECT(VCMPGE(x, zero), pos, neg);
+    /* the scalar path's 1/d or e/d: the numerator selected first, one correctly rounded
+     * division (the same quotient, half the divider's work) */
+    vec_t y = VDIV(VSELECT(VCMPGE(x, zero), one, e), d);
     return VSELECT(VISNAN(x), VADD(x, x), y);
 }
 
