@@ -269,6 +269,34 @@ def test_sparse_rows_equals_spec(kern, isas, isa):
             assert np.isnan(C[:, N:]).all(), "wrote outside C"
 
 
+@pytest.mark.parametrize("isa", ISA_NAMES)
+def test_sparse_rows_every_tree_shape(kern, isas, isa):
+    """crnn_gemm16_sparse_rows over rows whose present lanes take every shape of the tree
+    that leaves the empty lanes out: each single lane, each pair of lanes, every lane (with
+    1 to 4 terms a lane), and random subsets; the same checks as above."""
+    f = on_path(kern, isas, isa, "crnn_gemm16_sparse_rows", [i64, i64, i64, P, i64, P, i64, P, i64, P])
+    rng = np.random.default_rng(16)
+    K, N = 64, 32
+    rows = [[l] for l in range(16)] + [[a, b] for a in range(16) for b in range(a + 1, 16)]
+    rows += [list(range(16))] + [sorted(rng.choice(16, rng.integers(3, 16), replace=False))
+                                  for _ in range(60)]
+    A = np.zeros((len(rows), K), np.float32)
+    for r, lanes in enumerate(rows):
+        for l in lanes:                        # 1 to 4 of the lane's terms l, l+16, l+32, l+48
+            ks = l + 16 * rng.choice(4, rng.integers(1, 5), replace=False)
+            A[r, ks] = data(rng, (len(ks),))
+    B = data(rng, (K, N))
+    want = gemm16(A, B.T)
+    M = len(rows)
+    C = np.full((M, N), np.nan, np.float32)
+    flag = np.full(M, 7, np.int32)
+    f(M, N, K, A.ctypes.data, K, B.ctypes.data, N, C.ctypes.data, N, flag.ctypes.data)
+    zero = want == 0
+    assert np.array_equal(bits(C)[~zero], bits(want)[~zero]), isa
+    assert (C[zero] == 0).all(), isa
+    assert np.array_equal(flag, zero.any(axis=1).astype(np.int32)), isa
+
+
 def sparse_data(rng, shape, dead=0.65):
     """data() with most values ±0, in runs along the rows as a ReLU and pool leave them"""
     a = data(rng, shape)
