@@ -3,11 +3,12 @@
 #include "gemm16_common.h"
 
 /* core.h, crnn_gemm16_listed: per output row and lane, the listed terms' fmas into the
- * registers of LISTED_CHUNKS 16-column chunks (one chain per register, in list order), the 16
+ * registers of LISTED_CHUNKS 16-column chunks (one chain per register, in list order; 6 on
+ * 256-bit, where 5 took conv2's 18 chunks in 4 passes over the lists, not 3), the 16
  * lane partials through a small buffer, then the tree as vertical adds; a -0 lane partial
  * under a ±0 output is reported, not fixed (elsewhere the sign of a zero cannot reach the
  * output: the tree of partials equal up to the signs of zeros is equal unless it is zero). */
-#define LISTED_CHUNKS (VW == 16 ? 9 : VW == 8 ? 5 : 3)
+#define LISTED_CHUNKS (VW == 16 ? 9 : VW == 8 ? 6 : 3)   /* 9, 12, 12 accumulators */
 
 AI void listed_lane(const int NCH, const crnn_term *t, int32_t n, const float *B,
                     const int32_t *coff, float *out)
@@ -42,7 +43,10 @@ static void listed_lanes(int nch, const crnn_term *terms, const int32_t *start, 
         LISTED_CASE(4) LISTED_CASE(5)
 #endif
 #if LISTED_CHUNKS > 5
-        LISTED_CASE(6) LISTED_CASE(7) LISTED_CASE(8) LISTED_CASE(9)
+        LISTED_CASE(6)
+#endif
+#if LISTED_CHUNKS > 6
+        LISTED_CASE(7) LISTED_CASE(8) LISTED_CASE(9)
 #endif
 #undef LISTED_CASE
         }
