@@ -32,6 +32,10 @@ void CAT(crnn_gemm16_sparse_rows, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K, c
                                               int64_t ldc, int32_t *flag)
 {
     float *lb = crnn_scratch(CRNN_SCRATCH_PACK_B, sizeof(float) * (size_t)(16 * N));
+    if (!lb) {            /* no memory for the lane buffer: the definition needs none */
+        crnn_gemm16_sparse_rows_scalar(M, N, K, A, lda, B, ldb, C, ldc, flag);
+        return;
+    }
     const vec_t one = VSET1(1.0f);
     for (int64_t i = 0; i < M; i++) {
         const float *a = A + i * lda;
