@@ -173,15 +173,15 @@ AI void ks_pair(const int MR, const int NR, const int CHUNKS, int a, const kn_op
  * adds one +0 at the end. Same bits: the full tree of a dot with an empty lane is never -0
  * (every node above the lane has a child that is not -0), and the tree without those adds
  * differs from it only in the sign of a zero; adding +0 makes a zero +0 and keeps the rest. */
-AI int kn_block(const int MR, const int NR, const int A_CONTIG, const int SPARSE, const int SHORT, int64_t K,
-                const kn_operand *A, const kn_operand *B, const uint32_t *mk, int64_t nseg,
+AI int kn_block(const int MR, const int NR, const int A_CONTIG, const int SPARSE, const int SHORT,
+                int64_t K, const kn_operand *A, const kn_operand *B, const uint32_t *mk, int64_t nseg,
                 float *C, int64_t ldc, int last, int masked)
 {
     enum { Q = KN_MAX_REGS };
     vec_t u0[Q], u1[Q], t[Q];
     const int lastload = masked ? last : VW;
 #define VSUM(d, a, b) UNROLL for (int q = 0; q < MR * NR; q++) d[q] = VADD(a[q], b[q])
-#define PAIR(a, y) (SPARSE ? ks_pair(MR, NR, SPARSE == 2, a, A, B, mk, nseg, y) \
+#define PAIR(a, y) (SPARSE ? ks_pair(MR, NR, SPARSE == 2, a, A, B, mk, nseg, y)                    \
                            : kn_pair(MR, NR, A_CONTIG, SHORT, a, K, A, B, lastload, y))
     vec_t r[Q];
     for (int h = 0; h < 2; h++) {                          /* u_h from lanes h, h+2, ... */
@@ -215,29 +215,29 @@ AI int kn_block(const int MR, const int NR, const int A_CONTIG, const int SPARSE
  * beyond `last` in a packed panel); only `last` outputs are stored either way */
 typedef void (*kn_block_fn)(int64_t, const kn_operand *, const kn_operand *, float *, int64_t,
                             int, int);
-#define KN_SHAPE(mr, nr)                                                                        \
-    static void kn_##mr##x##nr(int64_t K, const kn_operand *A, const kn_operand *B,             \
-                               float *C, int64_t ldc, int last, int masked)                     \
-    {                                                                                           \
-        /* unpacked A, a_k = 1 */                                                               \
-        const int a_contig = KN_A_CONTIG_VARIANT && A->step == 16 && A->off[1] == 1;            \
-        if (masked) kn_block(mr, nr, 0, 0, 0, K, A, B, NULL, 0, C, ldc, last, 1);           \
-        else if (a_contig && KN_CONST_K_CONTIG && K == 64)                                      \
-            kn_block(mr, nr, 1, 0, 0, 64, A, B, NULL, 0, C, ldc, last, 0);                  \
-        else if (a_contig && KN_CONST_K_CONTIG && K == 32)                                      \
-            kn_block(mr, nr, 1, 0, 0, 32, A, B, NULL, 0, C, ldc, last, 0);                  \
-        else if (a_contig) kn_block(mr, nr, 1, 0, 0, K, A, B, NULL, 0, C, ldc, last, 0);    \
-        else if (KN_CONST_K_VARIANT && K == 32)                                                 \
-            kn_block(mr, nr, 0, 0, 0, 32, A, B, NULL, 0, C, ldc, last, 0);                  \
-        else if (KN_CONST_K_VARIANT && K == 16)                                                 \
-            kn_block(mr, nr, 0, 0, 0, 16, A, B, NULL, 0, C, ldc, last, 0);                  \
-        else if (KN_CONST_K_VARIANT && K == 64)                                                 \
-            kn_block(mr, nr, 0, 0, 0, 64, A, B, NULL, 0, C, ldc, last, 0);                  \
-        else kn_block(mr, nr, 0, 0, 0, K, A, B, NULL, 0, C, ldc, last, 0);                  \
+#define KN_SHAPE(mr, nr)                                                                           \
+    static void kn_##mr##x##nr(int64_t K, const kn_operand *A, const kn_operand *B,                \
+                               float *C, int64_t ldc, int last, int masked)                        \
+    {                                                                                              \
+        /* unpacked A, a_k = 1 */                                                                  \
+        const int a_contig = KN_A_CONTIG_VARIANT && A->step == 16 && A->off[1] == 1;               \
+        if (masked) kn_block(mr, nr, 0, 0, 0, K, A, B, NULL, 0, C, ldc, last, 1);                  \
+        else if (a_contig && KN_CONST_K_CONTIG && K == 64)                                         \
+            kn_block(mr, nr, 1, 0, 0, 64, A, B, NULL, 0, C, ldc, last, 0);                         \
+        else if (a_contig && KN_CONST_K_CONTIG && K == 32)                                         \
+            kn_block(mr, nr, 1, 0, 0, 32, A, B, NULL, 0, C, ldc, last, 0);                         \
+        else if (a_contig) kn_block(mr, nr, 1, 0, 0, K, A, B, NULL, 0, C, ldc, last, 0);           \
+        else if (KN_CONST_K_VARIANT && K == 32)                                                    \
+            kn_block(mr, nr, 0, 0, 0, 32, A, B, NULL, 0, C, ldc, last, 0);                         \
+        else if (KN_CONST_K_VARIANT && K == 16)                                                    \
+            kn_block(mr, nr, 0, 0, 0, 16, A, B, NULL, 0, C, ldc, last, 0);                         \
+        else if (KN_CONST_K_VARIANT && K == 64)                                                    \
+            kn_block(mr, nr, 0, 0, 0, 64, A, B, NULL, 0, C, ldc, last, 0);                         \
+        else kn_block(mr, nr, 0, 0, 0, K, A, B, NULL, 0, C, ldc, last, 0);                         \
     }
 /* Every block shape a path reaches (kn_rows: mr <= KN_MAX_REGS / nr, nr <= kn_nr_max),
  * listed once: the functions and kn_shape's table both come from it. */
-#define KN_SHAPES_ALL(X) X(1, 1) X(2, 1) X(1, 2) X(3, 1) X(1, 3) X(4, 1) X(2, 2) X(1, 4) \
+#define KN_SHAPES_ALL(X) X(1, 1) X(2, 1) X(1, 2) X(3, 1) X(1, 3) X(4, 1) X(2, 2) X(1, 4)           \
     X(5, 1) X(6, 1) X(3, 2) X(2, 3)
 #if KN_MAX_REGS >= 8
 #define KN_SHAPES(X) KN_SHAPES_ALL(X) X(7, 1) X(8, 1) X(4, 2) X(2, 4)
@@ -249,13 +249,13 @@ KN_SHAPES(KN_SHAPE)
 /* A block family's lookup: static TYPE NAME(mr, nr) gives the function PREFIX_<mr>x<nr> for
  * every shape SHAPES lists (an X-macro of (mr, nr)), 0 for any other */
 #define KN_LOOKUP_CASE(prefix, mr, nr) case mr * 16 + nr: return prefix##_##mr##x##nr;
-#define KN_SHAPE_LOOKUP(TYPE, NAME, SHAPES, CASE)                                               \
-    static TYPE NAME(int mr, int nr)                                                            \
-    {                                                                                           \
-        switch (mr * 16 + nr) {                                                                 \
-        SHAPES(CASE)                                                                            \
-        default: return 0;                                                                      \
-        }                                                                                       \
+#define KN_SHAPE_LOOKUP(TYPE, NAME, SHAPES, CASE)                                                  \
+    static TYPE NAME(int mr, int nr)                                                               \
+    {                                                                                              \
+        switch (mr * 16 + nr) {                                                                    \
+        SHAPES(CASE)                                                                               \
+        default: return 0;                                                                         \
+        }                                                                                          \
     }
 #define KN_CASE(mr, nr) KN_LOOKUP_CASE(kn, mr, nr)
 KN_SHAPE_LOOKUP(kn_block_fn, kn_shape, KN_SHAPES, KN_CASE)

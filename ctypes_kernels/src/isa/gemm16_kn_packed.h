@@ -3,12 +3,12 @@
 
 /* The blocks of the taps: K <= 16, the straight-line pairs; K < 16 with the short tree
  * (kn_block, SHORT: the conv's first block has K = 9 taps) */
-#define KT_SHAPE(mr, nr)                                                                        \
-    static void kt_##mr##x##nr(int64_t K, const kn_operand *A, const kn_operand *B, float *C,  \
-                               int64_t ldc, int last)                                          \
-    {                                                                                           \
-        if (K < 16) kn_block(mr, nr, 0, 0, 1, K, A, B, NULL, 0, C, ldc, last, 0);                \
-        else kn_block(mr, nr, 0, 0, 0, K, A, B, NULL, 0, C, ldc, last, 0);                      \
+#define KT_SHAPE(mr, nr)                                                                           \
+    static void kt_##mr##x##nr(int64_t K, const kn_operand *A, const kn_operand *B, float *C,      \
+                               int64_t ldc, int last)                                              \
+    {                                                                                              \
+        if (K < 16) kn_block(mr, nr, 0, 0, 1, K, A, B, NULL, 0, C, ldc, last, 0);                  \
+        else kn_block(mr, nr, 0, 0, 0, K, A, B, NULL, 0, C, ldc, last, 0);                         \
     }
 KN_SHAPES(KT_SHAPE)
 typedef void (*kt_block_fn)(int64_t, const kn_operand *, const kn_operand *, float *, int64_t, int);
@@ -45,8 +45,8 @@ static void kn_packed_panels(int64_t M, int64_t N, int64_t K, const float *A, in
     const int nrmax = kn_nr_max(M, K);
     int64_t offA[16], offB[16];
     const float *ap = !tap && a_k != 1 && N > VW ? kn_pack_a(M, K, A, a_i, a_k, offA) : NULL;
-#define KN_ROWS(C_)                                                                         \
-    (tap ? kn_rows_taps(M, K, A, a_i, tap, &Bo, nr, last, (C_), ldc)                        \
+#define KN_ROWS(C_)                                                                                \
+    (tap ? kn_rows_taps(M, K, A, a_i, tap, &Bo, nr, last, (C_), ldc)                               \
          : kn_rows(M, K, A, a_i, a_k, ap, offA, &Bo, nr, last, 0, (C_), ldc))
     lane_starts(K, 16, offB);
 #if VW == 16

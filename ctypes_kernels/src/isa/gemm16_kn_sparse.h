@@ -84,12 +84,12 @@ static void ks_operands(const float *A, int64_t a_i, const int64_t *chunk, const
 /* kn_block over the marked terms of each lane (gemm16_kn.h); nonzero when an output is -0 */
 typedef int (*ks_block_fn)(const kn_operand *, const kn_operand *, const uint32_t *, int64_t,
                            float *, int64_t, int);
-#define KS_SHAPE(mr, nr)                                                                        \
-    static int ks_##mr##x##nr(const kn_operand *A, const kn_operand *B, const uint32_t *mk,      \
-                              int64_t nseg, float *C, int64_t ldc, int last)                    \
-    {                                                                                           \
-        return A->chunk ? kn_block(mr, nr, 1, 2, 0, 0, A, B, mk, nseg, C, ldc, last, 0)              \
-                        : kn_block(mr, nr, 1, 1, 0, 0, A, B, mk, nseg, C, ldc, last, 0);             \
+#define KS_SHAPE(mr, nr)                                                                           \
+    static int ks_##mr##x##nr(const kn_operand *A, const kn_operand *B, const uint32_t *mk,        \
+                              int64_t nseg, float *C, int64_t ldc, int last)                       \
+    {                                                                                              \
+        return A->chunk ? kn_block(mr, nr, 1, 2, 0, 0, A, B, mk, nseg, C, ldc, last, 0)            \
+                        : kn_block(mr, nr, 1, 1, 0, 0, A, B, mk, nseg, C, ldc, last, 0);           \
     }
 #if VW == 16
 #define KS_SHAPES(X) X(1, 1) X(2, 1) X(3, 1) X(4, 1) X(1, 2) X(2, 2) X(3, 2) X(4, 2)
