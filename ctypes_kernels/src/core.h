@@ -135,6 +135,9 @@ static inline int64_t crnn_kn_lane_start(int64_t K, int l)
 
 /* B(k, j) = B[k*b_k + j*b_j], k < K, j < N, into that layout (Bp holds 16*K*ceil(N/16)). */
 void crnn_kn_pack(int64_t K, int64_t N, const float *B, int64_t b_k, int64_t b_j, float *Bp);
+/* The same, its panels split across the threads: a weight packed before a product whose
+ * rows the threads share is not left to the calling thread alone. */
+void crnn_kn_pack_threads(int64_t K, int64_t N, const float *B, int64_t b_k, int64_t b_j, float *Bp);
 
 /* Listed terms: dots most of whose terms are known to be exact zeros (a = ±0 times a finite
  * b), as in a conv dW whose dC is +0 away from the pool winners. Term t of a list has the

@@ -97,11 +97,13 @@ crnn_gemm16_kn_packed_fn crnn_gemm16_kn_packed_kernel(void)
     return kn_packed_kernels[crnn_current_isa()];
 }
 
-void crnn_kn_pack(int64_t K, int64_t N, const float *B, int64_t b_k, int64_t b_j, float *Bp)
+/* panels [jp0, jp1) of crnn_kn_pack (16 columns each) */
+static void kn_pack_panels(int64_t K, int64_t N, const float *B, int64_t b_k, int64_t b_j,
+                           float *Bp, int64_t jp0, int64_t jp1)
 {
     int64_t start[16];
     for (int l = 0; l < 16; l++) start[l] = crnn_kn_lane_start(K, l);
-    for (int64_t jp = 0; jp * 16 < N; jp++) {
+    for (int64_t jp = jp0; jp < jp1; jp++) {
         const int64_t cols = N - jp * 16 < 16 ? N - jp * 16 : 16;
         float *panel = Bp + jp * 16 * K;
         int64_t k = 0;
@@ -124,6 +126,29 @@ void crnn_kn_pack(int64_t K, int64_t N, const float *B, int64_t b_k, int64_t b_j
             for (int64_t e = cols; e < 16; e++) dst[e] = 0.0f;
         }
     }
+}
+
+void crnn_kn_pack(int64_t K, int64_t N, const float *B, int64_t b_k, int64_t b_j, float *Bp)
+{
+    kn_pack_panels(K, N, B, b_k, b_j, Bp, 0, (N + 15) / 16);
+}
+
+typedef struct {
+    int64_t K, N, b_k, b_j;
+    const float *B;
+    float *Bp;
+} pack_job;
+
+static void pack_range(void *ctx, int64_t jp0, int64_t jp1)
+{
+    const pack_job *p = ctx;
+    kn_pack_panels(p->K, p->N, p->B, p->b_k, p->b_j, p->Bp, jp0, jp1);
+}
+
+void crnn_kn_pack_threads(int64_t K, int64_t N, const float *B, int64_t b_k, int64_t b_j, float *Bp)
+{
+    pack_job p = {K, N, b_k, b_j, B, Bp};
+    crnn_parallel_for_work((N + 15) / 16, K * N, pack_range, &p);
 }
 
 /* Threads get whole blocks of rows (multiples of ROWS_Q) or of columns (multiples of

@@ -40,7 +40,7 @@ typedef struct {
     const float *W_hh, *b;
     float *const *out, *const *gates, *const *c, *const *tc, *const *hPrev;
     float *scratch;       /* per direction: hm[nl][H], hw[nl][4H], z[4H] */
-    const float *W_hhp;   /* nl > 1: per direction, W_hhᵀ packed for kn (core.h) */
+    float *W_hhp;         /* nl > 1: per direction, W_hhᵀ packed for kn (core.h) */
 } fwd_ctx;
 
 static void forward_dir(fwd_ctx *k, int d)
@@ -51,7 +51,9 @@ static void forward_dir(fwd_ctx *k, int d)
     crnn_gemm16_kn_packed_fn gemmp = crnn_gemm16_kn_packed_kernel();
     const float *Whh = k->W_hh + (size_t)d * G * H;
     float *hm = k->scratch + (size_t)d * nl * (H + G + G), *hw = hm + nl * H, *zs = hw + nl * G;
-    const float *Whhp = k->W_hhp + (size_t)d * ((G + 15) / 16) * 16 * H, *b = k->b + (size_t)d * G;
+    float *Whhp = k->W_hhp + (size_t)d * ((G + 15) / 16) * 16 * H;
+    const float *b = k->b + (size_t)d * G;
+    if (nl > 1) crnn_kn_pack(H, G, Whh, 1, H, Whhp);   /* B(j, g) = W_hh[d][g][j], on d's thread */
     for (int64_t s = 0; s < T; s++) {
         int64_t t = d == 0 ? s : T - 1 - s;
         int64_t prev = d == 0 ? t - 1 : t + 1;          /* the step visited before t */
@@ -156,12 +158,10 @@ int32_t crnn_lstm_forward_lines(int nl, const float *const *x, int32_t T, int32_
     if (!buf) return CRNN_E_NOMEM;
     float *xw = buf, *scratch = xw + (size_t)nl * nT * 2 * G, *Wp = scratch + 2 * (size_t)nl * (H + 2 * G);
     float *Whhp = Wp + packed;
-    for (int d = 0; d < 2 && nl > 1; d++)   /* B(j, g) = W_hh[d][g][j], packed once */
-        crnn_kn_pack(H, (int64_t)G, W_hh + (size_t)d * G * H, 1, H, Whhp + (size_t)d * hpacked);
     if (!pack) {
         crnn_gemm16_kn(T, 2 * (int64_t)G, I, x[0], I, 1, W_ih, 1, I, xw, 2 * (int64_t)G);
     } else {
-        crnn_kn_pack(I, 2 * (int64_t)G, W_ih, 1, I, Wp);
+        crnn_kn_pack_threads(I, 2 * (int64_t)G, W_ih, 1, I, Wp);
         xw_ctx j = {nl, T, I, 2 * (int64_t)G, x, Wp, xw, finite, zeros1};
         /* a line a job, whole on one thread, when there are at least as many lines as
          * threads (no barrier between them); else each product splits its rows */
@@ -192,7 +192,7 @@ typedef struct {
     int64_t T, H;
     const float *const *gates, *const *c, *const *tc, *const *dOut;
     const float *W_hh;    /* [2][4H][H] */
-    const float *W_hhp;   /* nl > 1: per direction, W_hh packed for kn (core.h) */
+    float *W_hhp;         /* nl > 1: per direction, W_hh packed for kn (core.h) */
     float *dz;            /* [nl][T][8H]: dz[l][t][d*4H + g] */
     float *scratch;       /* per direction: dhRec[nl][H], dcNext[nl][H] */
 } bwd_ctx;
@@ -205,7 +205,8 @@ static void backward_dir(bwd_ctx *k, int d)
     crnn_gemm16_kn_packed_fn gemmp = crnn_gemm16_kn_packed_kernel();
     float *dhRec = k->scratch + (size_t)d * 2 * nl * H, *dcNext = dhRec + nl * H;
     const float *Whh = k->W_hh + (size_t)d * G * H;
-    const float *Whhp = k->W_hhp ? k->W_hhp + (size_t)d * ((H + 15) / 16) * 16 * G : NULL;
+    float *Whhp = k->W_hhp ? k->W_hhp + (size_t)d * ((H + 15) / 16) * 16 * G : NULL;
+    if (Whhp) crnn_kn_pack(G, H, Whh, H, 1, Whhp);      /* on d's thread */
     memset(dhRec, 0, sizeof(float) * 2 * (size_t)nl * H);   /* +0, all */
     for (int64_t s = 0; s < T; s++) {                   /* the forward's order, reversed */
         int64_t t = d == 0 ? T - 1 - s : s;
@@ -368,9 +369,6 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
     float *dzall = buf, *dzT = dzall + (size_t)nl * nT * 2 * G, *ones = dzT + (size_t)chunks * G * nT;
     float *scratch = ones + nT;
     float *Whhp = nl > 1 ? scratch + 4 * (size_t)nl * nH + 1 : NULL;
-    if (Whhp)
-        for (int d = 0; d < 2; d++)
-            crnn_kn_pack((int64_t)G, H, W_hh + d * G * nH, H, 1, Whhp + d * packed);
     bwd_ctx k = {nl, T, H, gates, c, tc, dOut, W_hh, Whhp, dzall, scratch};
     crnn_parallel_for_work(2, 2 * (int64_t)nl * T * (int64_t)G * H, backward_range, &k);
 
