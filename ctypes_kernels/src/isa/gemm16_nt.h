@@ -114,6 +114,37 @@ AI void nt_row_short(int nk, const float *a, const float *B, int64_t ldb, int nc
     memcpy(c, out, sizeof(float) * (size_t)nc);
 }
 
+/* One output (M = N = 1, as a gradient norm's dot of a tensor with itself): its NV
+ * accumulators alone, instead of a tile whose other outputs repeat it. The same lanes, the
+ * same tree (vtree_tile of VW copies; lane 0 is the output). */
+AI void nt_one(int64_t K, const float *a, const float *b, float *c)
+{
+    const int64_t kfull = K & ~(int64_t)15;
+    const int tail = (int)(K - kfull);
+    vec_t acc[NV], red[VW];
+    UNROLL
+    for (int v = 0; v < NV; v++) acc[v] = VZERO();
+    for (int64_t k = 0; k < kfull; k += 16)
+        UNROLL
+        for (int v = 0; v < NV; v++) acc[v] = VFMA(VLOADU(a + k + v * VW), VLOADU(b + k + v * VW), acc[v]);
+    UNROLL
+    for (int v = 0; v < NV; v++) {
+        const int n = tail - v * VW;
+        if (n <= 0) break;
+        const float *ak = a + kfull + v * VW, *bk = b + kfull + v * VW;
+        acc[v] = n >= VW ? VFMA(VLOADU(ak), VLOADU(bk), acc[v]) : VFMA_N(VLOADN(ak, n), VLOADN(bk, n), acc[v], n);
+    }
+    UNROLL
+    for (int s = NV / 2; s >= 1; s >>= 1)
+        UNROLL
+        for (int v = 0; v < s; v++) acc[v] = VADD(acc[v], acc[v + s]);
+    UNROLL
+    for (int o = 0; o < VW; o++) red[o] = acc[0];
+    float out[VW];
+    VSTOREU(out, vtree_tile(red));
+    *c = out[0];
+}
+
 AI void nt_rows(const int TR, int64_t i0, int64_t i1, int64_t N, int64_t K,
                 const float *A, int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc)
 {
@@ -141,6 +172,10 @@ void CAT(crnn_gemm16, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
                                   float *C, int64_t ldc)
 {
     if (M <= 0 || N <= 0) return;
+    if (M == 1 && N == 1) {
+        nt_one(K, A, B, C);
+        return;
+    }
     if (M > 1 && M < NT_TILE_ROWS) {     /* a few rows: one tile (rows repeated, not stored), B read once */
         nt_rows(NT_TILE_ROWS, 0, M, N, K, A, lda, B, ldb, C, ldc);
         return;
