@@ -200,6 +200,8 @@ typedef struct {
     const line_layout_t *lay;          /* [B] */
     float *const *s;                   /* [B] each line's scratch */
     float *lineGrads;                  /* [B][nParams] */
+    float *grads;                      /* the batch sum, when B > 1 */
+    int64_t summedFrom;                /* grads[summedFrom..nParams) summed during the step */
     double *losses;
     int32_t *rc;                       /* [B] */
     int32_t *live;                     /* [B] 1 while the line still has work (loss finite) */
@@ -208,11 +210,47 @@ typedef struct {
 
 typedef void (*stage_fn)(const batch_t *bt, int32_t b);
 
+/* g = g_0, then g = g + g_b in line order, for blocks of elements from lo (elements
+ * independent) */
+typedef struct {
+    float *grads;
+    const float *lineGrads;
+    int64_t n, lo, hi;    /* n: a line's gradient; the blocks cover [lo, hi) */
+    int32_t B;
+} sum_job;
+#define SUM_BLOCK 16384
+static void sum_blocks(void *ctx, int64_t b0, int64_t b1)
+{
+    const sum_job *j = ctx;
+    const int64_t i1 = j->lo + b1 * SUM_BLOCK < j->hi ? j->lo + b1 * SUM_BLOCK : j->hi;
+    const float *g0 = j->lineGrads;
+    const int32_t B = j->B;
+    const int64_t n = j->n;
+    int64_t i = j->lo + b0 * SUM_BLOCK;
+#if defined(__SSE2__)
+    for (; i + 4 <= i1; i += 4) {        /* four elements at a time, each its own sum */
+        __m128 g = _mm_loadu_ps(g0 + i);
+        for (int32_t b = 1; b < B; b++) g = _mm_add_ps(g, _mm_loadu_ps(g0 + (int64_t)b * n + i));
+        _mm_storeu_ps(j->grads + i, g);
+    }
+#endif
+    for (; i < i1; i++) {
+        float g = g0[i];
+        for (int32_t b = 1; b < B; b++) g = g + g0[(int64_t)b * n + i];
+        j->grads[i] = g;
+    }
+}
+
+
 /* A stage on every live line: each worker takes the next line until none is left (lines of
- * different widths balance across threads; which thread runs a line changes no bit). */
+ * different widths balance across threads; which thread runs a line changes no bit); then
+ * the blocks of `tail` (work that waits for none of the stage's lines), so a worker whose
+ * lines are done does them while the others finish theirs. */
 typedef struct {
     batch_t *bt;
     stage_fn fn;
+    const sum_job *tail;  /* NULL, or the blocks of a batch sum */
+    int64_t ntail;
 } stage_job;
 
 static void stage_worker(void *ctx, int64_t begin, int64_t end)
@@ -221,14 +259,15 @@ static void stage_worker(void *ctx, int64_t begin, int64_t end)
     (void)begin; (void)end;
     for (;;) {
         int32_t b = __atomic_fetch_add(&j->bt->next, 1, __ATOMIC_RELAXED);
-        if (b >= j->bt->B) return;
-        if (j->bt->live[b]) j->fn(j->bt, b);
+        if (b >= j->bt->B + j->ntail) return;
+        if (b >= j->bt->B) sum_blocks((void *)j->tail, b - j->bt->B, b - j->bt->B + 1);
+        else if (j->bt->live[b]) j->fn(j->bt, b);
     }
 }
 
-static void run_stage(batch_t *bt, stage_fn fn)
+static void run_stage_tail(batch_t *bt, stage_fn fn, const sum_job *tail, int64_t ntail)
 {
-    stage_job j = {bt, fn};
+    stage_job j = {bt, fn, tail, ntail};
     bt->next = 0;
     int32_t workers = crnn_current_threads() < bt->B ? crnn_current_threads() : bt->B;
     int64_t work = 0;   /* a lower bound: every parameter takes part once per step of a line */
@@ -236,6 +275,8 @@ static void run_stage(batch_t *bt, stage_fn fn)
         work += bt->m->nParams * (bt->lay[b].g.T > 1 ? bt->lay[b].g.T : 1);
     crnn_parallel_for_work(workers, work, stage_worker, &j);
 }
+
+static void run_stage(batch_t *bt, stage_fn fn) { run_stage_tail(bt, fn, NULL, 0); }
 
 static void line_failed(const batch_t *bt, int32_t b, int32_t rc)
 {
@@ -414,39 +455,17 @@ static void run_batch(batch_t *bt)
     for (int l = m->nLstm - 1; l >= 0; l--)
         lstm_layer(bt, l, 1, lines, done, TAB(0), TAB(1), TAB(3), TAB(5), TAB(7), TAB(8),
                    TAB(9), TAB(10), TAB(11), TAB(12), TAB(13));
-    run_stage(bt, stage_conv_backward);
+    /* the LSTM and classifier gradients of every line are final: their batch sum fills the
+     * conv backward's tail (when no line has failed; the conv blocks' part follows it) */
+    int ok = bt->B > 1;
+    for (int32_t b = 0; b < B; b++) ok &= bt->rc[b] == CRNN_OK;
+    const int64_t from = m->offs[t_lstm(m, 0, 0, 0)];
+    sum_job tail = {bt->grads, bt->lineGrads, m->nParams, from, m->nParams, B};
+    run_stage_tail(bt, stage_conv_backward, ok ? &tail : NULL,
+                   ok ? (m->nParams - from + SUM_BLOCK - 1) / SUM_BLOCK : 0);
+    if (ok) bt->summedFrom = from;
 #undef TAB
     free(tab); free(ints);
-}
-
-/* g = g_0, then g = g + g_b in line order, for a block of elements (elements independent) */
-typedef struct {
-    float *grads;
-    const float *lineGrads;
-    int64_t n;
-    int32_t B;
-} sum_job;
-#define SUM_BLOCK 16384
-static void sum_blocks(void *ctx, int64_t b0, int64_t b1)
-{
-    const sum_job *j = ctx;
-    int64_t i0 = b0 * SUM_BLOCK, i1 = b1 * SUM_BLOCK < j->n ? b1 * SUM_BLOCK : j->n;
-    const float *g0 = j->lineGrads;
-    const int32_t B = j->B;
-    const int64_t n = j->n;
-    int64_t i = i0;
-#if defined(__SSE2__)
-    for (; i + 4 <= i1; i += 4) {        /* four elements at a time, each its own sum */
-        __m128 g = _mm_loadu_ps(g0 + i);
-        for (int32_t b = 1; b < B; b++) g = _mm_add_ps(g, _mm_loadu_ps(g0 + (int64_t)b * n + i));
-        _mm_storeu_ps(j->grads + i, g);
-    }
-#endif
-    for (; i < i1; i++) {
-        float g = g0[i];
-        for (int32_t b = 1; b < B; b++) g = g + g0[(int64_t)b * n + i];
-        j->grads[i] = g;
-    }
 }
 
 int32_t crnn_step_gradients(const int32_t *cfg, const float *params, int32_t B,
@@ -510,8 +529,8 @@ int32_t crnn_step_gradients(const int32_t *cfg, const float *params, int32_t B,
     }
     batch_t bt = {.m = &m, .params = params, .B = B, .widths = widths, .targetLens = targetLens,
                   .targets = targets, .imgOff = imgOff, .tgtOff = tgtOff, .images = images,
-                  .lay = lay, .s = sc, .lineGrads = lineGrads, .losses = losses, .rc = rcs,
-                  .live = live};
+                  .lay = lay, .s = sc, .lineGrads = lineGrads, .grads = grads,
+                  .summedFrom = m.nParams, .losses = losses, .rc = rcs, .live = live};
     at = stack;
     for (int l = 0; l < m.nLstm; l++)
         for (int w = 0; w < 3; w++) {
@@ -527,10 +546,10 @@ int32_t crnn_step_gradients(const int32_t *cfg, const float *params, int32_t B,
     for (int32_t b = 0; b < B && rc == CRNN_OK; b++) rc = rcs[b];
     if (rc == CRNN_OK) {
         /* g = g_0, then g = g + g_b in line order */
-        if (B > 1) {
-            sum_job sj = {grads, lineGrads, m.nParams, B};      /* element blocks across threads */
-            crnn_parallel_for_work((m.nParams + SUM_BLOCK - 1) / SUM_BLOCK, m.nParams * B,
-                                   sum_blocks, &sj);
+        if (B > 1) {   /* what the conv backward's tail did not sum, element blocks across threads */
+            const int64_t hi = bt.summedFrom;
+            sum_job sj = {grads, lineGrads, m.nParams, 0, hi, B};
+            crnn_parallel_for_work((hi + SUM_BLOCK - 1) / SUM_BLOCK, hi * B, sum_blocks, &sj);
         }
         double total = 0.0;
         for (int32_t b = 0; b < B; b++)
