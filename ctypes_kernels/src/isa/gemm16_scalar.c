@@ -45,7 +45,7 @@ AI void nt_def(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
  * one case where that can differ from every term. */
 enum { KN_JB = 16 };
 AI int kn_row_def(const int32_t *ks, int64_t n, const float *a, int64_t a_k, const float *B,
-                  int64_t b_k, int64_t b_j, int nj, float *c)
+                  int64_t b_k, int64_t b_j, const int64_t *lane0, int nj, float *c)
 {
     float p[16][KN_JB];                   /* p[lane][output] */
     for (int l = 0; l < 16; l++)
@@ -53,7 +53,8 @@ AI int kn_row_def(const int32_t *ks, int64_t n, const float *a, int64_t a_k, con
     for (int64_t t = 0; t < n; t++) {
         const int64_t k = ks ? ks[t] : t;
         const float ak = a[k * a_k];
-        const float *b = B + k * b_k;
+        /* B's row k: k * b_k, or in a packed panel (lane0: core.h) row k / 16 of lane k % 16 */
+        const float *b = lane0 ? B + (lane0[k % 16] + k / 16) * 16 : B + k * b_k;
         float *pl = p[k % 16];
         if (b_j == 1 && nj == KN_JB)      /* a fixed count: vectorizes at -O2 as well */
             for (int jj = 0; jj < KN_JB; jj++) pl[jj] = fmaf(ak, b[jj], pl[jj]);
@@ -76,9 +77,12 @@ AI int kn_row_def(const int32_t *ks, int64_t n, const float *a, int64_t a_k, con
     return negz;
 }
 
-/* every term, or (ks: room for K indices) each row's terms whose A is not ±0 */
+/* every term, or (ks: room for K indices) each row's terms whose A is not ±0; B as rows
+ * (b_k, b_j) or, with lane0 (the first row of each lane, crnn_kn_lane_start), packed in
+ * panels of 16 columns (core.h) and read where it lies */
 AI void kn_def(int32_t *ks, int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i,
-               int64_t a_k, const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
+               int64_t a_k, const float *B, int64_t b_k, int64_t b_j, const int64_t *lane0,
+               float *C, int64_t ldc)
 {
     for (int64_t i = 0; i < M; i++) {
         const float *a = A + i * a_i;
@@ -92,10 +96,10 @@ AI void kn_def(int32_t *ks, int64_t M, int64_t N, int64_t K, const float *A, int
         }
         for (int64_t j0 = 0; j0 < N; j0 += KN_JB) {
             const int nj = N - j0 < KN_JB ? (int)(N - j0) : KN_JB;
-            const float *b = B + j0 * b_j;
+            const float *b = lane0 ? B + j0 * K : B + j0 * b_j;   /* panel j0 / 16 */
             float *c = C + i * ldc + j0;
-            if (kn_row_def(ks, n, a, a_k, b, b_k, b_j, nj, c) && ks)
-                kn_row_def(NULL, K, a, a_k, b, b_k, b_j, nj, c);     /* every term */
+            if (kn_row_def(ks, n, a, a_k, b, b_k, b_j, lane0, nj, c) && ks)
+                kn_row_def(NULL, K, a, a_k, b, b_k, b_j, lane0, nj, c);     /* every term */
         }
     }
 }
@@ -109,13 +113,21 @@ static void nt_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t 
 static void kn_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i, int64_t a_k,
                        const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
 {
-    kn_def(NULL, M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
+    kn_def(NULL, M, N, K, A, a_i, a_k, B, b_k, b_j, NULL, C, ldc);
+}
+
+static void kn_packed_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i,
+                              int64_t a_k, const float *Bp, const int64_t *lane0, float *C,
+                              int64_t ldc)
+{
+    kn_def(NULL, M, N, K, A, a_i, a_k, Bp, 0, 1, lane0, C, ldc);
 }
 
 static void kn_sparse_generic(int32_t *ks, int64_t M, int64_t N, int64_t K, const float *A,
-                              int64_t a_i, const float *B, float *C, int64_t ldc)
+                              int64_t a_i, const float *Bp, const int64_t *lane0, float *C,
+                              int64_t ldc)
 {
-    kn_def(ks, M, N, K, A, a_i, 1, B, N, 1, C, ldc);
+    kn_def(ks, M, N, K, A, a_i, 1, Bp, 0, 1, lane0, C, ldc);
 }
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
@@ -130,19 +142,29 @@ __attribute__((target("fma")))
 static void kn_fma3(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i, int64_t a_k,
                     const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
 {
-    kn_def(NULL, M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
+    kn_def(NULL, M, N, K, A, a_i, a_k, B, b_k, b_j, NULL, C, ldc);
+}
+
+__attribute__((target("fma")))
+static void kn_packed_fma3(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i,
+                           int64_t a_k, const float *Bp, const int64_t *lane0, float *C,
+                           int64_t ldc)
+{
+    kn_def(NULL, M, N, K, A, a_i, a_k, Bp, 0, 1, lane0, C, ldc);
 }
 
 __attribute__((target("fma")))
 static void kn_sparse_fma3(int32_t *ks, int64_t M, int64_t N, int64_t K, const float *A,
-                           int64_t a_i, const float *B, float *C, int64_t ldc)
+                           int64_t a_i, const float *Bp, const int64_t *lane0, float *C,
+                           int64_t ldc)
 {
-    kn_def(ks, M, N, K, A, a_i, 1, B, N, 1, C, ldc);
+    kn_def(ks, M, N, K, A, a_i, 1, Bp, 0, 1, lane0, C, ldc);
 }
 
 #else
 #define nt_fma3 nt_generic
 #define kn_fma3 kn_generic
+#define kn_packed_fma3 kn_packed_generic
 #define kn_sparse_fma3 kn_sparse_generic
 #endif
 
@@ -182,40 +204,14 @@ void crnn_gemm16_scalar_variant(int variant, int64_t M, int64_t N, int64_t K,
     (variant && crnn_cpu_has_fma3() ? nt_fma3 : nt_generic)(M, N, K, A, lda, B, ldb, C, ldc);
 }
 
-/* B packed (core.h) back to rows [K][N]: values moved only */
-static void kn_unpack(int64_t K, int64_t N, const float *Bp, float *B)
-{
-    for (int64_t jp = 0; jp * 16 < N; jp++) {
-        int64_t cols = N - jp * 16 < 16 ? N - jp * 16 : 16;
-        for (int l = 0; l < 16; l++) {
-            const float *row = Bp + jp * 16 * K + crnn_kn_lane_start(K, l) * 16;
-            for (int64_t k = l; k < K; k += 16, row += 16)
-                for (int64_t e = 0; e < cols; e++) B[k * N + jp * 16 + e] = row[e];
-        }
-    }
-}
-
-/* kn with B packed (core.h): back to rows [K][N], then the same walk. */
+/* kn with B packed (core.h), read where it lies: the same walk. */
 void crnn_gemm16_kn_packed_scalar(int64_t M, int64_t N, int64_t K,
                                   const float *A, int64_t a_i, int64_t a_k, const float *Bp,
                                   float *C, int64_t ldc)
 {
-    float *B = crnn_scratch(CRNN_SCRATCH_PACK_B, sizeof(float) * (size_t)(K * N + 1));
-    if (!B) {   /* no memory: read the packing in place, one output at a time */
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++) {
-                float p[16];
-                for (int l = 0; l < 16; l++) p[l] = 0.0f;
-                for (int64_t k = 0; k < K; k++)
-                    p[k % 16] = fmaf(A[i * a_i + k * a_k], Bp[crnn_kn_packed_index(K, k, j)], p[k % 16]);
-                for (int s = 8; s >= 1; s >>= 1)
-                    for (int l = 0; l < s; l++) p[l] = p[l] + p[l + s];
-                C[i * ldc + j] = p[0];
-            }
-        return;
-    }
-    kn_unpack(K, N, Bp, B);
-    (crnn_cpu_has_fma3() ? kn_fma3 : kn_generic)(M, N, K, A, a_i, a_k, B, N, 1, C, ldc);
+    int64_t lane0[16];
+    for (int l = 0; l < 16; l++) lane0[l] = crnn_kn_lane_start(K, l);
+    (crnn_cpu_has_fma3() ? kn_packed_fma3 : kn_packed_generic)(M, N, K, A, a_i, a_k, Bp, lane0, C, ldc);
 }
 
 /* kn with B packed and A's term k at A[i * a_i + tap[k]], K <= 16 (core.h): blocks of rows
@@ -242,34 +238,35 @@ void crnn_gemm16_kn_packed_sparse_scalar(int64_t M, int64_t N, int64_t K,
 {
     int32_t *ks = a_k == 1 && K <= INT32_MAX
         ? crnn_scratch(CRNN_SCRATCH_PACK_A, sizeof(int32_t) * (size_t)(K + 1)) : NULL;
-    float *B = ks ? crnn_scratch(CRNN_SCRATCH_PACK_B, sizeof(float) * (size_t)(K * N + 1)) : NULL;
-    if (!B) {
+    if (!ks) {
         crnn_gemm16_kn_packed_scalar(M, N, K, A, a_i, a_k, Bp, C, ldc);
         return;
     }
-    kn_unpack(K, N, Bp, B);
-    (crnn_cpu_has_fma3() ? kn_sparse_fma3 : kn_sparse_generic)(ks, M, N, K, A, a_i, B, C, ldc);
+    int64_t lane0[16];
+    for (int l = 0; l < 16; l++) lane0[l] = crnn_kn_lane_start(K, l);
+    (crnn_cpu_has_fma3() ? kn_sparse_fma3 : kn_sparse_generic)(ks, M, N, K, A, a_i, Bp, lane0, C, ldc);
 }
 
 /* The same with A's terms read through a window's chunk offsets (core.h,
- * crnn_gemm16_kn_packed_sparse_win): B back to rows once, then blocks of rows gathered
- * (values moved only) through the walk above; nonzero without memory */
+ * crnn_gemm16_kn_packed_sparse_win): blocks of rows gathered (values moved only) through
+ * the walk above; nonzero without memory */
 int crnn_gemm16_kn_packed_sparse_win_scalar(int64_t M, int64_t N, int64_t K, const float *A,
                                             int64_t a_i, const int64_t *coff, const float *Bp,
                                             float *C, int64_t ldc)
 {
     enum { ROWS = 64 };
     int32_t *ks = K <= INT32_MAX ? crnn_scratch(CRNN_SCRATCH_PACK_A, sizeof(int32_t) * (size_t)(K + 1)) : NULL;
-    float *B = crnn_scratch(CRNN_SCRATCH_PACK_B, sizeof(float) * (size_t)(K * N + 1));
     float *rows = crnn_scratch(CRNN_SCRATCH_GATHER, sizeof(float) * (size_t)(ROWS * K + 1));
-    if (!ks || !B || !rows) return 1;
-    kn_unpack(K, N, Bp, B);
+    if (!ks || !rows) return 1;
+    int64_t lane0[16];
+    for (int l = 0; l < 16; l++) lane0[l] = crnn_kn_lane_start(K, l);
     for (int64_t i0 = 0; i0 < M; i0 += ROWS) {
         const int64_t m = M - i0 < ROWS ? M - i0 : ROWS;
         for (int64_t i = 0; i < m; i++)          /* a chunk of 16 terms a move */
             for (int64_t c = 0; c < K / 16; c++)
                 memcpy(rows + i * K + 16 * c, A + (i0 + i) * a_i + coff[c], 16 * sizeof(float));
-        (crnn_cpu_has_fma3() ? kn_sparse_fma3 : kn_sparse_generic)(ks, m, N, K, rows, K, B, C + i0 * ldc, ldc);
+        (crnn_cpu_has_fma3() ? kn_sparse_fma3 : kn_sparse_generic)(ks, m, N, K, rows, K, Bp, lane0,
+                                                                   C + i0 * ldc, ldc);
     }
     return 0;
 }
