@@ -188,11 +188,32 @@ static int layout_line(const model_t *m, int32_t width, line_layout_t *L)
     return 1;
 }
 
+/* The LSTM weights stacked as crnn_lstm_* take them ([2][...] per kind): segment i of the
+ * stack (n[i] floats, in order from dst) is a copy of src[i] */
+typedef struct {
+    float *dst;
+    const float *src[6 * MAX_LSTM];
+    int64_t n[6 * MAX_LSTM], total;
+    int nseg;
+} stack_job;
+
+#define STACK_BLOCK 16384
+static void stack_blocks(void *ctx, int64_t b0, int64_t b1)
+{
+    const stack_job *j = ctx;
+    const int64_t lo = b0 * STACK_BLOCK, hi = b1 * STACK_BLOCK < j->total ? b1 * STACK_BLOCK : j->total;
+    for (int64_t i = 0, at = 0; i < j->nseg && at < hi; at += j->n[i], i++) {
+        const int64_t a = lo > at ? lo : at, e = hi < at + j->n[i] ? hi : at + j->n[i];
+        if (a < e) memcpy(j->dst + a, j->src[i] + (a - at), sizeof(float) * (size_t)(e - a));
+    }
+}
+
 /* Shared inputs of a batch, each line's layout, scratch and results. */
 typedef struct {
     const model_t *m;
     const float *params;
     const float *lstmW[MAX_LSTM][3];   /* stacked [2][...] copies: W_ih, W_hh, b */
+    stack_job stack;                   /* their copying */
     int32_t B;
     const int32_t *widths, *targetLens, *targets;
     const int64_t *imgOff, *tgtOff;
@@ -247,27 +268,33 @@ static void sum_blocks(void *ctx, int64_t b0, int64_t b1)
  * the blocks of `tail` (work that waits for none of the stage's lines), so a worker whose
  * lines are done does them while the others finish theirs. */
 typedef struct {
+    crnn_range_fn fn;     /* fn(ctx, i, i + 1) for each item i < n */
+    void *ctx;
+    int64_t n;
+} stage_tail;
+
+typedef struct {
     batch_t *bt;
     stage_fn fn;
-    const sum_job *tail;  /* NULL, or the blocks of a batch sum */
-    int64_t ntail;
+    const stage_tail *tail;   /* NULL or work after the lines */
 } stage_job;
 
 static void stage_worker(void *ctx, int64_t begin, int64_t end)
 {
     stage_job *j = ctx;
     (void)begin; (void)end;
+    const int64_t ntail = j->tail ? j->tail->n : 0;
     for (;;) {
         int32_t b = __atomic_fetch_add(&j->bt->next, 1, __ATOMIC_RELAXED);
-        if (b >= j->bt->B + j->ntail) return;
-        if (b >= j->bt->B) sum_blocks((void *)j->tail, b - j->bt->B, b - j->bt->B + 1);
+        if (b >= j->bt->B + ntail) return;
+        if (b >= j->bt->B) j->tail->fn(j->tail->ctx, b - j->bt->B, b - j->bt->B + 1);
         else if (j->bt->live[b]) j->fn(j->bt, b);
     }
 }
 
-static void run_stage_tail(batch_t *bt, stage_fn fn, const sum_job *tail, int64_t ntail)
+static void run_stage_tail(batch_t *bt, stage_fn fn, const stage_tail *tail)
 {
-    stage_job j = {bt, fn, tail, ntail};
+    stage_job j = {bt, fn, tail};
     bt->next = 0;
     int32_t workers = crnn_current_threads() < bt->B ? crnn_current_threads() : bt->B;
     int64_t work = 0;   /* a lower bound: every parameter takes part once per step of a line */
@@ -276,7 +303,7 @@ static void run_stage_tail(batch_t *bt, stage_fn fn, const sum_job *tail, int64_
     crnn_parallel_for_work(workers, work, stage_worker, &j);
 }
 
-static void run_stage(batch_t *bt, stage_fn fn) { run_stage_tail(bt, fn, NULL, 0); }
+static void run_stage(batch_t *bt, stage_fn fn) { run_stage_tail(bt, fn, NULL); }
 
 static void line_failed(const batch_t *bt, int32_t b, int32_t rc)
 {
@@ -447,7 +474,9 @@ static void run_batch(batch_t *bt)
     }
     int32_t *lines = ints, *done = ints + B;
 #define TAB(i) ((void *)(tab + (size_t)(i) * B))
-    run_stage(bt, stage_conv_forward);
+    /* the stacked LSTM weights are copied while the conv blocks run (the LSTM reads them) */
+    const stage_tail stack = {stack_blocks, &bt->stack, (bt->stack.total + STACK_BLOCK - 1) / STACK_BLOCK};
+    run_stage_tail(bt, stage_conv_forward, &stack);
     for (int l = 0; l < m->nLstm; l++)
         lstm_layer(bt, l, 0, lines, done, TAB(0), TAB(1), TAB(3), TAB(5), TAB(7), TAB(8),
                    TAB(9), TAB(10), TAB(11), TAB(12), TAB(13));
@@ -460,9 +489,9 @@ static void run_batch(batch_t *bt)
     int ok = bt->B > 1;
     for (int32_t b = 0; b < B; b++) ok &= bt->rc[b] == CRNN_OK;
     const int64_t from = m->offs[t_lstm(m, 0, 0, 0)];
-    sum_job tail = {bt->grads, bt->lineGrads, m->nParams, from, m->nParams, B};
-    run_stage_tail(bt, stage_conv_backward, ok ? &tail : NULL,
-                   ok ? (m->nParams - from + SUM_BLOCK - 1) / SUM_BLOCK : 0);
+    sum_job sj = {bt->grads, bt->lineGrads, m->nParams, from, m->nParams, B};
+    const stage_tail sum = {sum_blocks, &sj, (m->nParams - from + SUM_BLOCK - 1) / SUM_BLOCK};
+    run_stage_tail(bt, stage_conv_backward, ok ? &sum : NULL);
     if (ok) bt->summedFrom = from;
 #undef TAB
     free(tab); free(ints);
@@ -531,14 +560,16 @@ int32_t crnn_step_gradients(const int32_t *cfg, const float *params, int32_t B,
                   .targets = targets, .imgOff = imgOff, .tgtOff = tgtOff, .images = images,
                   .lay = lay, .s = sc, .lineGrads = lineGrads, .grads = grads,
                   .summedFrom = m.nParams, .losses = losses, .rc = rcs, .live = live};
-    at = stack;
-    for (int l = 0; l < m.nLstm; l++)
+    bt.stack.dst = stack;
+    for (int l = 0, i = 0; l < m.nLstm; l++)
         for (int w = 0; w < 3; w++) {
-            int64_t n = m.sizes[t_lstm(&m, l, 0, w)];
-            memcpy(at, params + m.offs[t_lstm(&m, l, 0, w)], sizeof(float) * (size_t)n);
-            memcpy(at + n, params + m.offs[t_lstm(&m, l, 1, w)], sizeof(float) * (size_t)n);
-            bt.lstmW[l][w] = at;
-            at += 2 * n;
+            bt.lstmW[l][w] = stack + bt.stack.total;
+            for (int d = 0; d < 2; d++, i++) {
+                bt.stack.src[i] = params + m.offs[t_lstm(&m, l, d, w)];
+                bt.stack.n[i] = m.sizes[t_lstm(&m, l, d, w)];
+                bt.stack.total += bt.stack.n[i];
+                bt.stack.nseg = i + 1;
+            }
         }
 
     run_batch(&bt);
