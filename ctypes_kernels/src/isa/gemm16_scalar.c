@@ -45,16 +45,26 @@ AI void nt_def(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
  * one case where that can differ from every term. */
 enum { KN_JB = 16 };
 AI int kn_row_def(const int32_t *ks, int64_t n, const float *a, int64_t a_k, const float *B,
-                  int64_t b_k, int64_t b_j, const int64_t *lane0, int nj, float *c)
+                  int64_t b_k, int64_t b_j, const int64_t *lane0, const int32_t *rowoff, int nj,
+                  float *c)
 {
     float p[16][KN_JB];                   /* p[lane][output] */
     for (int l = 0; l < 16; l++)
         for (int jj = 0; jj < KN_JB; jj++) p[l][jj] = 0.0f;
-    for (int64_t t = 0; t < n; t++) {
+    /* B packed, every term: lane by lane, its rows one after another in the panel (each
+     * lane's terms still in ascending k; the panel's columns past nj are zeros, not stored) */
+    for (int l = 0; lane0 && !ks && l < 16; l++) {
+        const float *b = B + lane0[l] * 16;
+        for (int64_t k = l; k < n; k += 16, b += 16) {
+            const float ak = a[k * a_k];
+            for (int jj = 0; jj < KN_JB; jj++) p[l][jj] = fmaf(ak, b[jj], p[l][jj]);
+        }
+    }
+    for (int64_t t = 0; !(lane0 && !ks) && t < n; t++) {
         const int64_t k = ks ? ks[t] : t;
         const float ak = a[k * a_k];
-        /* B's row k: k * b_k, or in a packed panel (lane0: core.h) row k / 16 of lane k % 16 */
-        const float *b = lane0 ? B + (lane0[k % 16] + k / 16) * 16 : B + k * b_k;
+        /* B's row k: k * b_k, or where a packed panel holds it (rowoff, core.h) */
+        const float *b = rowoff ? B + rowoff[k] : B + k * b_k;
         float *pl = p[k % 16];
         if (b_j == 1 && nj == KN_JB)      /* a fixed count: vectorizes at -O2 as well */
             for (int jj = 0; jj < KN_JB; jj++) pl[jj] = fmaf(ak, b[jj], pl[jj]);
@@ -79,10 +89,11 @@ AI int kn_row_def(const int32_t *ks, int64_t n, const float *a, int64_t a_k, con
 
 /* every term, or (ks: room for K indices) each row's terms whose A is not ±0; B as rows
  * (b_k, b_j) or, with lane0 (the first row of each lane, crnn_kn_lane_start), packed in
- * panels of 16 columns (core.h) and read where it lies */
+ * panels of 16 columns (core.h) and read where it lies: every term lane by lane, the listed
+ * terms through rowoff (row k of a panel starts rowoff[k] floats in) */
 AI void kn_def(int32_t *ks, int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i,
                int64_t a_k, const float *B, int64_t b_k, int64_t b_j, const int64_t *lane0,
-               float *C, int64_t ldc)
+               const int32_t *rowoff, float *C, int64_t ldc)
 {
     for (int64_t i = 0; i < M; i++) {
         const float *a = A + i * a_i;
@@ -98,8 +109,8 @@ AI void kn_def(int32_t *ks, int64_t M, int64_t N, int64_t K, const float *A, int
             const int nj = N - j0 < KN_JB ? (int)(N - j0) : KN_JB;
             const float *b = lane0 ? B + j0 * K : B + j0 * b_j;   /* panel j0 / 16 */
             float *c = C + i * ldc + j0;
-            if (kn_row_def(ks, n, a, a_k, b, b_k, b_j, lane0, nj, c) && ks)
-                kn_row_def(NULL, K, a, a_k, b, b_k, b_j, lane0, nj, c);     /* every term */
+            if (kn_row_def(ks, n, a, a_k, b, b_k, b_j, lane0, rowoff, nj, c) && ks)
+                kn_row_def(NULL, K, a, a_k, b, b_k, b_j, lane0, NULL, nj, c);   /* every term */
         }
     }
 }
@@ -113,21 +124,21 @@ static void nt_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t 
 static void kn_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i, int64_t a_k,
                        const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
 {
-    kn_def(NULL, M, N, K, A, a_i, a_k, B, b_k, b_j, NULL, C, ldc);
+    kn_def(NULL, M, N, K, A, a_i, a_k, B, b_k, b_j, NULL, NULL, C, ldc);
 }
 
 static void kn_packed_generic(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i,
                               int64_t a_k, const float *Bp, const int64_t *lane0, float *C,
                               int64_t ldc)
 {
-    kn_def(NULL, M, N, K, A, a_i, a_k, Bp, 0, 1, lane0, C, ldc);
+    kn_def(NULL, M, N, K, A, a_i, a_k, Bp, 0, 1, lane0, NULL, C, ldc);
 }
 
 static void kn_sparse_generic(int32_t *ks, int64_t M, int64_t N, int64_t K, const float *A,
-                              int64_t a_i, const float *Bp, const int64_t *lane0, float *C,
-                              int64_t ldc)
+                              int64_t a_i, const float *Bp, const int64_t *lane0,
+                              const int32_t *rowoff, float *C, int64_t ldc)
 {
-    kn_def(ks, M, N, K, A, a_i, 1, Bp, 0, 1, lane0, C, ldc);
+    kn_def(ks, M, N, K, A, a_i, 1, Bp, 0, 1, lane0, rowoff, C, ldc);
 }
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
@@ -142,7 +153,7 @@ __attribute__((target("fma")))
 static void kn_fma3(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_i, int64_t a_k,
                     const float *B, int64_t b_k, int64_t b_j, float *C, int64_t ldc)
 {
-    kn_def(NULL, M, N, K, A, a_i, a_k, B, b_k, b_j, NULL, C, ldc);
+    kn_def(NULL, M, N, K, A, a_i, a_k, B, b_k, b_j, NULL, NULL, C, ldc);
 }
 
 __attribute__((target("fma")))
@@ -150,15 +161,15 @@ static void kn_packed_fma3(int64_t M, int64_t N, int64_t K, const float *A, int6
                            int64_t a_k, const float *Bp, const int64_t *lane0, float *C,
                            int64_t ldc)
 {
-    kn_def(NULL, M, N, K, A, a_i, a_k, Bp, 0, 1, lane0, C, ldc);
+    kn_def(NULL, M, N, K, A, a_i, a_k, Bp, 0, 1, lane0, NULL, C, ldc);
 }
 
 __attribute__((target("fma")))
 static void kn_sparse_fma3(int32_t *ks, int64_t M, int64_t N, int64_t K, const float *A,
-                           int64_t a_i, const float *Bp, const int64_t *lane0, float *C,
-                           int64_t ldc)
+                           int64_t a_i, const float *Bp, const int64_t *lane0,
+                           const int32_t *rowoff, float *C, int64_t ldc)
 {
-    kn_def(ks, M, N, K, A, a_i, 1, Bp, 0, 1, lane0, C, ldc);
+    kn_def(ks, M, N, K, A, a_i, 1, Bp, 0, 1, lane0, rowoff, C, ldc);
 }
 
 #else
@@ -204,6 +215,17 @@ void crnn_gemm16_scalar_variant(int variant, int64_t M, int64_t N, int64_t K,
     (variant && crnn_cpu_has_fma3() ? nt_fma3 : nt_generic)(M, N, K, A, lda, B, ldb, C, ldc);
 }
 
+/* lane0[l]: lane l's first row in a packed panel; returns where each row k starts
+ * (lane0[k % 16] + k / 16 rows in, 16 floats a row), in scratch (NULL without it) */
+static const int32_t *packed_rows(int64_t K, int64_t lane0[16])
+{
+    for (int l = 0; l < 16; l++) lane0[l] = crnn_kn_lane_start(K, l);
+    int32_t *rowoff = crnn_scratch(CRNN_SCRATCH_PACK_B, sizeof(int32_t) * (size_t)(K + 1));
+    if (rowoff)
+        for (int64_t k = 0; k < K; k++) rowoff[k] = (int32_t)((lane0[k % 16] + k / 16) * 16);
+    return rowoff;
+}
+
 /* kn with B packed (core.h), read where it lies: the same walk. */
 void crnn_gemm16_kn_packed_scalar(int64_t M, int64_t N, int64_t K,
                                   const float *A, int64_t a_i, int64_t a_k, const float *Bp,
@@ -236,15 +258,15 @@ void crnn_gemm16_kn_packed_sparse_scalar(int64_t M, int64_t N, int64_t K,
                                          const float *A, int64_t a_i, int64_t a_k,
                                          const float *Bp, float *C, int64_t ldc)
 {
-    int32_t *ks = a_k == 1 && K <= INT32_MAX
+    int32_t *ks = a_k == 1 && K <= INT32_MAX / 16
         ? crnn_scratch(CRNN_SCRATCH_PACK_A, sizeof(int32_t) * (size_t)(K + 1)) : NULL;
-    if (!ks) {
+    int64_t lane0[16];
+    const int32_t *rowoff = ks ? packed_rows(K, lane0) : NULL;
+    if (!rowoff) {
         crnn_gemm16_kn_packed_scalar(M, N, K, A, a_i, a_k, Bp, C, ldc);
         return;
     }
-    int64_t lane0[16];
-    for (int l = 0; l < 16; l++) lane0[l] = crnn_kn_lane_start(K, l);
-    (crnn_cpu_has_fma3() ? kn_sparse_fma3 : kn_sparse_generic)(ks, M, N, K, A, a_i, Bp, lane0, C, ldc);
+    (crnn_cpu_has_fma3() ? kn_sparse_fma3 : kn_sparse_generic)(ks, M, N, K, A, a_i, Bp, lane0, rowoff, C, ldc);
 }
 
 /* The same with A's terms read through a window's chunk offsets (core.h,
@@ -255,18 +277,18 @@ int crnn_gemm16_kn_packed_sparse_win_scalar(int64_t M, int64_t N, int64_t K, con
                                             float *C, int64_t ldc)
 {
     enum { ROWS = 64 };
-    int32_t *ks = K <= INT32_MAX ? crnn_scratch(CRNN_SCRATCH_PACK_A, sizeof(int32_t) * (size_t)(K + 1)) : NULL;
+    int32_t *ks = K <= INT32_MAX / 16 ? crnn_scratch(CRNN_SCRATCH_PACK_A, sizeof(int32_t) * (size_t)(K + 1)) : NULL;
     float *rows = crnn_scratch(CRNN_SCRATCH_GATHER, sizeof(float) * (size_t)(ROWS * K + 1));
-    if (!ks || !rows) return 1;
     int64_t lane0[16];
-    for (int l = 0; l < 16; l++) lane0[l] = crnn_kn_lane_start(K, l);
+    const int32_t *rowoff = ks && rows ? packed_rows(K, lane0) : NULL;
+    if (!rowoff) return 1;
     for (int64_t i0 = 0; i0 < M; i0 += ROWS) {
         const int64_t m = M - i0 < ROWS ? M - i0 : ROWS;
         for (int64_t i = 0; i < m; i++)          /* a chunk of 16 terms a move */
             for (int64_t c = 0; c < K / 16; c++)
                 memcpy(rows + i * K + 16 * c, A + (i0 + i) * a_i + coff[c], 16 * sizeof(float));
         (crnn_cpu_has_fma3() ? kn_sparse_fma3 : kn_sparse_generic)(ks, m, N, K, rows, K, Bp, lane0,
-                                                                   C + i0 * ldc, ldc);
+                                                                   rowoff, C + i0 * ldc, ldc);
     }
     return 0;
 }
