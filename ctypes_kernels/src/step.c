@@ -262,7 +262,6 @@ static void sum_blocks(void *ctx, int64_t b0, int64_t b1)
     }
 }
 
-
 /* A stage on every live line: each worker takes the next line until none is left (lines of
  * different widths balance across threads; which thread runs a line changes no bit); then
  * the blocks of `tail` (work that waits for none of the stage's lines), so a worker whose
@@ -568,9 +567,9 @@ int32_t crnn_step_gradients(const int32_t *cfg, const float *params, int32_t B,
                 bt.stack.src[i] = params + m.offs[t_lstm(&m, l, d, w)];
                 bt.stack.n[i] = m.sizes[t_lstm(&m, l, d, w)];
                 bt.stack.total += bt.stack.n[i];
-                bt.stack.nseg = i + 1;
             }
         }
+    bt.stack.nseg = 6 * m.nLstm;
 
     run_batch(&bt);
 
