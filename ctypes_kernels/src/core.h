@@ -239,7 +239,9 @@ void crnn_parallel_for(int64_t n, crnn_range_fn fn, void *ctx);
 void crnn_parallel_for_work(int64_t n, int64_t work, crnn_range_fn fn, void *ctx);
 
 int crnn_current_isa(void);
+/* The threads a call may use: the setting, or 1 inside a chunk of a parallel_for. */
 int crnn_current_threads(void);
+int crnn_in_chunk(void);
 
 /* 1 when the CPU has FMA3 (the scalar definition then uses the instruction: same bits). */
 int crnn_cpu_has_fma3(void);

@@ -54,7 +54,10 @@ int32_t crnn_set_threads(int32_t n)
 }
 
 int32_t crnn_get_threads(void) { return g_threads; }
-int crnn_current_threads(void) { return g_threads; }
+/* Inside a chunk of a parallel_for the calling thread is the only one a call can use: a
+ * layer call there takes its 1-thread path (no product split into chunks run one after
+ * another, each packing the same B). */
+int crnn_current_threads(void) { return crnn_in_chunk() ? 1 : g_threads; }
 
 int crnn_cpu_has_fma3(void)
 {

@@ -3,10 +3,11 @@
  * Workers are started once (when a call first needs them) and then wait for work: a call
  * costs a wake-up, not a pthread_create. What a call computes is unchanged: [0, n) is split
  * into min(threads, n) contiguous chunks, chunk 0 on the calling thread, chunk c on worker c;
- * every output is still computed whole by one thread, so no bit depends on the split. A
- * parallel_for issued from inside a chunk (a layer call inside one line of the batch
- * gradient), or while another thread holds the pool, runs its chunks one after another on
- * the calling thread: the same chunks, the same bits.
+ * every output is still computed whole by one thread, so no bit depends on the split. Inside
+ * a chunk (a layer call inside one line of the batch gradient) a call sees one thread
+ * (crnn_current_threads) and runs as it does at one thread, fn(ctx, 0, n) here. A
+ * parallel_for issued while another thread holds the pool runs its chunks one after
+ * another on the calling thread: the same chunks, the same bits.
  *
  * Workers run each chunk with the caller's floating-point control word (MXCSR on x86:
  * rounding mode, FTZ/DAZ), as a thread created by the caller would have inherited it.
@@ -52,6 +53,8 @@ static int nworkers;                 /* started workers: slots 1 .. nworkers */
 static atomic_int spin_polls = SPIN_POLLS;
 static long ncpus;
 static _Thread_local int in_chunk;   /* this thread is running a chunk */
+
+int crnn_in_chunk(void) { return in_chunk; }
 
 static void run_chunk(const job_t *j, int c)
 {
