@@ -15,6 +15,7 @@ typedef struct {
     int64_t total;
     float *dots;          /* [nTensors] */
     float f;              /* the scaling */
+    int64_t runs;         /* the threads: run c is chunk c */
 } clip_job;
 
 /* tensors whose first element lies in run c of [0, total) split into `runs` equal parts */
@@ -22,8 +23,7 @@ static void dots_range(void *ctx, int64_t c0, int64_t c1)
 {
     const clip_job *j = ctx;
     crnn_gemm16_fn dot = crnn_gemm16_kernel();
-    const int64_t runs = crnn_current_threads();
-    const int64_t lo = j->total * c0 / runs, hi = j->total * c1 / runs;
+    const int64_t lo = j->total * c0 / j->runs, hi = j->total * c1 / j->runs;
     const float *g = j->grads;
     for (int32_t i = 0; i < j->nTensors; g += j->sizes[i], i++) {
         const int64_t start = g - j->grads;
@@ -58,11 +58,11 @@ int32_t crnn_clip_gradients(float *grads, const int64_t *sizes, int32_t nTensors
      * a time on this thread: the same dots, the same sum) */
     float few[64];
     float *dots = nTensors <= 64 ? few : crnn_scratch(CRNN_SCRATCH_LINE, sizeof(float) * (size_t)nTensors);
-    clip_job j = {grads, sizes, nTensors, total, dots, 0.0f};
+    clip_job j = {grads, sizes, nTensors, total, dots, 0.0f, crnn_current_threads()};
     double sumsq = 0.0;
     if (dots) {
         for (int32_t i = 0; i < nTensors; i++) dots[i] = 0.0f;
-        crnn_parallel_for_work(crnn_current_threads(), total, dots_range, &j);
+        crnn_parallel_for_work(j.runs, total, dots_range, &j);
         for (int32_t i = 0; i < nTensors; i++) sumsq = sumsq + (double)dots[i];
     } else {
         const float *g = grads;
