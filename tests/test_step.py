@@ -124,6 +124,30 @@ def test_single_line_and_sum_in_line_order(lib, restore):
     assert all(one[k].tobytes() == want[1][k].tobytes() for k in one)
 
 
+@pytest.mark.parametrize("bad,direction", [(np.inf, "rev"), (np.nan, "fwd")])
+def test_non_finite_w_ih_keeps_every_zero_term(lib, isas, restore, bad, direction):
+    """+0 * inf is NaN: with a non-finite W_ih the step's x*W_ih^T keeps the zero terms of x
+    (the step learns W_ih's finiteness while it stacks the weights). A dead channel of the
+    last conv block makes a column of x +0 at every step and its W_ih entry is inf or NaN:
+    the spec's logits are NaN, which its CTC refuses, and the C step's CTC returns
+    CRNN_E_ARG. Leaving the zero terms out would keep the logits finite and the step would
+    return 0."""
+    config = cases.small_config()
+    rng = np.random.default_rng(15)
+    params = model.init_params(config, rng)
+    params["conv1.W"][2] = 0.0
+    params["conv1.b"][2] = -1.0
+    params[f"lstm0.{direction}.W_ih"][5, 2] = bad      # feature 2: row 0 of the map, channel 2
+    images, targets = random_batch(rng, config, (24, 25, 26), with_no_alignment=False)
+    with pytest.raises(ValueError, match="logits must be finite"):
+        spec.batch_gradient(config, params, images, targets)
+    for isa in isas:
+        for threads in THREADS:
+            assert lib.crnn_set_isa(ISA_IDS[isa]) == 0 and lib.crnn_set_threads(threads) == 0
+            rc, _, _, _ = c_step(lib, config, params, images, targets)
+            assert rc == -1, (isa, threads, rc)     # CRNN_E_ARG
+
+
 def test_no_alignment_line_counts_zero_and_stays_in_B(lib):
     config = cases.small_config()
     rng = np.random.default_rng(14)

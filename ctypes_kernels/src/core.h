@@ -115,6 +115,8 @@ void crnn_gemm16_kn_packed_taps(int64_t M, int64_t N, int64_t K, const float *A,
                                 const int64_t *tap, const float *Bp, float *C, int64_t ldc);
 /* 1 when every x[i] (i < n) is finite: then x * (±0) is an exact zero. */
 int crnn_all_finite(const float *x, int64_t n);
+/* dst[i] = src[i] for i < n; returns crnn_all_finite(src, n), found in the same pass. */
+int crnn_copy_finite(float *dst, const float *src, int64_t n);
 /* 1 when at least a quarter of x[i] (i < n) is ±0: enough zero terms for the sparse
  * kernel's masks to pay (after a ReLU and pool 64-68 % are; an image 1.6 %). */
 int crnn_mostly_zero(const float *x, int64_t n);
@@ -217,11 +219,12 @@ void *crnn_scratch(int slot, size_t bytes);
 /* The LSTM layer (lstm.c) for nl lines of the same length T at once, each line's tensors
  * where the ABI entry points put them (crnn_lstm_forward/backward are nl = 1), except the
  * backward's weight gradients: dW_ih, dW_hh and db hold a pointer per line and direction
- * ([2 * line + d]), so the batch gradient writes them straight into each line's gradient. */
+ * ([2 * line + d]), so the batch gradient writes them straight into each line's gradient.
+ * finiteW: 1 or 0 when the caller knows whether every W_ih is finite, -1 to find out here. */
 int32_t crnn_lstm_forward_lines(int nl, const float *const *x, int32_t T, int32_t I, int32_t H,
                                 const float *W_ih, const float *W_hh, const float *b,
                                 float *const *out, float *const *gates, float *const *c,
-                                float *const *tc, float *const *hPrev);
+                                float *const *tc, float *const *hPrev, int finiteW);
 int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32_t I, int32_t H,
                                  const float *W_ih, const float *W_hh,
                                  const float *const *gates, const float *const *c,

@@ -43,6 +43,29 @@ int crnn_all_finite(const float *x, int64_t n)
     return !bad;
 }
 
+int crnn_copy_finite(float *dst, const float *src, int64_t n)
+{
+    int64_t i = 0;
+    int bad = 0;
+#if defined(__SSE2__)
+    __m128 acc0 = _mm_setzero_ps(), acc1 = _mm_setzero_ps(), zero = _mm_setzero_ps();
+    for (; i + 8 <= n; i += 8) {
+        __m128 a = _mm_loadu_ps(src + i), b = _mm_loadu_ps(src + i + 4);
+        _mm_storeu_ps(dst + i, a);
+        _mm_storeu_ps(dst + i + 4, b);
+        acc0 = _mm_or_ps(acc0, _mm_mul_ps(a, zero));
+        acc1 = _mm_or_ps(acc1, _mm_mul_ps(b, zero));
+    }
+    acc0 = _mm_or_ps(acc0, acc1);
+    bad = _mm_movemask_ps(_mm_cmpunord_ps(acc0, acc0)) != 0;
+#endif
+    for (; i < n; i++) {
+        dst[i] = src[i];
+        bad |= !(src[i] - src[i] == 0.0f);
+    }
+    return !bad;
+}
+
 /* 1 when at least a quarter of x is ±0. The count from compare masks (each -1 where x is
  * ±0) subtracted lane-wise: no popcount, which this baseline-flags file would call libgcc
  * for (it was 0.8 % of the avx2 step). */

@@ -138,7 +138,7 @@ static void xw_range(void *ctx, int64_t begin, int64_t end)
 int32_t crnn_lstm_forward_lines(int nl, const float *const *x, int32_t T, int32_t I, int32_t H,
                                 const float *W_ih, const float *W_hh, const float *b,
                                 float *const *out, float *const *gates, float *const *c,
-                                float *const *tc, float *const *hPrev)
+                                float *const *tc, float *const *hPrev, int finiteW)
 {
     if (nl < 1 || T < 0 || I < 0 || H < 1 || !W_ih || !W_hh || !b) return CRNN_E_ARG;
     for (int li = 0; li < nl && T > 0; li++)
@@ -148,7 +148,8 @@ int32_t crnn_lstm_forward_lines(int nl, const float *const *x, int32_t T, int32_
      * most of x is +0: those terms are left out where every W_ih is finite (core.h) */
     const int64_t nx = (int64_t)T * I;
     const int zeros1 = nl == 1 && crnn_mostly_zero(x[0], nx);
-    const int finite = (nl > 1 || zeros1) && crnn_all_finite(W_ih, 2 * (int64_t)G * I);
+    const int finite = (nl > 1 || zeros1)
+                       && (finiteW >= 0 ? finiteW : crnn_all_finite(W_ih, 2 * (int64_t)G * I));
     const int pack = nl > 1 || (zeros1 && finite);   /* else one dense line: W_ih as it lies */
     const size_t packed = pack ? (2 * G + 15) / 16 * 16 * nI : 0;
     const size_t hpacked = nl > 1 ? (G + 15) / 16 * 16 * (size_t)H : 0;   /* W_hhᵀ of a direction */
@@ -182,7 +183,7 @@ int32_t crnn_lstm_forward(const float *x, int32_t T, int32_t I, int32_t H,
 {
     if (T < 0 || I < 0 || H < 1 || !W_ih || !W_hh || !b) return CRNN_E_ARG;
     if (T > 0 && (!x || !out || !gates || !c || !tc || !hPrev)) return CRNN_E_ARG;
-    return crnn_lstm_forward_lines(1, &x, T, I, H, W_ih, W_hh, b, &out, &gates, &c, &tc, &hPrev);
+    return crnn_lstm_forward_lines(1, &x, T, I, H, W_ih, W_hh, b, &out, &gates, &c, &tc, &hPrev, -1);
 }
 
 /* ---- backward ---------------------------------------------------------------------- */

@@ -189,22 +189,28 @@ static int layout_line(const model_t *m, int32_t width, line_layout_t *L)
 }
 
 /* The LSTM weights stacked as crnn_lstm_* take them ([2][...] per kind): segment i of the
- * stack (n[i] floats, in order from dst) is a copy of src[i] */
+ * stack (n[i] floats, in order from dst) is a copy of src[i]; segment i is layer i / 6's
+ * W_ih, W_hh or b ((i % 6) / 2) of direction i % 2. The copy of a W_ih also finds whether
+ * it is finite (the LSTM forward's sparse products need to know). */
 typedef struct {
     float *dst;
     const float *src[6 * MAX_LSTM];
     int64_t n[6 * MAX_LSTM], total;
     int nseg;
+    int32_t nonfinite[MAX_LSTM];   /* set by any block of the layer's W_ih with a NaN or inf */
 } stack_job;
 
 #define STACK_BLOCK 16384
 static void stack_blocks(void *ctx, int64_t b0, int64_t b1)
 {
-    const stack_job *j = ctx;
+    stack_job *j = ctx;
     const int64_t lo = b0 * STACK_BLOCK, hi = b1 * STACK_BLOCK < j->total ? b1 * STACK_BLOCK : j->total;
     for (int64_t i = 0, at = 0; i < j->nseg && at < hi; at += j->n[i], i++) {
         const int64_t a = lo > at ? lo : at, e = hi < at + j->n[i] ? hi : at + j->n[i];
-        if (a < e) memcpy(j->dst + a, j->src[i] + (a - at), sizeof(float) * (size_t)(e - a));
+        if (a >= e) continue;
+        if ((i % 6) / 2 != 0) memcpy(j->dst + a, j->src[i] + (a - at), sizeof(float) * (size_t)(e - a));
+        else if (!crnn_copy_finite(j->dst + a, j->src[i] + (a - at), e - a))
+            __atomic_store_n(&j->nonfinite[i / 6], 1, __ATOMIC_RELAXED);
     }
 }
 
@@ -276,6 +282,7 @@ typedef struct {
     batch_t *bt;
     stage_fn fn;
     const stage_tail *tail;   /* NULL or work after the lines */
+    const int32_t *order;     /* NULL, or the lines in the order they are handed out */
 } stage_job;
 
 static void stage_worker(void *ctx, int64_t begin, int64_t end)
@@ -287,13 +294,14 @@ static void stage_worker(void *ctx, int64_t begin, int64_t end)
         int32_t b = __atomic_fetch_add(&j->bt->next, 1, __ATOMIC_RELAXED);
         if (b >= j->bt->B + ntail) return;
         if (b >= j->bt->B) j->tail->fn(j->tail->ctx, b - j->bt->B, b - j->bt->B + 1);
+        else if (j->order) { if (j->bt->live[j->order[b]]) j->fn(j->bt, j->order[b]); }
         else if (j->bt->live[b]) j->fn(j->bt, b);
     }
 }
 
-static void run_stage_tail(batch_t *bt, stage_fn fn, const stage_tail *tail)
+static void run_stage_order(batch_t *bt, stage_fn fn, const stage_tail *tail, const int32_t *order)
 {
-    stage_job j = {bt, fn, tail};
+    stage_job j = {bt, fn, tail, order};
     bt->next = 0;
     int32_t workers = crnn_current_threads() < bt->B ? crnn_current_threads() : bt->B;
     int64_t work = 0;   /* a lower bound: every parameter takes part once per step of a line */
@@ -302,7 +310,28 @@ static void run_stage_tail(batch_t *bt, stage_fn fn, const stage_tail *tail)
     crnn_parallel_for_work(workers, work, stage_worker, &j);
 }
 
-static void run_stage(batch_t *bt, stage_fn fn) { run_stage_tail(bt, fn, NULL); }
+static void run_stage_tail(batch_t *bt, stage_fn fn, const stage_tail *tail)
+{
+    run_stage_order(bt, fn, tail, NULL);
+}
+
+/* The lines by their head's work, largest first (ties in line order): the CTC lattice of a
+ * line has 2L + 1 entries a step, so lines of one width differ by their targets; handed out
+ * largest first, the last line a worker takes is a short one. */
+static void head_order(const batch_t *bt, int32_t *order)
+{
+    const int64_t K = bt->m->classes;
+    for (int32_t b = 0; b < bt->B; b++) {
+        const int64_t w = bt->lay[b].g.T * (2 * (int64_t)bt->targetLens[b] + 1 + K);
+        int32_t i = b;
+        for (; i > 0; i--) {
+            const int32_t a = order[i - 1];
+            if (bt->lay[a].g.T * (2 * (int64_t)bt->targetLens[a] + 1 + K) >= w) break;
+            order[i] = a;
+        }
+        order[i] = b;
+    }
+}
 
 static void line_failed(const batch_t *bt, int32_t b, int32_t rc)
 {
@@ -446,7 +475,8 @@ static void lstm_layer(batch_t *bt, int l, int backward, int32_t *lines, int32_t
         }
         int32_t rc = !backward
             ? crnn_lstm_forward_lines(n, cx, T, I, (int32_t)H, bt->lstmW[l][0], bt->lstmW[l][1],
-                                      bt->lstmW[l][2], p0, p1, p2, p3, p4)
+                                      bt->lstmW[l][2], p0, p1, p2, p3, p4,
+                                      !bt->stack.nonfinite[l])
             : crnn_lstm_backward_lines(n, cx, T, I, (int32_t)H, bt->lstmW[l][0], bt->lstmW[l][1],
                                        q0, q1, q2, q3, q4, p0, p1, p2, p3);
         if (rc != CRNN_OK)
@@ -463,15 +493,15 @@ static void run_batch(batch_t *bt)
     const model_t *m = bt->m;
     int32_t B = bt->B;
     /* per-group pointer tables: [15][B] pointers (the weight gradients' tables two per
-     * line: [2 * line + d]) and two [B] int arrays, on the heap */
+     * line: [2 * line + d]) and three [B] int arrays, on the heap */
     void **tab = malloc(sizeof(void *) * 15 * (size_t)B);
-    int32_t *ints = malloc(sizeof(int32_t) * 2 * (size_t)B);
+    int32_t *ints = malloc(sizeof(int32_t) * 3 * (size_t)B);
     if (!tab || !ints) {
         for (int32_t b = 0; b < B; b++) if (bt->live[b]) line_failed(bt, b, CRNN_E_NOMEM);
         free(tab); free(ints);
         return;
     }
-    int32_t *lines = ints, *done = ints + B;
+    int32_t *lines = ints, *done = ints + B, *order = ints + 2 * B;
 #define TAB(i) ((void *)(tab + (size_t)(i) * B))
     /* the stacked LSTM weights are copied while the conv blocks run (the LSTM reads them) */
     const stage_tail stack = {stack_blocks, &bt->stack, (bt->stack.total + STACK_BLOCK - 1) / STACK_BLOCK};
@@ -479,7 +509,8 @@ static void run_batch(batch_t *bt)
     for (int l = 0; l < m->nLstm; l++)
         lstm_layer(bt, l, 0, lines, done, TAB(0), TAB(1), TAB(3), TAB(5), TAB(7), TAB(8),
                    TAB(9), TAB(10), TAB(11), TAB(12), TAB(13));
-    run_stage(bt, stage_head);
+    head_order(bt, order);
+    run_stage_order(bt, stage_head, NULL, order);
     for (int l = m->nLstm - 1; l >= 0; l--)
         lstm_layer(bt, l, 1, lines, done, TAB(0), TAB(1), TAB(3), TAB(5), TAB(7), TAB(8),
                    TAB(9), TAB(10), TAB(11), TAB(12), TAB(13));
