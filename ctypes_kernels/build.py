@@ -42,8 +42,11 @@ HERE = Path(__file__).resolve().parent
 SRC = HERE / "src"
 ISAS = ("scalar", "sse", "avx2", "avx512")
 DEFAULT_OPT = "-O2"     # the project standard; -O0 and -O3 give the same bits (tests/test_compilers.py)
-BASE_FLAGS = ["-ffp-contract=off", "-fno-fast-math", "-fno-math-errno", "-fPIC", "-pthread", "-std=gnu11",
-              "-Wall", "-Wextra", "-Wno-unused-parameter"]
+# -falign-functions=64: every function starts on a cache line, so a kernel's loops keep their
+# alignment when unrelated code above it grows or shrinks (the scalar path's kn loops moved
+# 3.5 ms a step with a 100-byte change in another file; docs/performance.md). Placement only.
+BASE_FLAGS = ["-ffp-contract=off", "-fno-fast-math", "-fno-math-errno", "-falign-functions=64", "-fPIC",
+              "-pthread", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 ISA_FLAGS = {
     "scalar": [],
     "sse": ["-msse4.2", "-mfma"],
