@@ -208,7 +208,8 @@ static void stack_blocks(void *ctx, int64_t b0, int64_t b1)
     for (int64_t i = 0, at = 0; i < j->nseg && at < hi; at += j->n[i], i++) {
         const int64_t a = lo > at ? lo : at, e = hi < at + j->n[i] ? hi : at + j->n[i];
         if (a >= e) continue;
-        if ((i % 6) / 2 != 0) memcpy(j->dst + a, j->src[i] + (a - at), sizeof(float) * (size_t)(e - a));
+        const int64_t kind = (i % 6) / 2;                 /* 0 W_ih, 1 W_hh, 2 b */
+        if (kind != 0) memcpy(j->dst + a, j->src[i] + (a - at), sizeof(float) * (size_t)(e - a));
         else if (!crnn_copy_finite(j->dst + a, j->src[i] + (a - at), e - a))
             __atomic_store_n(&j->nonfinite[i / 6], 1, __ATOMIC_RELAXED);
     }
@@ -293,9 +294,12 @@ static void stage_worker(void *ctx, int64_t begin, int64_t end)
     for (;;) {
         int32_t b = __atomic_fetch_add(&j->bt->next, 1, __ATOMIC_RELAXED);
         if (b >= j->bt->B + ntail) return;
-        if (b >= j->bt->B) j->tail->fn(j->tail->ctx, b - j->bt->B, b - j->bt->B + 1);
-        else if (j->order) { if (j->bt->live[j->order[b]]) j->fn(j->bt, j->order[b]); }
-        else if (j->bt->live[b]) j->fn(j->bt, b);
+        if (b >= j->bt->B) {
+            j->tail->fn(j->tail->ctx, b - j->bt->B, b - j->bt->B + 1);
+            continue;
+        }
+        const int32_t line = j->order ? j->order[b] : b;
+        if (j->bt->live[line]) j->fn(j->bt, line);
     }
 }
 
@@ -318,17 +322,16 @@ static void run_stage_tail(batch_t *bt, stage_fn fn, const stage_tail *tail)
 /* The lines by their head's work, largest first (ties in line order): the CTC lattice of a
  * line has 2L + 1 entries a step, so lines of one width differ by their targets; handed out
  * largest first, the last line a worker takes is a short one. */
+static int64_t head_work(const batch_t *bt, int32_t b)
+{
+    return bt->lay[b].g.T * (2 * (int64_t)bt->targetLens[b] + 1 + bt->m->classes);
+}
+
 static void head_order(const batch_t *bt, int32_t *order)
 {
-    const int64_t K = bt->m->classes;
-    for (int32_t b = 0; b < bt->B; b++) {
-        const int64_t w = bt->lay[b].g.T * (2 * (int64_t)bt->targetLens[b] + 1 + K);
+    for (int32_t b = 0; b < bt->B; b++) {     /* insertion: ties keep line order */
         int32_t i = b;
-        for (; i > 0; i--) {
-            const int32_t a = order[i - 1];
-            if (bt->lay[a].g.T * (2 * (int64_t)bt->targetLens[a] + 1 + K) >= w) break;
-            order[i] = a;
-        }
+        for (; i > 0 && head_work(bt, order[i - 1]) < head_work(bt, b); i--) order[i] = order[i - 1];
         order[i] = b;
     }
 }
