@@ -24,35 +24,20 @@ static void pack_rows4(const float *src, int64_t b_j, float *const dst[4])
 }
 #endif
 
-/* 1 when every x is finite (x*0 is ±0 then, NaN otherwise; the OR of the bits is NaN iff
- * any is) */
-int crnn_all_finite(const float *x, int64_t n)
+/* 1 when every src[i] is finite (x*0 is ±0 then, NaN otherwise; the OR of the bits is NaN
+ * iff any is); with dst, src is copied there in the same pass */
+static inline int finite_pass(float *dst, const float *src, int64_t n)
 {
     int64_t i = 0;
     int bad = 0;
 #if defined(__SSE2__)
     __m128 acc0 = _mm_setzero_ps(), acc1 = _mm_setzero_ps(), zero = _mm_setzero_ps();
     for (; i + 8 <= n; i += 8) {      /* two chains: the mul's latency, not the loads */
-        acc0 = _mm_or_ps(acc0, _mm_mul_ps(_mm_loadu_ps(x + i), zero));
-        acc1 = _mm_or_ps(acc1, _mm_mul_ps(_mm_loadu_ps(x + i + 4), zero));
-    }
-    acc0 = _mm_or_ps(acc0, acc1);
-    bad = _mm_movemask_ps(_mm_cmpunord_ps(acc0, acc0)) != 0;
-#endif
-    for (; i < n; i++) bad |= !(x[i] - x[i] == 0.0f);
-    return !bad;
-}
-
-int crnn_copy_finite(float *dst, const float *src, int64_t n)
-{
-    int64_t i = 0;
-    int bad = 0;
-#if defined(__SSE2__)
-    __m128 acc0 = _mm_setzero_ps(), acc1 = _mm_setzero_ps(), zero = _mm_setzero_ps();
-    for (; i + 8 <= n; i += 8) {
         __m128 a = _mm_loadu_ps(src + i), b = _mm_loadu_ps(src + i + 4);
-        _mm_storeu_ps(dst + i, a);
-        _mm_storeu_ps(dst + i + 4, b);
+        if (dst) {
+            _mm_storeu_ps(dst + i, a);
+            _mm_storeu_ps(dst + i + 4, b);
+        }
         acc0 = _mm_or_ps(acc0, _mm_mul_ps(a, zero));
         acc1 = _mm_or_ps(acc1, _mm_mul_ps(b, zero));
     }
@@ -60,11 +45,14 @@ int crnn_copy_finite(float *dst, const float *src, int64_t n)
     bad = _mm_movemask_ps(_mm_cmpunord_ps(acc0, acc0)) != 0;
 #endif
     for (; i < n; i++) {
-        dst[i] = src[i];
+        if (dst) dst[i] = src[i];
         bad |= !(src[i] - src[i] == 0.0f);
     }
     return !bad;
 }
+
+int crnn_all_finite(const float *x, int64_t n) { return finite_pass(NULL, x, n); }
+int crnn_copy_finite(float *dst, const float *src, int64_t n) { return finite_pass(dst, src, n); }
 
 /* 1 when at least a quarter of x is ±0. The count from compare masks (each -1 where x is
  * ±0) subtracted lane-wise: no popcount, which this baseline-flags file would call libgcc

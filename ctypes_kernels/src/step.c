@@ -303,7 +303,7 @@ static void stage_worker(void *ctx, int64_t begin, int64_t end)
     }
 }
 
-static void run_stage_order(batch_t *bt, stage_fn fn, const stage_tail *tail, const int32_t *order)
+static void run_stage(batch_t *bt, stage_fn fn, const stage_tail *tail, const int32_t *order)
 {
     stage_job j = {bt, fn, tail, order};
     bt->next = 0;
@@ -312,11 +312,6 @@ static void run_stage_order(batch_t *bt, stage_fn fn, const stage_tail *tail, co
     for (int32_t b = 0; b < bt->B; b++)
         work += bt->m->nParams * (bt->lay[b].g.T > 1 ? bt->lay[b].g.T : 1);
     crnn_parallel_for_work(workers, work, stage_worker, &j);
-}
-
-static void run_stage_tail(batch_t *bt, stage_fn fn, const stage_tail *tail)
-{
-    run_stage_order(bt, fn, tail, NULL);
 }
 
 /* The lines by their head's work, largest first (ties in line order): the CTC lattice of a
@@ -508,12 +503,12 @@ static void run_batch(batch_t *bt)
 #define TAB(i) ((void *)(tab + (size_t)(i) * B))
     /* the stacked LSTM weights are copied while the conv blocks run (the LSTM reads them) */
     const stage_tail stack = {stack_blocks, &bt->stack, (bt->stack.total + STACK_BLOCK - 1) / STACK_BLOCK};
-    run_stage_tail(bt, stage_conv_forward, &stack);
+    run_stage(bt, stage_conv_forward, &stack, NULL);
     for (int l = 0; l < m->nLstm; l++)
         lstm_layer(bt, l, 0, lines, done, TAB(0), TAB(1), TAB(3), TAB(5), TAB(7), TAB(8),
                    TAB(9), TAB(10), TAB(11), TAB(12), TAB(13));
     head_order(bt, order);
-    run_stage_order(bt, stage_head, NULL, order);
+    run_stage(bt, stage_head, NULL, order);
     for (int l = m->nLstm - 1; l >= 0; l--)
         lstm_layer(bt, l, 1, lines, done, TAB(0), TAB(1), TAB(3), TAB(5), TAB(7), TAB(8),
                    TAB(9), TAB(10), TAB(11), TAB(12), TAB(13));
@@ -524,7 +519,7 @@ static void run_batch(batch_t *bt)
     const int64_t from = m->offs[t_lstm(m, 0, 0, 0)];
     sum_job sj = {bt->grads, bt->lineGrads, m->nParams, from, m->nParams, B};
     const stage_tail sum = {sum_blocks, &sj, (m->nParams - from + SUM_BLOCK - 1) / SUM_BLOCK};
-    run_stage_tail(bt, stage_conv_backward, ok ? &sum : NULL);
+    run_stage(bt, stage_conv_backward, ok ? &sum : NULL, NULL);
     if (ok) bt->summedFrom = from;
 #undef TAB
     free(tab); free(ints);

@@ -158,7 +158,7 @@ void crnn_parallel_for(int64_t n, crnn_range_fn fn, void *ctx)
         return;
     }
     if (t > MAX_THREADS) t = MAX_THREADS;
-    if (in_chunk || pthread_mutex_trylock(&use_lock) != 0) {
+    if (pthread_mutex_trylock(&use_lock) != 0) {   /* (inside a chunk t is 1: returned above) */
         run_serially(n, t, fn, ctx);
         return;
     }
