@@ -60,6 +60,30 @@ def test_c_equals_spec_on_random_lines(lib):
     assert n_inf < 150
 
 
+def test_every_isa_path_and_array_length_equals_spec(lib, isas):
+    """Every path, with the lattice's 2L + 1 entries, the T steps and the K classes at every
+    length modulo 8: the exps and logs over those arrays run in whole vectors, padded, or with
+    a tail through the scalar functions, and each gives the spec's bits."""
+    from crnn_conformance.ctypes_kernels.abi import ISA_NAMES
+    rng = np.random.default_rng(52)
+    lines = []
+    for L in range(0, 12):
+        T, K = 2 * L + 1 + int(rng.integers(0, 9)), int(rng.integers(2 + L % 3, 41))
+        target = rng.integers(1, K, L).astype(np.int32)
+        logits = rng.normal(0.0, 2.0, (T, K)).astype(np.float32)
+        lines.append((logits, target, spec.ctc(logits, target, 0.25)))
+    before = lib.crnn_get_isa()
+    try:
+        for isa in isas:
+            assert lib.crnn_set_isa(ISA_NAMES.index(isa)) == 0
+            for logits, target, (l_s, d_s) in lines:
+                l_c, d_c = c_ctc(lib, logits, target, 0.25)
+                assert same_bits(np.float64(l_c), np.float64(l_s)), (isa, logits.shape, target)
+                assert same_bits(d_c, d_s), (isa, logits.shape, target)
+    finally:
+        lib.crnn_set_isa(before)
+
+
 def test_c_equals_spec_on_special_cases(lib):
     """Empty target, no alignment, repeats, saturated logits, T = 1, K = 2 (the fixture's cases)."""
     for case in cases.build():

@@ -242,6 +242,9 @@ void crnn_parallel_for(int64_t n, crnn_range_fn fn, void *ctx);
 void crnn_parallel_for_work(int64_t n, int64_t work, crnn_range_fn fn, void *ctx);
 
 int crnn_current_isa(void);
+/* Floats a vector of the current path holds (1 on the scalar path): for the choices between
+ * algorithms that give the same bits, where the faster one depends on the width. */
+int crnn_vector_floats(void);
 /* The threads a call may use: the setting, or 1 inside a chunk of a parallel_for. */
 int crnn_current_threads(void);
 int crnn_in_chunk(void);

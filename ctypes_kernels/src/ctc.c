@@ -31,16 +31,29 @@ static double logadd(double a, double b)
     return hi + crnn_detmath_log1(1.0 + crnn_detmath_exp1(d));
 }
 
-/* out[i] = logadd(a[i], b[i]), i < n (out may be a): the same operations, the exps and logs
- * over the array; w holds 2n doubles, need n flags (whether entry i takes the log) */
-static void logadd_n(const double *a, const double *b, int64_t n, double *out, double *w,
-                     unsigned char *need)
+/* The length an array of n runs at on the path's exp_n and log_n (w lanes: the path's
+ * doubles a vector, a power of two): a tail of more than half a vector is padded to a whole
+ * one, a shorter tail left to the scalar functions (the same bits either way; a vector costs
+ * about as much as half its lanes' scalar calls, docs/performance.md) */
+static inline int64_t padded(int64_t n, int64_t w)
 {
-    double *hi = w, *d = w + n;
+    const int64_t tail = n & (w - 1);
+    return 2 * tail > w ? n - tail + w : n;
+}
+
+/* out[i] = logadd(a[i], b[i]), i < n (out may be a): the same operations, the exps and logs
+ * over the array, padded with d = 0 to n8 = padded(n, lanes); w holds 2 n8 doubles, need n
+ * flags (whether entry i takes the log) */
+static void logadd_n(const double *a, const double *b, int64_t n, int64_t lanes, double *out,
+                     double *w, unsigned char *need)
+{
+    const int64_t n8 = padded(n, lanes);
+    double *hi = w, *d = w + n8;
     for (int64_t i = 0; i < n; i++) need[i] = (unsigned char)la_parts(a[i], b[i], hi + i, d + i);
-    crnn_detmath_exp_n(d, n, d);
-    for (int64_t i = 0; i < n; i++) d[i] = 1.0 + d[i];
-    crnn_detmath_log_n(d, n, d);
+    for (int64_t i = n; i < n8; i++) d[i] = 0.0;
+    crnn_detmath_exp_n(d, n8, d);
+    for (int64_t i = 0; i < n8; i++) d[i] = 1.0 + d[i];
+    crnn_detmath_log_n(d, n8, d);
     for (int64_t i = 0; i < n; i++) out[i] = need[i] ? hi[i] + d[i] : hi[i];
 }
 
@@ -59,7 +72,9 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
     for (int64_t i = 0; i < nTK; i++) dlogits[i] = 0.0f;
     if (T == 0) { *loss = INFINITY; return CRNN_OK; }
 
-    const int64_t nw = S > T ? (S > K ? S : K) : (T > K ? T : K);   /* a step's entries */
+    const int64_t lanes = crnn_vector_floats() > 1 ? crnn_vector_floats() / 2 : 1, K8 = padded(K, lanes);
+    const int64_t most = S > T ? (S > K ? S : K) : (T > K ? T : K);   /* a step's entries */
+    const int64_t nw = (most + lanes - 1) & -lanes;                    /* >= any padded() */
     double *lp = malloc(sizeof(double) * ((size_t)nTK * 3 + (size_t)T * S * 2 + (size_t)nw * 5));
     int32_t *ext = malloc(sizeof(int32_t) * (size_t)S + (size_t)nw);
     if (!lp || !ext) { free(lp); free(ext); return CRNN_E_NOMEM; }
@@ -74,7 +89,8 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
         double m = z[0];
         for (int32_t k = 1; k < K; k++) if ((double)z[k] > m) m = z[k];
         for (int32_t k = 0; k < K; k++) u[k] = (double)z[k] - m;
-        crnn_detmath_exp_n(u, K, u);
+        for (int64_t k = K; k < K8; k++) u[k] = 0.0;
+        crnn_detmath_exp_n(u, K8, u);
         double s = 0.0;
         for (int32_t k = 0; k < K; k++) s = s + u[k];
         double ls = crnn_detmath_log1(s);
@@ -89,10 +105,10 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
         const double *a = alpha + (t - 1) * S;
         double *out = alpha + t * S;
         for (int64_t s = 0; s < S; s++) v[s] = s >= 1 ? a[s - 1] : NEG_INF;
-        logadd_n(a, v, S, u, w, need);
+        logadd_n(a, v, S, lanes, u, w, need);
         for (int64_t s = 0; s < S; s++)
             v[s] = (s >= 2 && ext[s] != 0 && ext[s] != ext[s - 2]) ? a[s - 2] : NEG_INF;
-        logadd_n(u, v, S, out, w, need);
+        logadd_n(u, v, S, lanes, out, w, need);
         for (int64_t s = 0; s < S; s++) out[s] = out[s] + lp[t * K + ext[s]];
     }
     for (int64_t s = 0; s < S; s++)
@@ -101,10 +117,10 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
         const double *bn = beta + (t + 1) * S;
         double *out = beta + t * S;
         for (int64_t s = 0; s < S; s++) v[s] = s + 1 < S ? bn[s + 1] : NEG_INF;
-        logadd_n(bn, v, S, u, w, need);
+        logadd_n(bn, v, S, lanes, u, w, need);
         for (int64_t s = 0; s < S; s++)
             v[s] = (s + 2 < S && ext[s + 2] != 0 && ext[s + 2] != ext[s]) ? bn[s + 2] : NEG_INF;
-        logadd_n(u, v, S, out, w, need);
+        logadd_n(u, v, S, lanes, out, w, need);
         for (int64_t s = 0; s < S; s++) out[s] = out[s] + lp[t * K + ext[s]];
     }
 
@@ -126,7 +142,7 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
             u[t] = acc[t * K + ext[s]];
             v[t] = alpha[t * S + s] + beta[t * S + s];
         }
-        logadd_n(u, v, T, u, w, need);
+        logadd_n(u, v, T, lanes, u, w, need);
         for (int64_t t = 0; t < T; t++) acc[t * K + ext[s]] = u[t];
     }
     for (int64_t i = 0; i < nTK; i++) acc[i] = (acc[i] - lp[i]) - logP;

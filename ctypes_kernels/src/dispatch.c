@@ -46,6 +46,12 @@ int crnn_current_isa(void)
 
 int32_t crnn_get_isa(void) { return crnn_current_isa(); }
 
+int crnn_vector_floats(void)
+{
+    static const int8_t floats[CRNN_NISA] = {1, 4, 8, 16, 4};   /* scalar, sse, avx2, avx512, neon */
+    return floats[crnn_current_isa()];
+}
+
 int32_t crnn_set_threads(int32_t n)
 {
     if (n < 1 || n > 256) return CRNN_E_ARG;
