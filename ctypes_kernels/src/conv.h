@@ -63,8 +63,17 @@ typedef struct {
     void name##_neon(void *ctx, int64_t begin, int64_t end);
 CRNN_CONV_ON_EVERY_PATH(crnn_conv_bias_rows)
 CRNN_CONV_ON_EVERY_PATH(crnn_conv_pool_rows)
-int crnn_conv_scatter_winners(const geom_t *g, const float *dPooled, const int32_t *winners,
-                              float *dC);
+/* The pool's backward: dC[p][o] = dPooled at each window's winner, +0 elsewhere; returns 0
+ * when a winner is neither -1 nor a cell of its own window and channel (CRNN_E_ARG). On the
+ * selected ISA's path, and as each path's own. */
+#define CRNN_SCATTER_ON(name)                                                                \
+    int name(const geom_t *g, const float *dPooled, const int32_t *winners, float *dC);
+CRNN_SCATTER_ON(crnn_conv_scatter_winners)
+CRNN_SCATTER_ON(crnn_conv_scatter_winners_scalar)
+CRNN_SCATTER_ON(crnn_conv_scatter_winners_sse)
+CRNN_SCATTER_ON(crnn_conv_scatter_winners_avx2)
+CRNN_SCATTER_ON(crnn_conv_scatter_winners_avx512)
+CRNN_SCATTER_ON(crnn_conv_scatter_winners_neon)
 
 /* conv_dx.c: dx from dcol, the taps gathered per input cell */
 typedef struct {

@@ -149,9 +149,10 @@ static int winners_to_dC(const geom_t *g, const float *dPooled, const int32_t *w
 #endif
 
 /* dC[p][o] = dPooled at each window's winner, +0 elsewhere. Every winner must be -1 or a
- * cell of its own window and channel; anything else is CRNN_E_ARG. */
-int crnn_conv_scatter_winners(const geom_t *g, const float *dPooled, const int32_t *winners,
-                              float *dC)
+ * cell of its own window and channel; anything else is CRNN_E_ARG. The scalar path; the
+ * vector paths run winners_to_dC at their width (src/isa/conv_pool_impl.h). */
+int crnn_conv_scatter_winners_scalar(const geom_t *g, const float *dPooled, const int32_t *winners,
+                                     float *dC)
 {
 #if defined(__SSE2__)
     if (g->Out % 4 == 0) return winners_to_dC(g, dPooled, winners, dC);
@@ -202,4 +203,12 @@ int crnn_conv_scatter_winners(const geom_t *g, const float *dPooled, const int32
     for (int64_t i = 0; i < n; i++)
         if (winners[i] >= 0) dC[winners[i]] = dPooled[i];
     return 1;
+}
+
+typedef int (*scatter_fn)(const geom_t *, const float *, const int32_t *, float *);
+static const scatter_fn scatter_paths[CRNN_NISA] = CRNN_ISA_TABLE(crnn_conv_scatter_winners);
+int crnn_conv_scatter_winners(const geom_t *g, const float *dPooled, const int32_t *winners,
+                              float *dC)
+{
+    return scatter_paths[crnn_current_isa()](g, dPooled, winners, dC);
 }

@@ -1,9 +1,11 @@
-/* conv_pool_impl.h — the conv block's bias and fused ReLU/max pool (conv_pool.c) with the vector
- * macros of one ISA, included by each thin src/isa/conv_pool_<isa>.c after its vec_*.h: VW
- * channels in registers through each window, the running maximum from +0 replaced only
- * where strictly greater (an ordered compare: false for NaN and for -0 after +0), the
- * winner p*Out + o or -1 beside it. The same compares and selects as the scalar path's, a
- * lane per channel; when Out is not a multiple of VW the scalar path runs instead. */
+/* conv_pool_impl.h — the conv block's bias, fused ReLU/max pool and the pool's backward
+ * scatter (conv_pool.c) with the vector macros of one ISA, included by each thin
+ * src/isa/conv_pool_<isa>.c after its vec_*.h. The pool: VW channels in registers through
+ * each window, the running maximum from +0 replaced only where strictly greater (an ordered
+ * compare: false for NaN and for -0 after +0), the winner p*Out + o or -1 beside it. The
+ * same compares and selects as the scalar path's, a lane per channel; when Out is not a
+ * multiple of VW the scalar path runs instead. */
+#include <string.h>
 #include "../conv.h"
 
 #define CAT_(a, b) a##_##b
@@ -66,4 +68,41 @@ void CAT(crnn_conv_pool_rows, ISA_SUFFIX)(void *ctx, int64_t oy0, int64_t oy1)
     else if (g->poolH == 2 && g->poolW == 2) pool_rows(j, oy0, oy1, 2, 2);
     else if (g->poolH == 2 && g->poolW == 1) pool_rows(j, oy0, oy1, 2, 1);
     else pool_rows(j, oy0, oy1, g->poolH, g->poolW);
+}
+
+/* The scatter for Out % VW == 0, in one pass and without branches: every cell of every
+ * window gets dPooled where the winner names it and +0 elsewhere (VW channels at a time),
+ * the dropped rows and columns +0; a winner that names no cell of its window and is not -1
+ * makes the whole result invalid (dC is scratch; the caller stops). */
+int CAT(crnn_conv_scatter_winners, ISA_SUFFIX)(const geom_t *g, const float *dPooled,
+                                               const int32_t *winners, float *dC)
+{
+    const int64_t Out = g->Out, Wc = g->Wc, rowsUsed = g->Hp * g->poolH;
+    const int64_t colsUsed = g->Wp * g->poolW;
+    if (Out % VW) return crnn_conv_scatter_winners_scalar(g, dPooled, winners, dC);
+    int bad = 0;
+    for (int64_t oy = 0; oy < g->Hp; oy++)
+        for (int64_t ox = 0; ox < g->Wp; ox++) {
+            const int64_t at = (oy * g->Wp + ox) * Out;
+            const int64_t p0 = oy * g->poolH * Wc + ox * g->poolW;
+            for (int64_t o = 0; o < Out; o += VW) {
+                const vint_t w = VILOADU(winners + at + o);
+                const vec_t d = VLOADU(dPooled + at + o);
+                vmask_t hit = VICMPEQ(w, VISET1(-1));
+                for (int64_t dy = 0; dy < g->poolH; dy++)
+                    for (int64_t dx = 0; dx < g->poolW; dx++) {
+                        const int64_t p = p0 + dy * Wc + dx;
+                        const vmask_t eq = VICMPEQ(w, VIADD(VISET1((int32_t)(p * Out + o)), VILANES()));
+                        hit = VMASK_OR(hit, eq);
+                        VSTOREU(dC + p * Out + o, VSELECT(eq, d, VZERO()));
+                    }
+                bad |= !VMASK_ALL(hit);
+            }
+        }
+    for (int64_t y = 0; y < rowsUsed; y++)          /* dropped columns of the used rows */
+        if (colsUsed < Wc)
+            memset(dC + (y * Wc + colsUsed) * Out, 0, sizeof(float) * (size_t)((Wc - colsUsed) * Out));
+    if (rowsUsed < g->Hc)                           /* dropped rows */
+        memset(dC + rowsUsed * Wc * Out, 0, sizeof(float) * (size_t)((g->Hc - rowsUsed) * Wc * Out));
+    return !bad;
 }

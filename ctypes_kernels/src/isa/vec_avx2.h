@@ -30,6 +30,9 @@ typedef __m256i vint_t;
 #define VISELECT(m, t, f) _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(f), \
                              _mm256_castsi256_ps(t), (m)))
 #define VISTOREU(p, v)   _mm256_storeu_si256((__m256i *)(void *)(p), (v))
+#define VILOADU(p)       _mm256_loadu_si256((const __m256i *)(const void *)(p))
+#define VICMPEQ(a, b)    _mm256_castsi256_ps(_mm256_cmpeq_epi32((a), (b)))   /* a vmask_t */
+#define VMASK_ALL(m)     (_mm256_movemask_ps(m) == 0xFF)                     /* every lane set */
 /* ---- gemm16 vocabulary (src/isa/gemm16_*.h) ---- */
 /* nonzero when some lane of v is ±0 */
 #define VANY_ZERO(v)     (_mm256_movemask_ps(_mm256_cmp_ps((v), _mm256_setzero_ps(), _CMP_EQ_OQ)) != 0)

@@ -30,6 +30,9 @@ typedef __m512i vint_t;
 #define VILANES()        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 #define VISELECT(m, t, f) _mm512_mask_blend_epi32((m), (f), (t))
 #define VISTOREU(p, v)   _mm512_storeu_si512((void *)(p), (v))
+#define VILOADU(p)       _mm512_loadu_si512((const void *)(p))
+#define VICMPEQ(a, b)    _mm512_cmpeq_epi32_mask((a), (b))                   /* a vmask_t */
+#define VMASK_ALL(m)     ((m) == (__mmask16)0xFFFF)                          /* every lane set */
 /* ---- gemm16 vocabulary (src/isa/gemm16_*.h) ---- */
 /* nonzero when some lane of v is ±0 */
 #define VANY_ZERO(v)     (_mm512_cmp_ps_mask((v), _mm512_setzero_ps(), _CMP_EQ_OQ) != 0)

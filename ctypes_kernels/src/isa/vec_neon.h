@@ -37,6 +37,9 @@ static inline int32x4_t neon_lanes(void)
 #define VILANES()        neon_lanes()
 #define VISELECT(m, t, f) vbslq_s32((m), (t), (f))
 #define VISTOREU(p, v)   vst1q_s32((int32_t *)(void *)(p), (v))
+#define VILOADU(p)       vld1q_s32((const int32_t *)(const void *)(p))
+#define VICMPEQ(a, b)    vceqq_s32((a), (b))                                 /* a vmask_t */
+#define VMASK_ALL(m)     (vminvq_u32(m) == 0xFFFFFFFFu)                      /* every lane set */
 /* ---- gemm16 vocabulary (src/isa/gemm16_*.h) ---- */
 /* nonzero when some lane of v is ±0 */
 #define VANY_ZERO(v)     (vmaxvq_u32(vceqq_f32((v), vdupq_n_f32(0.0f))) != 0)

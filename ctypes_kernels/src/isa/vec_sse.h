@@ -29,6 +29,9 @@ typedef __m128i vint_t;
 #define VILANES()        _mm_setr_epi32(0, 1, 2, 3)
 #define VISELECT(m, t, f) _mm_castps_si128(_mm_blendv_ps(_mm_castsi128_ps(f), _mm_castsi128_ps(t), (m)))
 #define VISTOREU(p, v)   _mm_storeu_si128((__m128i *)(void *)(p), (v))
+#define VILOADU(p)       _mm_loadu_si128((const __m128i *)(const void *)(p))
+#define VICMPEQ(a, b)    _mm_castsi128_ps(_mm_cmpeq_epi32((a), (b)))         /* a vmask_t */
+#define VMASK_ALL(m)     (_mm_movemask_ps(m) == 0xF)                         /* every lane set */
 /* ---- gemm16 vocabulary (src/isa/gemm16_*.h) ---- */
 /* nonzero when some lane of v is ±0 */
 #define VANY_ZERO(v)     (_mm_movemask_ps(_mm_cmpeq_ps((v), _mm_setzero_ps())) != 0)
