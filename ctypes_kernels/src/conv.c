@@ -175,8 +175,12 @@ int32_t crnn_conv_backward(const float *x, int32_t H, int32_t W, int32_t C,
     float *col = buf, *dC = col + P * KP, *ones = dC + P * Out;
     if (!crnn_conv_scatter_winners(&g, dPooled, winners, dC)) return CRNN_E_ARG;
     /* dW and db from dC's nonzero terms; with one chunk of 16 columns (the first block) on a
-     * path whose register holds a whole row of 16, the dense dots are faster */
-    int listed = g.KP == 16 && crnn_vector_floats() >= 16 ? 0 : crnn_conv_dW_listed(&g, x, dC, dW, db);
+     * path whose register holds a whole row of 16, the dense dots are faster while col and
+     * dC stay within 2 MiB (a core's L2 here: beyond it they stream from further out, and the
+     * lists win from a width of 768 on; docs/performance.md) */
+    const int dense = g.KP == 16 && crnn_vector_floats() >= 16 &&
+                      P * (KP + Out) * (int64_t)sizeof(float) <= ((int64_t)2 << 20);
+    int listed = dense ? 0 : crnn_conv_dW_listed(&g, x, dC, dW, db);
     if (listed < 0) return CRNN_E_NOMEM;
     if (!listed) {
         crnn_conv_im2col(&g, x, col);
