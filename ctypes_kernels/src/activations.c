@@ -22,7 +22,8 @@ ACT_INLINE float pow2i(float k)
     return f;
 }
 
-/* e^v for v in [-104, 0] (the callers clamp). */
+/* e^v for v in [-104, 0] (the callers clamp: sigmoid of x < 0 at -104, tanh and sigmoid of
+ * x >= 0 at -32, below which their results are +-1 whatever e is). */
 ACT_INLINE float exp_neg(float v)
 {
     float n = fmaf(v, ACT_LOG2E, ACT_SHIFT) - ACT_SHIFT;   /* nearest integer to v*log2(e) */
@@ -39,7 +40,8 @@ ACT_INLINE float exp_neg(float v)
 ACT_INLINE float sigmoid_def(float x)
 {
     float a = x < 0.0f ? x : -x;                     /* -|x| */
-    float v = a >= ACT_EXP_MIN ? a : ACT_EXP_MIN;    /* clamp; NaN becomes -104 */
+    float lo = x >= 0.0f ? ACT_SAT_MIN : ACT_EXP_MIN;
+    float v = a >= lo ? a : lo;                      /* clamp; NaN becomes -104 */
     float e = exp_neg(v);
     float d = 1.0f + e;
     float pos = 1.0f / d, neg = e / d;
@@ -51,7 +53,7 @@ ACT_INLINE float tanh_def(float x)
 {
     float a = x < 0.0f ? -x : x;                     /* |x| */
     float v = -(a + a);
-    v = v >= ACT_EXP_MIN ? v : ACT_EXP_MIN;          /* clamp; NaN becomes -104 */
+    v = v >= ACT_SAT_MIN ? v : ACT_SAT_MIN;          /* clamp; NaN becomes -32 */
     float e = exp_neg(v);
     float t = (e + e) / (1.0f + e);
     float large = 1.0f - t;

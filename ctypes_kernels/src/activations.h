@@ -19,6 +19,7 @@
 #define ACT_E5          0x1.123a20p-7f
 #define ACT_E6          0x1.6a23d0p-10f
 #define ACT_EXP_MIN     (-0x1.ap+6f)      /* -104: e^-104 rounds to +0 */
+#define ACT_SAT_MIN     (-0x1p+5f)        /* -32: where the result is +-1 whatever e is (no subnormal e) */
 #define ACT_SIXTY_FOUR  64.0f
 #define ACT_TWO_M64     0x1p-64f
 /* tanh */

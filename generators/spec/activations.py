@@ -14,10 +14,10 @@ others compute (tanh skips a branch that no element takes).
         p  = fma(P, r*r, r) + 1                                   e^r
         e  = (p * 2^(n+64)) * 2^-64                 exact scaling; one rounding if subnormal
     sigmoid(x):
-        v = -|x| clamped to >= -104 (NaN -> -104);  e = exp_neg(v);  d = 1 + e
+        v = -|x| clamped to >= -104, or -32 for x >= 0 (NaN -> -104);  e = exp_neg(v);  d = 1 + e
         y = 1/d if x >= 0 else e/d;   NaN -> x + x
     tanh(x):
-        a = |x|;  v = -(a + a) clamped to >= -104 (NaN -> -104);  e = exp_neg(v)
+        a = |x|;  v = -(a + a) clamped to >= -32 (NaN -> -32);  e = exp_neg(v)
         large = 1 - (e + e)/(1 + e), negated when x < 0
         s = x*x;  small = fma(x*s, T2 + s*(...T10), x)           odd polynomial
         y = small if a < 0.55 else large;  y = x if a < 2^-12;  NaN -> x + x
@@ -51,6 +51,7 @@ E4 = _h("0x1.5558f2p-5")
 E5 = _h("0x1.123a20p-7")
 E6 = _h("0x1.6a23d0p-10")
 EXP_MIN = _h("-0x1.ap+6")         # -104: e^-104 rounds to +0 in float32
+SAT_MIN = _h("-0x1p+5")           # -32: tanh, and sigmoid of x >= 0, are +-1 below it whatever e is
 TWO_M64 = _h("0x1p-64")
 SIXTY_FOUR = F32(64.0)
 
@@ -95,7 +96,8 @@ def sigmoid(x) -> np.ndarray:
     x = _f32(x)
     with np.errstate(all="ignore"):
         a = np.where(x < ZERO, x, -x)                 # -|x|
-        v = np.where(a >= EXP_MIN, a, EXP_MIN)       # clamp; NaN becomes -104 too
+        lo = np.where(x >= ZERO, SAT_MIN, EXP_MIN)
+        v = np.where(a >= lo, a, lo)                 # clamp; NaN becomes -104 too
         e = exp_neg(v)
         d = ONE + e
         y = np.where(x >= ZERO, ONE / d, e / d)
@@ -121,7 +123,7 @@ def tanh(x) -> np.ndarray:
 def _tanh_large(x, a):
     """1 - 2e/(1 + e), e = e^(-2|x|), with x's sign (|x| >= 0.55)."""
     v = -(a + a)
-    v = np.where(v >= EXP_MIN, v, EXP_MIN)       # clamp; NaN becomes -104 too
+    v = np.where(v >= SAT_MIN, v, SAT_MIN)       # clamp; NaN becomes -32 too
     e = exp_neg(v)
     t = (e + e) / (ONE + e)
     large = ONE - t

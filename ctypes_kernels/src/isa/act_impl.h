@@ -26,7 +26,8 @@ static inline vec_t exp_neg_v(vec_t v)
 
 static inline vec_t sigmoid_v(vec_t x)
 {
-    vec_t zero = VZERO(), one = VSET1(1.0f), lo = VSET1(ACT_EXP_MIN);
+    vec_t zero = VZERO(), one = VSET1(1.0f);
+    vec_t lo = VSELECT(VCMPGE(x, zero), VSET1(ACT_SAT_MIN), VSET1(ACT_EXP_MIN));
     vec_t a = VSELECT(VCMPLT(x, zero), x, VNEG(x));
     vec_t v = VSELECT(VCMPGE(a, lo), a, lo);
     vec_t e = exp_neg_v(v);
@@ -39,7 +40,7 @@ static inline vec_t sigmoid_v(vec_t x)
 
 static inline vec_t tanh_v(vec_t x)
 {
-    vec_t zero = VZERO(), one = VSET1(1.0f), lo = VSET1(ACT_EXP_MIN);
+    vec_t zero = VZERO(), one = VSET1(1.0f), lo = VSET1(ACT_SAT_MIN);
     vmask_t negx = VCMPLT(x, zero);
     vec_t a = VSELECT(negx, VNEG(x), x);
     vec_t v = VNEG(VADD(a, a));

@@ -12,6 +12,7 @@
 #define E5 0x1.123a20p-7f
 #define E6 0x1.6a23d0p-10f
 #define EXP_MIN -0x1.ap+6f          /* -104 */
+#define SAT_MIN -0x1p+5f            /* -32: tanh, and sigmoid of x >= 0, are +-1 below it */
 #define TWO_M64 0x1p-64f
 #define T2 -0x1.55554ap-2f
 #define T4 0x1.110d1ep-3f
@@ -44,7 +45,8 @@ static float exp_neg(float v)
 float spec_sigmoid(float x)
 {
     float a = x < 0.0f ? x : -x;                 /* -|x| */
-    float v = a >= EXP_MIN ? a : EXP_MIN;        /* clamp; NaN becomes -104 too */
+    float lo = x >= 0.0f ? SAT_MIN : EXP_MIN;
+    float v = a >= lo ? a : lo;                  /* clamp; NaN becomes -104 too */
     float e = exp_neg(v);
     float d = 1.0f + e;
     float y = x >= 0.0f ? 1.0f / d : e / d;
@@ -55,7 +57,7 @@ float spec_sigmoid(float x)
 static float tanh_large(float x, float a)
 {
     float v = -(a + a);
-    v = v >= EXP_MIN ? v : EXP_MIN;
+    v = v >= SAT_MIN ? v : SAT_MIN;
     float e = exp_neg(v);
     float t = (e + e) / (1.0f + e);
     float large = 1.0f - t;
