@@ -471,10 +471,10 @@ def test_null_pointer_is_e_arg(lib, null):
 @pytest.mark.parametrize("Out", [3, 4, 8, 16, 32])
 def test_backward_rejects_bad_winners(lib, Out):
     """A winner outside its window, of another channel, or below -1 is CRNN_E_ARG on every
-    ISA path, with channel counts that take the bundled port's scalar scatter (3), its
-    four-channel one (4, and every count on the scalar path) and each vector path's at its
-    width (8 to 32: one to eight registers a window; the test with 3 channels alone had never
-    run the four-channel check)."""
+    ISA path, with channel counts that take the bundled port's scalar scatter (3, and every
+    count on the scalar path: its check four channels at a time where it can) and each vector
+    path's at its width (4 to 32: one to eight registers a window; the test with 3 channels
+    alone had never run the four-channel check)."""
     g = geometry(6, 6, 2, Out)
     x, Wt, b, rng = random_block(4, g)
     _, pooled, winners = spec.forward(x, Wt, b, *geo_args(g))

@@ -74,6 +74,8 @@ CRNN_SCATTER_ON(crnn_conv_scatter_winners_sse)
 CRNN_SCATTER_ON(crnn_conv_scatter_winners_avx2)
 CRNN_SCATTER_ON(crnn_conv_scatter_winners_avx512)
 CRNN_SCATTER_ON(crnn_conv_scatter_winners_neon)
+/* dC's rows and columns that no window holds: +0 (the vector scatters write the rest) */
+void crnn_conv_zero_dropped(const geom_t *g, float *dC);
 
 /* conv_dx.c: dx from dcol, the taps gathered per input cell */
 typedef struct {

@@ -108,55 +108,23 @@ void crnn_conv_pool_rows(void *ctx, int64_t oy0, int64_t oy1)
     pool_paths[crnn_current_isa()](ctx, oy0, oy1);
 }
 
-#if defined(__SSE2__)
-/* The scatter for Out % 4 == 0, in one pass and without branches: every cell of every
- * window gets dPooled where the winner names it and +0 elsewhere (four channels at a time),
- * the dropped rows and columns +0; a winner that names no cell of its window and is not -1
- * makes the whole result invalid (dC is scratch; the caller stops). */
-static int winners_to_dC(const geom_t *g, const float *dPooled, const int32_t *winners,
-                         float *dC)
+/* dC's rows and columns that no window holds (a dropped partial window's): +0 */
+void crnn_conv_zero_dropped(const geom_t *g, float *dC)
 {
-    const int64_t Out = g->Out, Wc = g->Wc, rowsUsed = g->Hp * g->poolH;
-    const int64_t colsUsed = g->Wp * g->poolW;
-    const __m128i lane = _mm_setr_epi32(0, 1, 2, 3), none = _mm_set1_epi32(-1);
-    __m128i bad = _mm_setzero_si128();
-    for (int64_t oy = 0; oy < g->Hp; oy++)
-        for (int64_t ox = 0; ox < g->Wp; ox++) {
-            const int64_t at = (oy * g->Wp + ox) * Out;
-            const int64_t p0 = oy * g->poolH * Wc + ox * g->poolW;
-            for (int64_t o = 0; o < Out; o += 4) {
-                const __m128i w = _mm_loadu_si128((const __m128i *)(winners + at + o));
-                const __m128 d = _mm_loadu_ps(dPooled + at + o);
-                __m128i hit = _mm_cmpeq_epi32(w, none);
-                for (int64_t dy = 0; dy < g->poolH; dy++)
-                    for (int64_t dx = 0; dx < g->poolW; dx++) {
-                        const int64_t p = p0 + dy * Wc + dx;
-                        const __m128i eq = _mm_cmpeq_epi32(
-                            w, _mm_add_epi32(_mm_set1_epi32((int32_t)(p * Out + o)), lane));
-                        hit = _mm_or_si128(hit, eq);
-                        _mm_storeu_ps(dC + p * Out + o, _mm_and_ps(_mm_castsi128_ps(eq), d));
-                    }
-                bad = _mm_or_si128(bad, _mm_andnot_si128(hit, none));
-            }
-        }
-    for (int64_t y = 0; y < rowsUsed; y++)          /* dropped columns of the used rows */
-        if (colsUsed < Wc)
-            memset(dC + (y * Wc + colsUsed) * Out, 0, sizeof(float) * (size_t)((Wc - colsUsed) * Out));
-    if (rowsUsed < g->Hc)                           /* dropped rows */
+    const int64_t Out = g->Out, Wc = g->Wc, rowsUsed = g->Hp * g->poolH, colsUsed = g->Wp * g->poolW;
+    for (int64_t y = 0; y < rowsUsed && colsUsed < Wc; y++)
+        memset(dC + (y * Wc + colsUsed) * Out, 0, sizeof(float) * (size_t)((Wc - colsUsed) * Out));
+    if (rowsUsed < g->Hc)
         memset(dC + rowsUsed * Wc * Out, 0, sizeof(float) * (size_t)((g->Hc - rowsUsed) * Wc * Out));
-    return _mm_movemask_epi8(bad) == 0;
 }
-#endif
 
 /* dC[p][o] = dPooled at each window's winner, +0 elsewhere. Every winner must be -1 or a
- * cell of its own window and channel; anything else is CRNN_E_ARG. The scalar path; the
- * vector paths run winners_to_dC at their width (src/isa/conv_pool_impl.h). */
+ * cell of its own window and channel; anything else is CRNN_E_ARG. The scalar path (the
+ * check, then the scatter); the vector paths do both in one pass, VW channels a compare
+ * (src/isa/conv_pool_impl.h). */
 int crnn_conv_scatter_winners_scalar(const geom_t *g, const float *dPooled, const int32_t *winners,
                                      float *dC)
 {
-#if defined(__SSE2__)
-    if (g->Out % 4 == 0) return winners_to_dC(g, dPooled, winners, dC);
-#endif
     int64_t Out = g->Out, n = g->Hp * g->Wp * Out;
     /* w - (first cell of the window)*Out - o must be one of the window's cell offsets
      * (dy*Wc + dx)*Out, dy < poolH, dx < poolW, or w = -1 (int32: P*Out fits). Branch-free

@@ -5,7 +5,6 @@
  * compare: false for NaN and for -0 after +0), the winner p*Out + o or -1 beside it. The
  * same compares and selects as the scalar path's, a lane per channel; when Out is not a
  * multiple of VW the scalar path runs instead. */
-#include <string.h>
 #include "../conv.h"
 
 #define CAT_(a, b) a##_##b
@@ -77,8 +76,7 @@ void CAT(crnn_conv_pool_rows, ISA_SUFFIX)(void *ctx, int64_t oy0, int64_t oy1)
 int CAT(crnn_conv_scatter_winners, ISA_SUFFIX)(const geom_t *g, const float *dPooled,
                                                const int32_t *winners, float *dC)
 {
-    const int64_t Out = g->Out, Wc = g->Wc, rowsUsed = g->Hp * g->poolH;
-    const int64_t colsUsed = g->Wp * g->poolW;
+    const int64_t Out = g->Out, Wc = g->Wc;
     if (Out % VW) return crnn_conv_scatter_winners_scalar(g, dPooled, winners, dC);
     int bad = 0;
     for (int64_t oy = 0; oy < g->Hp; oy++)
@@ -99,10 +97,6 @@ int CAT(crnn_conv_scatter_winners, ISA_SUFFIX)(const geom_t *g, const float *dPo
                 bad |= !VMASK_ALL(hit);
             }
         }
-    for (int64_t y = 0; y < rowsUsed; y++)          /* dropped columns of the used rows */
-        if (colsUsed < Wc)
-            memset(dC + (y * Wc + colsUsed) * Out, 0, sizeof(float) * (size_t)((Wc - colsUsed) * Out));
-    if (rowsUsed < g->Hc)                           /* dropped rows */
-        memset(dC + rowsUsed * Wc * Out, 0, sizeof(float) * (size_t)((g->Hc - rowsUsed) * Wc * Out));
+    crnn_conv_zero_dropped(g, dC);
     return !bad;
 }
