@@ -72,7 +72,8 @@ int32_t crnn_ctc(const float *logits, int32_t T, int32_t K,
     for (int64_t i = 0; i < nTK; i++) dlogits[i] = 0.0f;
     if (T == 0) { *loss = INFINITY; return CRNN_OK; }
 
-    const int64_t lanes = crnn_vector_floats() > 1 ? crnn_vector_floats() / 2 : 1, K8 = padded(K, lanes);
+    const int64_t vf = crnn_vector_floats(), lanes = vf > 1 ? vf / 2 : 1;   /* doubles a vector */
+    const int64_t K8 = padded(K, lanes);
     const int64_t most = S > T ? (S > K ? S : K) : (T > K ? T : K);   /* a step's entries */
     const int64_t nw = (most + lanes - 1) & -lanes;                    /* >= any padded() */
     double *lp = malloc(sizeof(double) * ((size_t)nTK * 3 + (size_t)T * S * 2 + (size_t)nw * 5));
