@@ -199,6 +199,12 @@ C_CASES = [
     ("C8_O18_listed_odd_out", geometry(10, 13, 8, 18, poolH=2, poolW=3), True),
     # 81 taps: more than the dx gather lists on its stack
     ("k9x9_taps81", geometry(12, 14, 4, 8, kh=9, kw=9, padH=4, padW=4), True),
+    # one channel: the im2col writes a position's row at once, in 4-float moves where they fit
+    ("C1_k4x4_K16", geometry(9, 13, 1, 8, kh=4, kw=4, padH=1, padW=2), True),
+    ("C1_k7x2_K14", geometry(12, 11, 1, 6, kh=7, kw=2, padH=3, padW=0), True),
+    ("C1_k2x5_wide_taps", geometry(6, 9, 1, 5, kh=2, kw=5, padH=0, padW=2), True),
+    ("C1_W3_narrow", geometry(5, 3, 1, 4, poolH=1, poolW=1), True),
+    ("C1_k10x1_tall", geometry(14, 7, 1, 4, kh=10, kw=1, padH=2, padW=0, poolH=1), True),
 ]
 
 

@@ -12,26 +12,62 @@ static inline void copy_floats(float *dst, const float *src, int64_t n)
     for (; q < n; q++) dst[q] = src[q];
 }
 
+/* One channel: a position's row written whole before the next (its kh runs of kw taps, then
+ * the +0 columns), so a conv row's block is written once, front to back, however wide. */
+static void one_channel_edge(const geom_t *g, const float *x, int64_t y, int64_t xo, float *row)
+{
+    for (int64_t ky = 0, k = 0; ky < g->kh; ky++) {
+        const int64_t iy = y + ky - g->padH;
+        for (int64_t kx = 0; kx < g->kw; kx++, k++) {
+            const int64_t ix = xo - g->padW + kx;
+            row[k] = iy >= 0 && iy < g->H && ix >= 0 && ix < g->W ? x[iy * g->W + ix] : 0.0f;
+        }
+    }
+    for (int64_t k = g->K; k < g->KP; k++) row[k] = 0.0f;
+}
+
+/* Where every tap's run of kw <= 4 is one 4-float move inside x's row (a row outside the
+ * image reads 4 zeros), the extra floats of a move landing where the next run, or the +0
+ * columns, are written after it; the +0 columns in 4-float moves, the last one ending at KP. */
+static void im2col_one_channel(const geom_t *g, const float *x, int64_t y, float *rows)
+{
+    static const float zeros[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const int64_t kh = g->kh, kw = g->kw, K = g->K, KP = g->KP;
+    int64_t lo = g->Wc, hi = g->Wc;
+    const float *src[8];
+    int64_t step[8];
+    if (kw <= 4 && kh <= 8 && K - kw + 4 <= KP && g->W >= 4) {
+        lo = g->padW;                                /* x0 = xo - padW >= 0 */
+        hi = g->W - 4 + g->padW + 1;                 /* x0 + 4 <= W         */
+        if (hi > g->Wc) hi = g->Wc;
+        if (lo > hi) lo = hi;
+        for (int64_t ky = 0; ky < kh; ky++) {
+            const int64_t iy = y + ky - g->padH;
+            const int in = iy >= 0 && iy < g->H;
+            src[ky] = in ? x + iy * g->W - g->padW : zeros;
+            step[ky] = in;
+        }
+    }
+    for (int64_t xo = 0; xo < lo; xo++) one_channel_edge(g, x, y, xo, rows + xo * KP);
+    for (int64_t xo = lo; xo < hi; xo++) {
+        float *row = rows + xo * KP;
+        for (int64_t ky = 0; ky < kh; ky++) memcpy(row + ky * kw, src[ky] + xo * step[ky], 4 * sizeof(float));
+        if (KP - K >= 4) {
+            for (int64_t q = K; q < KP - 4; q += 4) memcpy(row + q, zeros, 4 * sizeof(float));
+            memcpy(row + KP - 4, zeros, 4 * sizeof(float));
+        } else {
+            for (int64_t q = K; q < KP; q++) row[q] = 0.0f;
+        }
+    }
+    for (int64_t xo = hi; xo < g->Wc; xo++) one_channel_edge(g, x, y, xo, rows + xo * KP);
+}
+
 void crnn_conv_im2col_rows(void *ctx, int64_t y0, int64_t y1)
 {
     const im2col_job *j = ctx;
     const geom_t *g = j->g;
-    if (g->C == 1) {   /* one channel: column k of a conv row is a shifted input row */
-        for (int64_t y = y0; y < y1; y++) {
-            float *rows = j->col + (y - j->y0) * g->Wc * g->KP;
-            memset(rows, 0, sizeof(float) * (size_t)(g->Wc * g->KP));
-            for (int64_t ky = 0; ky < g->kh; ky++) {
-                int64_t iy = y + ky - g->padH;
-                if (iy < 0 || iy >= g->H) continue;
-                const float *xr = j->x + iy * g->W;
-                for (int64_t kx = 0; kx < g->kw; kx++) {
-                    const int64_t k = ky * g->kw + kx, sh = kx - g->padW;
-                    int64_t lo = -sh > 0 ? -sh : 0, hi = g->W - sh < g->Wc ? g->W - sh : g->Wc;
-                    float *dst = rows + k;
-                    for (int64_t xo = lo; xo < hi; xo++) dst[xo * g->KP] = xr[xo + sh];
-                }
-            }
-        }
+    if (g->C == 1) {
+        for (int64_t y = y0; y < y1; y++) im2col_one_channel(g, j->x, y, j->col + (y - j->y0) * g->Wc * g->KP);
         return;
     }
     for (int64_t y = y0; y < y1; y++)
