@@ -72,14 +72,30 @@ static void list_terms(const geom_t *g, const colsrc_t *cs, const float *dC, int
                        crnn_term *terms, int32_t *start, int32_t *len, int32_t *roff)
 {
     const int64_t P = g->P, Out = g->Out;
-    for (int64_t y = 0, p = 0; y < g->Hc; y++)      /* col_roff without a division a row */
-        for (int64_t x = 0; x < g->Wc; x++, p++)
-            roff[p] = (int32_t)(cs->direct ? (y * cs->Wx + x) * g->C : p * g->KP);
+    for (int64_t y = 0, q = 0; y < g->Hc; y++)      /* col_roff without a division a row */
+        for (int64_t x = 0; x < g->Wc; x++, q++)
+            roff[q] = (int32_t)(cs->direct ? (y * cs->Wx + x) * g->C : q * g->KP);
     for (int64_t sl = 0; sl < 16 * Out; sl++) {
         start[sl] = (int32_t)(sl * cap);
         len[sl] = 0;
     }
-    for (int64_t p = 0; p < P; p++) {
+    /* up to 32 channels: the bits of 64 / span positions in one mask (span = Out rounded up
+     * to a power of two), read in bit order (position, then channel), so a mask's loop, whose
+     * end the branch predictor misses, runs once for several positions */
+    const int span = Out <= 16 ? 16 : 32, per = 64 / span, shift = span == 16 ? 4 : 5;
+    int64_t p = 0;
+    for (; Out <= 32 && p + per <= P; p += per) {
+        uint64_t nz = 0;
+        for (int q = 0; q < per; q++) nz |= nonzero_bits(dC + (p + q) * Out, Out) << (q * span);
+        for (; nz; nz &= nz - 1) {
+            const int bit = __builtin_ctzll(nz);
+            const int64_t pq = p + (bit >> shift), o = bit & (span - 1), sl = o * 16 + pq % 16;
+            crnn_term *t = terms + sl * cap + len[sl]++;
+            t->v = dC[pq * Out + o];
+            t->off = roff[pq];
+        }
+    }
+    for (; p < P; p++) {
         const float *row = dC + p * Out;
         const int32_t off = roff[p];
         for (int64_t o0 = 0; o0 < Out; o0 += 64) {
