@@ -12,8 +12,9 @@ static inline void copy_floats(float *dst, const float *src, int64_t n)
     for (; q < n; q++) dst[q] = src[q];
 }
 
-/* One channel: a position's row written whole before the next (its kh runs of kw taps, then
- * the +0 columns), so a conv row's block is written once, front to back, however wide. */
+/* One channel: a position's row is written whole before the next (its kh runs of kw taps,
+ * then the +0 columns), so a conv row's block is written once, front to back, however wide.
+ * A position whose runs do not fit the moves below: element by element. */
 static void one_channel_edge(const geom_t *g, const float *x, int64_t y, int64_t xo, float *row)
 {
     for (int64_t ky = 0, k = 0; ky < g->kh; ky++) {
@@ -26,7 +27,7 @@ static void one_channel_edge(const geom_t *g, const float *x, int64_t y, int64_t
     for (int64_t k = g->K; k < g->KP; k++) row[k] = 0.0f;
 }
 
-/* Where every tap's run of kw <= 4 is one 4-float move inside x's row (a row outside the
+/* The rest: every tap's run of kw <= 4 is one 4-float move inside x's row (a row outside the
  * image reads 4 zeros), the extra floats of a move landing where the next run, or the +0
  * columns, are written after it; the +0 columns in 4-float moves, the last one ending at KP. */
 static void im2col_one_channel(const geom_t *g, const float *x, int64_t y, float *rows)
@@ -44,14 +45,15 @@ static void im2col_one_channel(const geom_t *g, const float *x, int64_t y, float
         for (int64_t ky = 0; ky < kh; ky++) {
             const int64_t iy = y + ky - g->padH;
             const int in = iy >= 0 && iy < g->H;
-            src[ky] = in ? x + iy * g->W - g->padW : zeros;
+            src[ky] = in ? x + iy * g->W : zeros;
             step[ky] = in;
         }
     }
     for (int64_t xo = 0; xo < lo; xo++) one_channel_edge(g, x, y, xo, rows + xo * KP);
     for (int64_t xo = lo; xo < hi; xo++) {
         float *row = rows + xo * KP;
-        for (int64_t ky = 0; ky < kh; ky++) memcpy(row + ky * kw, src[ky] + xo * step[ky], 4 * sizeof(float));
+        for (int64_t ky = 0; ky < kh; ky++)
+            memcpy(row + ky * kw, src[ky] + (xo - g->padW) * step[ky], 4 * sizeof(float));
         if (KP - K >= 4) {
             for (int64_t q = K; q < KP - 4; q += 4) memcpy(row + q, zeros, 4 * sizeof(float));
             memcpy(row + KP - 4, zeros, 4 * sizeof(float));
