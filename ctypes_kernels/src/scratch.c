@@ -7,7 +7,11 @@
  * and the gemm packing inside it never share one. Only memory is reused: every call writes
  * what it reads, so no value crosses calls. */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 #include "core.h"
 
 typedef struct {
@@ -31,6 +35,23 @@ static void release(void *arg)
 
 static void make_key(void) { pthread_key_create(&key, release); }
 
+/* Large buffers (the batch's line gradients and activations, the LSTM's whole-batch
+ * arrays) on 2 MiB pages where the kernel offers them on request: the whole 2 MiB extents
+ * inside the buffer, so no memory beyond it is touched or counted. Placement only. */
+#define HUGE_BYTES ((size_t)2 << 20)
+static void huge_pages(void *p, size_t n)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (!p || n < 2 * HUGE_BYTES) return;
+    const uintptr_t a = ((uintptr_t)p + HUGE_BYTES - 1) & ~(uintptr_t)(HUGE_BYTES - 1);
+    const uintptr_t e = ((uintptr_t)p + n) & ~(uintptr_t)(HUGE_BYTES - 1);
+    if (e > a) madvise((void *)a, e - a, MADV_HUGEPAGE);   /* advice: failure changes nothing */
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
 void *crnn_scratch(int slot, size_t bytes)
 {
     slot_t *s = &slots[slot];
@@ -45,6 +66,7 @@ void *crnn_scratch(int slot, size_t bytes)
          * did) */
         if (posix_memalign(&s->p, 64, bytes)) s->p = NULL;
         s->n = s->p ? bytes : 0;
+        huge_pages(s->p, s->n);
     }
     return s->p;
 }
