@@ -123,6 +123,28 @@ def test_kn_equals_spec(kern, isas, isa, a_layout, b_layout):
             assert np.isnan(C[:, N:]).all(), "wrote outside C"
 
 
+@pytest.mark.parametrize("isa", ISA_NAMES)
+def test_cols_equals_spec(kern, isas, isa):
+    """crnn_gemm16_cols: one row of A against the listed rows of B, c[cols[j]] the nt dot
+    (the first LSTM layer's dx where the pool passed a value); the entries not listed are
+    left as they were. Lists of every length mod the vector width, in order and not, the
+    whole and the empty one."""
+    f = on_path(kern, isas, isa, "crnn_gemm16_cols", [i64, P, P, i64, P, i64, P])
+    rng = np.random.default_rng(17)
+    for K in (1, 15, 16, 17, 64, 100, 512):
+        N, ldb = 41, K + 3
+        a, B = data(rng, (K,)), data(rng, (N, ldb))
+        want = gemm16(a[None, :], B[:, :K])[0]
+        lists = [np.arange(N), np.array([], int), rng.permutation(N)[:23]]
+        lists += [np.sort(rng.choice(N, n, replace=False)) for n in (1, 3, 4, 7, 8, 9, 16, 17, 33)]
+        for cols in lists:
+            cols = np.ascontiguousarray(cols, np.int32)
+            c = np.full(N + 1, np.nan, np.float32)
+            f(K, a.ctypes.data, B.ctypes.data, ldb, cols.ctypes.data, len(cols), c.ctypes.data)
+            assert np.array_equal(bits(c[cols]), bits(want[cols])), (isa, K, len(cols))
+            assert np.isnan(np.delete(c, cols)).all(), "wrote an entry not listed"
+
+
 def test_negative_zero_lanes(kern, isas):
     """17 products that round to -0: every lane is -0 and the dot is -0, in both layouts."""
     a = np.full(17, -1e-30, np.float32)

@@ -65,7 +65,9 @@ typedef void (*crnn_gemm16_kn_fn)(int64_t M, int64_t N, int64_t K,
     void crnn_gemm16_kn_packed_taps_##isa(int64_t, int64_t, int64_t, const float *, int64_t,     \
                                           const int64_t *, const float *, float *, int64_t);      \
     int crnn_gemm16_kn_packed_sparse_win_##isa(int64_t, int64_t, int64_t, const float *, int64_t, \
-                                               const int64_t *, const float *, float *, int64_t);
+                                               const int64_t *, const float *, float *, int64_t); \
+    void crnn_gemm16_cols_##isa(int64_t, const float *, const float *, int64_t, const int32_t *, \
+                                int64_t, float *);
 CRNN_DECLARE_GEMM16(scalar)
 /* The scalar nt with the C library's fmaf (variant 0) or FMA3 (1, if the CPU has it): tests. */
 void crnn_gemm16_scalar_variant(int variant, int64_t M, int64_t N, int64_t K,
@@ -194,6 +196,12 @@ CRNN_DECLARE_GEMM16_SPARSE_ROWS(neon)
 void crnn_gemm16_sparse_rows(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                              const float *B, int64_t ldb, float *C, int64_t ldc, int32_t *flag);
 
+/* c[cols[j]] = dot16(a, B + cols[j] * ldb, K) for j < n: one row of A against the listed rows
+ * of B (nt), the other entries of c untouched; on the calling thread. The batch gradient's
+ * first LSTM layer computes its dx only where the pool that made x passes a gradient. */
+void crnn_gemm16_cols(int64_t K, const float *a, const float *B, int64_t ldb, const int32_t *cols,
+                      int64_t n, float *c);
+
 /* The selected ISA's kernels, to call on the current thread only. */
 typedef void (*crnn_gemm16_kn_packed_fn)(int64_t M, int64_t N, int64_t K,
                                          const float *A, int64_t a_i, int64_t a_k, const float *Bp,
@@ -220,7 +228,9 @@ void *crnn_scratch(int slot, size_t bytes);
  * where the ABI entry points put them (crnn_lstm_forward/backward are nl = 1), except the
  * backward's weight gradients: dW_ih, dW_hh and db hold a pointer per line and direction
  * ([2 * line + d]), so the batch gradient writes them straight into each line's gradient.
- * finiteW: 1 or 0 when the caller knows whether every W_ih is finite, -1 to find out here. */
+ * finiteW: 1 or 0 when the caller knows whether every W_ih is finite, -1 to find out here.
+ * dxLive: dx[t][i] only where x[t][i] is not ±0, +0 elsewhere (x a pool's output whose
+ * backward reads dx only where the pool passed a value); 0: every dx. */
 int32_t crnn_lstm_forward_lines(int nl, const float *const *x, int32_t T, int32_t I, int32_t H,
                                 const float *W_ih, const float *W_hh, const float *b,
                                 float *const *out, float *const *gates, float *const *c,
@@ -230,7 +240,8 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
                                  const float *const *gates, const float *const *c,
                                  const float *const *tc, const float *const *hPrev,
                                  const float *const *dOut, float *const *dW_ih,
-                                 float *const *dW_hh, float *const *db, float *const *dx);
+                                 float *const *dW_hh, float *const *db, float *const *dx,
+                                 int dxLive);
 
 /* Runs fn(ctx, begin, end) over [0, n) split into contiguous chunks, one per thread. */
 typedef void (*crnn_range_fn)(void *ctx, int64_t begin, int64_t end);

@@ -321,3 +321,13 @@ void crnn_gemm16_sparse_rows(int64_t M, int64_t N, int64_t K, const float *A, in
     sparse_rows_job j = {crnn_current_isa(), N, K, lda, ldb, ldc, A, B, C, flag};
     if (M > 0 && N > 0) crnn_parallel_for_work(M, M * N * K, sparse_rows_range, &j);
 }
+
+typedef void (*cols_fn)(int64_t, const float *, const float *, int64_t, const int32_t *, int64_t,
+                        float *);
+static const cols_fn cols_kernels[CRNN_NISA] = CRNN_ISA_TABLE(crnn_gemm16_cols);
+
+void crnn_gemm16_cols(int64_t K, const float *a, const float *B, int64_t ldb, const int32_t *cols,
+                      int64_t n, float *c)
+{
+    if (n > 0) cols_kernels[crnn_current_isa()](K, a, B, ldb, cols, n, c);
+}

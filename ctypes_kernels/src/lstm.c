@@ -304,9 +304,31 @@ typedef struct {
     float *const *dW_ih, *const *dW_hh, *const *db, *const *dx;
     float *dzT;           /* [chunks][4H][T] */
     int chunks;           /* > 1: one a thread, dx's columns in halves; 1: dx whole in d = 1 */
+    const float *Wt;      /* NULL, or W_ihᵀ [I][8H]: dx only where x is not ±0 (live_dx) */
+    int32_t *cols;        /* [chunks][I]: a step's live columns */
 } grad_ctx;
 
-static void line_dir_grads(grad_ctx *k, int li, int d, float *dzT)
+/* dx[t][i] for i in [i0, i1) where x[t][i] is not ±0, +0 where it is: the same dot over the
+ * 8H gates, [dz_fwd | dz_rev] against W_ih[.][i] read as the row i of W_ihᵀ. In the batch
+ * gradient x is the last conv block's pool output, +0 exactly where the pool passed no
+ * value (its winner is none), and the pool's backward reads dx only at the others. */
+static void live_dx(const grad_ctx *k, int li, int64_t i0, int64_t i1, int32_t *cols)
+{
+    const int64_t T = k->T, I = k->I, G8 = 8 * k->H;
+    const float *dz = k->dz + (size_t)li * T * G8;
+    for (int64_t t = 0; t < T; t++) {
+        const float *xt = k->x[li] + t * I;
+        float *dxt = k->dx[li] + t * I;
+        int64_t n = 0;
+        for (int64_t i = i0; i < i1; i++) {
+            if (xt[i] != 0.0f) cols[n++] = (int32_t)i;   /* NaN included */
+            else dxt[i] = 0.0f;
+        }
+        crnn_gemm16_cols(G8, dz + t * G8, k->Wt, G8, cols, n, dxt);
+    }
+}
+
+static void line_dir_grads(grad_ctx *k, int li, int d, float *dzT, int32_t *cols)
 {
     const int64_t T = k->T, I = k->I, H = k->H, G = 4 * H, G8 = 2 * G;
     const float *dz = k->dz + (size_t)li * T * G8;
@@ -320,7 +342,8 @@ static void line_dir_grads(grad_ctx *k, int li, int d, float *dzT)
         int64_t half = k->chunks == 1 ? 0 : (I / 2 + 15) / 16 * 16;
         if (half > I) half = I / 2;
         const int64_t i0 = d == 0 ? 0 : half, i1 = d == 0 ? half : I;
-        if (i1 > i0)
+        if (i1 > i0 && k->Wt && crnn_mostly_zero(k->x[li], T * I)) live_dx(k, li, i0, i1, cols);
+        else if (i1 > i0)
             crnn_gemm16_kn(T, i1 - i0, G8, dz, G8, 1, k->W_ih + i0, I, 1, k->dx[li] + i0, I);
     }
 }
@@ -332,7 +355,8 @@ static void grad_range(void *ctx, int64_t begin, int64_t end)
     const int64_t jobs = 2 * (int64_t)k->nl;
     for (int64_t c = begin; c < end; c++)
         for (int64_t j = c * jobs / k->chunks; j < (c + 1) * jobs / k->chunks; j++)
-            line_dir_grads(k, (int)(j / 2), (int)(j % 2), k->dzT + c * 4 * k->H * k->T);
+            line_dir_grads(k, (int)(j / 2), (int)(j % 2), k->dzT + c * 4 * k->H * k->T,
+                           k->cols ? k->cols + c * k->I : NULL);
 }
 
 int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32_t I, int32_t H,
@@ -340,7 +364,8 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
                                  const float *const *gates, const float *const *c,
                                  const float *const *tc, const float *const *hPrev,
                                  const float *const *dOut, float *const *dW_ih,
-                                 float *const *dW_hh, float *const *db, float *const *dx)
+                                 float *const *dW_hh, float *const *db, float *const *dx,
+                                 int dxLive)
 {
     if (nl < 1 || T < 0 || I < 0 || H < 1 || !W_ih || !W_hh) return CRNN_E_ARG;
     for (int li = 0; li < nl; li++) {
@@ -360,21 +385,34 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
     const double work = (double)jobs * T * (double)G * (2.0 * I + H);   /* no int64 overflow */
     const int threads = crnn_current_threads();
     const int chunks = threads > 1 && jobs >= threads && work >= CRNN_SMALL_WORK ? threads : 1;
+    /* dx only where x is not ±0 (W_ihᵀ, and each step's live columns), on the paths of at
+     * most 4 floats a vector: there the whole kn product costs more than the nt dots of the
+     * live third of its outputs. The 256- and 512-bit kn blocks run it near the fma rate,
+     * while an nt output streams its own row of W_ihᵀ (2 KiB) from L2: both measured slower
+     * or even (docs/performance.md). */
+    int live = 0;
+    for (int li = 0; li < nl && dxLive && T > 0 && I > 0 && crnn_vector_floats() <= 4; li++)
+        live |= dx[li] != NULL;
+    const size_t nI = (size_t)I, wt = live ? 2 * G * nI + (size_t)chunks * nI + 16 : 0;
     size_t n = (size_t)nl * nT * 2 * G   /* dz */
              + (size_t)chunks * G * nT   /* dzT: a line's and direction's dz, gates by rows */
              + nT                        /* ones */
              + 4 * (size_t)nl * nH + 1   /* scratch */
-             + 2 * packed;
+             + 2 * packed + wt;
     float *buf = crnn_scratch(CRNN_SCRATCH_LAYER, sizeof(float) * n);
     if (!buf) return CRNN_E_NOMEM;
     float *dzall = buf, *dzT = dzall + (size_t)nl * nT * 2 * G, *ones = dzT + (size_t)chunks * G * nT;
     float *scratch = ones + nT;
     float *Whhp = nl > 1 ? scratch + 4 * (size_t)nl * nH + 1 : NULL;
+    float *Wt = live ? scratch + 4 * (size_t)nl * nH + 1 + 2 * packed : NULL;
+    if (Wt) Wt += (16 - (uintptr_t)Wt / sizeof(float) % 16) % 16;   /* rows on 64 bytes */
+    if (Wt) transpose_rows(2 * (int64_t)G, I, W_ih, I, Wt);
     bwd_ctx k = {nl, T, H, gates, c, tc, dOut, W_hh, Whhp, dzall, scratch};
     crnn_parallel_for_work(2, 2 * (int64_t)nl * T * (int64_t)G * H, backward_range, &k);
 
     for (size_t t = 0; t < nT; t++) ones[t] = 1.0f;
-    grad_ctx gk = {nl, T, I, H, x, hPrev, W_ih, dzall, ones, dW_ih, dW_hh, db, dx, dzT, chunks};
+    grad_ctx gk = {nl, T, I, H, x, hPrev, W_ih, dzall, ones, dW_ih, dW_hh, db, dx, dzT, chunks,
+                   Wt, Wt ? (int32_t *)(Wt + 2 * G * nI) : NULL};
     if (chunks > 1) crnn_parallel_for(chunks, grad_range, &gk);
     else grad_range(&gk, 0, 1);
     return CRNN_OK;
@@ -392,5 +430,5 @@ int32_t crnn_lstm_backward(const float *x, int32_t T, int32_t I, int32_t H,
     float *gWih[2] = {dW_ih, dW_ih + G * (size_t)I}, *gWhh[2] = {dW_hh, dW_hh + G * (size_t)H},
           *gb[2] = {db, db + G};
     return crnn_lstm_backward_lines(1, &x, T, I, H, W_ih, W_hh, &gates, &c, &tc, &hPrev, &dOut,
-                                    gWih, gWhh, gb, &dx);
+                                    gWih, gWhh, gb, &dx, 0);
 }

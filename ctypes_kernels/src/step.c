@@ -476,7 +476,8 @@ static void lstm_layer(batch_t *bt, int l, int backward, int32_t *lines, int32_t
                                       bt->lstmW[l][2], p0, p1, p2, p3, p4,
                                       !bt->stack.nonfinite[l])
             : crnn_lstm_backward_lines(n, cx, T, I, (int32_t)H, bt->lstmW[l][0], bt->lstmW[l][1],
-                                       q0, q1, q2, q3, q4, p0, p1, p2, p3);
+                                       q0, q1, q2, q3, q4, p0, p1, p2, p3,
+                                       l == 0 && m->nBlocks > 0);
         if (rc != CRNN_OK)
             for (int i = 0; i < n; i++) line_failed(bt, lines[i], rc);
     }
@@ -485,7 +486,8 @@ static void lstm_layer(batch_t *bt, int l, int backward, int32_t *lines, int32_t
 /* The whole batch: conv forward per line (lines across threads), the LSTM layers with the
  * lines of one length together (directions across threads), the head per line, the LSTM
  * backward likewise, the conv backward per line. Each line's tensors are those of the
- * per-line ABI sequence: the same calls on the same data. */
+ * per-line ABI sequence, the same calls on the same data, but for the first LSTM layer's
+ * dx: only where the last pool passed a value, the entries its backward reads. */
 static void run_batch(batch_t *bt)
 {
     const model_t *m = bt->m;

@@ -19,17 +19,12 @@
 #define NT_TILE_ROWS 2
 #endif
 
-/* One tile of TR x (VW/TR) outputs: rows nr <= TR of A, columns nc <= VW/TR of B are valid
- * (the others repeat the last valid one and are not stored). */
-AI void nt_tile(const int TR, int64_t K, const float *A, int64_t lda, int nr,
-                const float *B, int64_t ldb, int nc, float *C, int64_t ldc)
+/* The VW outputs of a tile of TR rows of A (ar) x VW/TR rows of B (bc):
+ * out[r * TC + c] = dot16(ar[r], bc[c], K) */
+AI void nt_tile_out(const int TR, int64_t K, const float *const *ar, const float *const *bc,
+                    float *out)
 {
     const int TC = VW / TR;
-    const float *ar[VW], *bc[VW];
-    UNROLL
-    for (int r = 0; r < TR; r++) ar[r] = A + (r < nr ? r : nr - 1) * lda;
-    UNROLL
-    for (int c = 0; c < TC; c++) bc[c] = B + (c < nc ? c : nc - 1) * ldb;
     const int64_t kfull = K & ~(int64_t)15;
     const int tail = (int)(K - kfull);
     vec_t red[VW];
@@ -72,8 +67,22 @@ AI void nt_tile(const int TR, int64_t K, const float *A, int64_t lda, int nr,
         UNROLL
         for (int o = 0; o < NT_PASS_OUTPUTS; o++) red[p * NT_PASS_OUTPUTS + o] = acc[o][0];
     }
-    float out[VW];
     VSTOREU(out, vtree_tile(red));
+}
+
+/* One tile of TR x (VW/TR) outputs: rows nr <= TR of A, columns nc <= VW/TR of B are valid
+ * (the others repeat the last valid one and are not stored). */
+AI void nt_tile(const int TR, int64_t K, const float *A, int64_t lda, int nr,
+                const float *B, int64_t ldb, int nc, float *C, int64_t ldc)
+{
+    const int TC = VW / TR;
+    const float *ar[VW], *bc[VW];
+    UNROLL
+    for (int r = 0; r < TR; r++) ar[r] = A + (r < nr ? r : nr - 1) * lda;
+    UNROLL
+    for (int c = 0; c < TC; c++) bc[c] = B + (c < nc ? c : nc - 1) * ldb;
+    float out[VW];
+    nt_tile_out(TR, K, ar, bc, out);
     for (int r = 0; r < nr; r++) {
         if (nc == TC) memcpy(C + r * ldc, out + r * TC, sizeof(float) * (size_t)TC);
         else
@@ -184,4 +193,20 @@ void CAT(crnn_gemm16, ISA_SUFFIX)(int64_t M, int64_t N, int64_t K,
     int64_t mt = M >= NT_TILE_ROWS ? M / NT_TILE_ROWS * NT_TILE_ROWS : 0;
     if (mt) nt_rows(NT_TILE_ROWS, 0, mt, N, K, A, lda, B, ldb, C, ldc);
     if (mt < M) nt_rows(1, mt, M, N, K, A, lda, B, ldb, C, ldc);
+}
+
+/* core.h, crnn_gemm16_cols: c[cols[j]] = dot16(a, B + cols[j] * ldb, K) for j < n, the listed
+ * rows of B VW at a time in a one-row tile (the same lanes and tree as every nt output) */
+void CAT(crnn_gemm16_cols, ISA_SUFFIX)(int64_t K, const float *a, const float *B, int64_t ldb,
+                                       const int32_t *cols, int64_t n, float *c)
+{
+    const float *ar[1] = {a}, *bc[VW];
+    for (int64_t j = 0; j < n; j += VW) {
+        const int nc = n - j < VW ? (int)(n - j) : VW;
+        UNROLL
+        for (int q = 0; q < VW; q++) bc[q] = B + (int64_t)cols[j + (q < nc ? q : nc - 1)] * ldb;
+        float out[VW];
+        nt_tile_out(1, K, ar, bc, out);
+        for (int q = 0; q < nc; q++) c[cols[j + q]] = out[q];
+    }
 }

@@ -207,6 +207,14 @@ void crnn_gemm16_kn_scalar(int64_t M, int64_t N, int64_t K,
     (crnn_cpu_has_fma3() ? kn_fma3 : kn_generic)(M, N, K, A, a_i, a_k, B, b_k, b_j, C, ldc);
 }
 
+/* core.h, crnn_gemm16_cols: the listed rows of B, each output the definition */
+void crnn_gemm16_cols_scalar(int64_t K, const float *a, const float *B, int64_t ldb,
+                             const int32_t *cols, int64_t n, float *c)
+{
+    const crnn_gemm16_fn nt = crnn_cpu_has_fma3() ? nt_fma3 : nt_generic;
+    for (int64_t j = 0; j < n; j++) nt(1, 1, K, a, K, B + (int64_t)cols[j] * ldb, ldb, c + cols[j], 1);
+}
+
 /* Both variants, for tests: 0 = the C library's fmaf, 1 = FMA3 (0 without it). */
 void crnn_gemm16_scalar_variant(int variant, int64_t M, int64_t N, int64_t K,
                                 const float *A, int64_t lda, const float *B, int64_t ldb,
