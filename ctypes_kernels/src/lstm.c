@@ -390,9 +390,9 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
      * live third of its outputs. The 256- and 512-bit kn blocks run it near the fma rate,
      * while an nt output streams its own row of W_ihᵀ (2 KiB) from L2: both measured slower
      * or even (docs/performance.md). */
+    const int narrow = dxLive && T > 0 && I > 0 && crnn_vector_floats() <= 4;
     int live = 0;
-    for (int li = 0; li < nl && dxLive && T > 0 && I > 0 && crnn_vector_floats() <= 4; li++)
-        live |= dx[li] != NULL;
+    for (int li = 0; li < nl && narrow; li++) live |= dx[li] != NULL;
     const size_t nI = (size_t)I, wt = live ? 2 * G * nI + (size_t)chunks * nI + 16 : 0;
     size_t n = (size_t)nl * nT * 2 * G   /* dz */
              + (size_t)chunks * G * nT   /* dzT: a line's and direction's dz, gates by rows */
@@ -404,9 +404,12 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
     float *dzall = buf, *dzT = dzall + (size_t)nl * nT * 2 * G, *ones = dzT + (size_t)chunks * G * nT;
     float *scratch = ones + nT;
     float *Whhp = nl > 1 ? scratch + 4 * (size_t)nl * nH + 1 : NULL;
-    float *Wt = live ? scratch + 4 * (size_t)nl * nH + 1 + 2 * packed : NULL;
-    if (Wt) Wt += (16 - (uintptr_t)Wt / sizeof(float) % 16) % 16;   /* rows on 64 bytes */
-    if (Wt) transpose_rows(2 * (int64_t)G, I, W_ih, I, Wt);
+    float *Wt = NULL;
+    if (live) {           /* after W_hh's panels, its rows on 64 bytes */
+        Wt = scratch + 4 * (size_t)nl * nH + 1 + 2 * packed;
+        Wt += (16 - (uintptr_t)Wt / sizeof(float) % 16) % 16;
+        transpose_rows(2 * (int64_t)G, I, W_ih, I, Wt);
+    }
     bwd_ctx k = {nl, T, H, gates, c, tc, dOut, W_hh, Whhp, dzall, scratch};
     crnn_parallel_for_work(2, 2 * (int64_t)nl * T * (int64_t)G * H, backward_range, &k);
 
