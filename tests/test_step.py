@@ -105,6 +105,31 @@ def test_lines_of_one_length_every_isa_and_thread_count(lib, isas, restore):
     check_every_path(lib, isas, config, params, images, targets)
 
 
+def test_first_lstm_dx_over_dead_dense_and_rare_features(lib, isas, restore):
+    """The batch gradient computes the first LSTM layer's dx only where the pool passed a
+    value: a feature live at half the batch's steps or more through one product at every
+    step, one live at fewer steps by a dot at each of them, one never live not at all. The
+    last block's channels are made dead (bias -8), live nearly everywhere (+4) and live at
+    some steps (biases spread below 0), the mix asserted on the spec's own pool output; then
+    every path x threads equals the spec bit for bit."""
+    config = model.default_config()
+    rng = np.random.default_rng(15)
+    params = cases.fp16_params(config, model.init_params(config, rng))
+    b = params["conv2.b"].copy()
+    C = b.size
+    b[:C // 4], b[C // 4:C // 2] = -8.0, 4.0
+    b[C // 2:] = np.linspace(-0.2, 0.0, C - C // 2)
+    params["conv2.b"] = b.astype(np.float16).astype(np.float32)
+    widths = (32, 33, 34, 35)
+    images, targets = random_batch(rng, config, widths, with_no_alignment=False)
+    live = np.stack([spec.line_forward(config, params, im)["lstm_in"][0] != 0 for im in images])
+    count, steps = live.sum(axis=(0, 1)), live.shape[0] * live.shape[1]
+    assert live.shape[1] == model.steps_for_width(config, 32) and (~live).mean() >= 0.25
+    dead, dense = (count == 0).sum(), (2 * count >= steps).sum()
+    assert min(dead, dense, count.size - dead - dense) >= 20, (dead, dense)
+    check_every_path(lib, isas, config, params, images, targets)
+
+
 def test_single_line_and_sum_in_line_order(lib, restore):
     """B = 1 is that line's gradient; B = 3 is float32 (g0 + g1) + g2 of the lines at scale 1/3."""
     config = cases.small_config()

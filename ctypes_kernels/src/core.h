@@ -229,8 +229,8 @@ void *crnn_scratch(int slot, size_t bytes);
  * backward's weight gradients: dW_ih, dW_hh and db hold a pointer per line and direction
  * ([2 * line + d]), so the batch gradient writes them straight into each line's gradient.
  * finiteW: 1 or 0 when the caller knows whether every W_ih is finite, -1 to find out here.
- * dxLive: dx[t][i] only where x[t][i] is not ±0, +0 elsewhere (x a pool's output whose
- * backward reads dx only where the pool passed a value); 0: every dx. */
+ * dxLive: dx[t][i] where x[t][i] is not ±0, +0 or the same dot elsewhere (x a pool's
+ * output whose backward reads dx only where the pool passed a value); 0: every dx. */
 int32_t crnn_lstm_forward_lines(int nl, const float *const *x, int32_t T, int32_t I, int32_t H,
                                 const float *W_ih, const float *W_hh, const float *b,
                                 float *const *out, float *const *gates, float *const *c,

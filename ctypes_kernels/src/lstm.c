@@ -302,29 +302,61 @@ typedef struct {
     const float *const *x, *const *hPrev;
     const float *W_ih, *dz, *ones;
     float *const *dW_ih, *const *dW_hh, *const *db, *const *dx;
-    float *dzT;           /* [chunks][4H][T] */
+    float *dzT;           /* [chunks][dzTn]: dz gates by rows, then live_dx's outputs */
+    int64_t dzTn;         /* max(4H, I) * T */
     int chunks;           /* > 1: one a thread, dx's columns in halves; 1: dx whole in d = 1 */
-    const float *Wt;      /* NULL, or W_ihᵀ [I][8H]: dx only where x is not ±0 (live_dx) */
+    /* live_dx (NULL Wr: every dx): order lists the nD dense columns, then the others live
+     * somewhere, then those never live (split_columns); Bd = W_ih's dense columns gathered
+     * [8H][nD], Wr = the rows of W_ihᵀ of the others live somewhere [.][8H] */
+    const float *Bd, *Wr;
+    const int32_t *order;
+    int64_t nD;
     int32_t *cols;        /* [chunks][I]: a step's live columns */
 } grad_ctx;
 
-/* dx[t][i] for i in [i0, i1) where x[t][i] is not ±0, +0 where it is: the same dot over the
- * 8H gates, [dz_fwd | dz_rev] against W_ih[.][i] read as the row i of W_ihᵀ. In the batch
- * gradient x is the last conv block's pool output, +0 exactly where the pool passed no
- * value (its winner is none), and the pool's backward reads dx only at the others. */
-static void live_dx(const grad_ctx *k, int li, int64_t i0, int64_t i1, int32_t *cols)
+/* [a0, a1) of n listed columns: halves when each direction's job takes half of dx, all in
+ * d = 1 otherwise */
+static void dx_share(const grad_ctx *k, int64_t n, int d, int64_t *a0, int64_t *a1)
 {
-    const int64_t T = k->T, I = k->I, G8 = 8 * k->H;
-    const float *dz = k->dz + (size_t)li * T * G8;
+    const int64_t h = k->chunks == 1 ? 0 : n / 2;
+    *a0 = d == 0 ? 0 : h;
+    *a1 = d == 0 ? h : n;
+}
+
+/* dx[t][i] wherever x[t][i] is not ±0; elsewhere +0 or that same dot. In the batch
+ * gradient x is the last conv block's pool output, +0 exactly where the pool passed no
+ * value (its winner is none), and the pool's backward reads dx only at the others. Each
+ * output is the same dot over the 8H gates, [dz_fwd | dz_rev] against W_ih[.][i]:
+ * - a dense column (x live at half the batch's steps or more): at every step, in one kn
+ *   product against the gathered columns, the outputs then moved to their places;
+ * - the others: only at the steps where x is live, one nt dot each against the column's
+ *   row of W_ihᵀ; +0 at the rest (a column never live is +0 throughout). */
+static void live_dx(const grad_ctx *k, int li, int d, float *out, int32_t *cols)
+{
+    const int64_t T = k->T, I = k->I, G8 = 8 * k->H, nD = k->nD, nR = I - nD;
+    const float *dz = k->dz + (size_t)li * T * G8, *x = k->x[li];
+    float *dx = k->dx[li];
+    int64_t a0, a1;
+    dx_share(k, nD, d, &a0, &a1);
+    if (a1 > a0) {
+        const int64_t n = a1 - a0;
+        crnn_gemm16_kn(T, n, G8, dz, G8, 1, k->Bd + a0, nD, 1, out, n);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t j = 0; j < n; j++) dx[t * I + k->order[a0 + j]] = out[t * n + j];
+    }
+    const int32_t *R = k->order + nD;
+    dx_share(k, nR, d, &a0, &a1);
     for (int64_t t = 0; t < T; t++) {
-        const float *xt = k->x[li] + t * I;
-        float *dxt = k->dx[li] + t * I;
+        const float *xt = x + t * I;
+        float *dxt = dx + t * I;
         int64_t n = 0;
-        for (int64_t i = i0; i < i1; i++) {
-            if (xt[i] != 0.0f) cols[n++] = (int32_t)i;   /* NaN included */
-            else dxt[i] = 0.0f;
+        for (int64_t r = a0; r < a1; r++) {   /* no branch: the live ones are overwritten */
+            dxt[R[r]] = 0.0f;
+            cols[n] = (int32_t)r;
+            n += xt[R[r]] != 0.0f;               /* NaN included */
         }
-        crnn_gemm16_cols(G8, dz + t * G8, k->Wt, G8, cols, n, dxt);
+        crnn_gemm16_cols(G8, dz + t * G8, k->Wr, G8, cols, n, out);
+        for (int64_t j = 0; j < n; j++) dxt[R[cols[j]]] = out[cols[j]];
     }
 }
 
@@ -338,12 +370,13 @@ static void line_dir_grads(grad_ctx *k, int li, int d, float *dzT, int32_t *cols
     crnn_gemm16_kn(G, I, T, dzT, T, 1, k->x[li], I, 1, k->dW_ih[2 * li + d], I);
     crnn_gemm16_kn(G, H, T, dzT, T, 1, k->hPrev[li] + d * T * H, H, 1, k->dW_hh[2 * li + d], H);
     crnn_gemm16_kn(1, G, T, k->ones, 0, 1, dz + d * G, G8, 1, k->db[2 * li + d], G);
-    if (k->dx[li]) {   /* columns [i0, i1): each half of W_ih is packed by one job only */
+    if (k->dx[li] && k->Wr && crnn_mostly_zero(k->x[li], T * I)) {
+        live_dx(k, li, d, dzT, cols);
+    } else if (k->dx[li]) {   /* columns [i0, i1): each half of W_ih is packed by one job only */
         int64_t half = k->chunks == 1 ? 0 : (I / 2 + 15) / 16 * 16;
         if (half > I) half = I / 2;
         const int64_t i0 = d == 0 ? 0 : half, i1 = d == 0 ? half : I;
-        if (i1 > i0 && k->Wt && crnn_mostly_zero(k->x[li], T * I)) live_dx(k, li, i0, i1, cols);
-        else if (i1 > i0)
+        if (i1 > i0)
             crnn_gemm16_kn(T, i1 - i0, G8, dz, G8, 1, k->W_ih + i0, I, 1, k->dx[li] + i0, I);
     }
 }
@@ -355,8 +388,81 @@ static void grad_range(void *ctx, int64_t begin, int64_t end)
     const int64_t jobs = 2 * (int64_t)k->nl;
     for (int64_t c = begin; c < end; c++)
         for (int64_t j = c * jobs / k->chunks; j < (c + 1) * jobs / k->chunks; j++)
-            line_dir_grads(k, (int)(j / 2), (int)(j % 2), k->dzT + c * 4 * k->H * k->T,
+            line_dir_grads(k, (int)(j / 2), (int)(j % 2), k->dzT + c * k->dzTn,
                            k->cols ? k->cols + c * k->I : NULL);
+}
+
+/* live_dx in the batch gradient (dxLive): on every path whose x is mostly +0 */
+static int live_dx_wanted(int nl, int64_t T, int64_t I, float *const *dx, int dxLive)
+{
+    int any = 0;
+    for (int li = 0; li < nl; li++) any |= dx[li] != NULL;
+    return any && dxLive && T > 0 && I > 0;
+}
+
+/* A column whose x is live (not ±0) at half the batch's steps or more is dense: its dx
+ * comes from the kn product at every step. Per output, the vector kn blocks run the whole
+ * product faster than an nt dot, which streams its own row of W_ihᵀ (2 KiB) from L2, and
+ * less than half of x's columns are live at half the steps (docs/performance.md: 1/4, 1/3,
+ * 1/2 and 3/4 measured alike). Without vectors the nt dots of the live outputs are the
+ * cheaper: no column is dense. */
+static int64_t dense_steps(int nl, int64_t T)
+{
+    const int64_t steps = (int64_t)nl * T;
+    return crnn_vector_floats() > 1 ? (steps + 1) / 2 : steps + 1;
+}
+
+/* count[i]: the steps of the batch at which x[.][i] is live (not ±0; NaN is) */
+static void count_live(int nl, const float *const *x, int64_t T, int64_t I, int32_t *count)
+{
+    for (int64_t i = 0; i < I; i++) count[i] = 0;
+    for (int li = 0; li < nl; li++)
+        for (int64_t t = 0; t < T; t++) {
+            const float *xt = x[li] + t * I;
+            int64_t i = 0;
+#if LSTM_SSE
+            for (; i + 4 <= I; i += 4) {   /* a live lane's mask is -1 */
+                __m128i live = _mm_castps_si128(_mm_cmpneq_ps(_mm_loadu_ps(xt + i), _mm_setzero_ps()));
+                __m128i c = _mm_loadu_si128((const __m128i *)(count + i));
+                _mm_storeu_si128((__m128i *)(count + i), _mm_sub_epi32(c, live));
+            }
+#endif
+            for (; i < I; i++) count[i] += xt[i] != 0.0f;
+        }
+}
+
+/* order: the dense columns (live at dense_steps or more), the others live somewhere, the
+ * columns never live; each ascending. *nD, *nR: the first two groups' sizes. count: I ints. */
+static void split_columns(int nl, const float *const *x, int64_t T, int64_t I, int32_t *count,
+                          int32_t *order, int64_t *nD, int64_t *nR)
+{
+    count_live(nl, x, T, I, count);
+    const int64_t thr = dense_steps(nl, T);
+    int64_t n = 0;
+    for (int64_t i = 0; i < I; i++)
+        if (count[i] >= thr) order[n++] = (int32_t)i;
+    *nD = n;
+    for (int64_t i = 0; i < I; i++)
+        if (count[i] > 0 && count[i] < thr) order[n++] = (int32_t)i;
+    *nR = n - *nD;
+    for (int64_t i = 0; i < I; i++)
+        if (count[i] == 0) order[n++] = (int32_t)i;
+}
+
+/* W [rows][I]: Bd[g][j] = W[g][order[j]] for the nD dense columns, Wr[r][g] = W[g][order[nD + r]]
+ * for the nR others (rows of Wᵀ), eight rows of W at a time */
+static void gather_columns(int64_t rows, int64_t I, const float *W, const int32_t *order,
+                           int64_t nD, int64_t nR, float *Bd, float *Wr)
+{
+    for (int64_t g = 0; g < rows; g++)
+        for (int64_t j = 0; j < nD; j++) Bd[g * nD + j] = W[g * I + order[j]];
+    const int32_t *R = order + nD;
+    int64_t g0 = 0;
+    for (; g0 + 8 <= rows; g0 += 8)
+        for (int64_t r = 0; r < nR; r++)
+            for (int q = 0; q < 8; q++) Wr[r * rows + g0 + q] = W[(g0 + q) * I + R[r]];
+    for (; g0 < rows; g0++)
+        for (int64_t r = 0; r < nR; r++) Wr[r * rows + g0] = W[g0 * I + R[r]];
 }
 
 int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32_t I, int32_t H,
@@ -385,37 +491,38 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
     const double work = (double)jobs * T * (double)G * (2.0 * I + H);   /* no int64 overflow */
     const int threads = crnn_current_threads();
     const int chunks = threads > 1 && jobs >= threads && work >= CRNN_SMALL_WORK ? threads : 1;
-    /* dx only where x is not ±0 (W_ihᵀ, and each step's live columns), on the paths of at
-     * most 4 floats a vector: there the whole kn product costs more than the nt dots of the
-     * live third of its outputs. The 256- and 512-bit kn blocks run it near the fma rate,
-     * while an nt output streams its own row of W_ihᵀ (2 KiB) from L2: both measured slower
-     * or even (docs/performance.md). */
-    const int narrow = dxLive && T > 0 && I > 0 && crnn_vector_floats() <= 4;
-    int live = 0;
-    for (int li = 0; li < nl && narrow; li++) live |= dx[li] != NULL;
-    const size_t nI = (size_t)I, wt = live ? 2 * G * nI + (size_t)chunks * nI + 16 : 0;
+    const int live = live_dx_wanted(nl, T, I, dx, dxLive);
+    const size_t nI = (size_t)I, wt = live ? 2 * G * nI + (size_t)(chunks + 1) * nI + 16 : 0;
+    const size_t dzTn = (G > nI ? G : nI) * nT;
     size_t n = (size_t)nl * nT * 2 * G   /* dz */
-             + (size_t)chunks * G * nT   /* dzT: a line's and direction's dz, gates by rows */
+             + (size_t)chunks * dzTn     /* dzT: a line's and direction's dz, gates by rows */
              + nT                        /* ones */
              + 4 * (size_t)nl * nH + 1   /* scratch */
              + 2 * packed + wt;
     float *buf = crnn_scratch(CRNN_SCRATCH_LAYER, sizeof(float) * n);
     if (!buf) return CRNN_E_NOMEM;
-    float *dzall = buf, *dzT = dzall + (size_t)nl * nT * 2 * G, *ones = dzT + (size_t)chunks * G * nT;
+    float *dzall = buf, *dzT = dzall + (size_t)nl * nT * 2 * G, *ones = dzT + (size_t)chunks * dzTn;
     float *scratch = ones + nT;
     float *Whhp = nl > 1 ? scratch + 4 * (size_t)nl * nH + 1 : NULL;
-    float *Wt = NULL;
-    if (live) {           /* after W_hh's panels, its rows on 64 bytes */
-        Wt = scratch + 4 * (size_t)nl * nH + 1 + 2 * packed;
-        Wt += (16 - (uintptr_t)Wt / sizeof(float) % 16) % 16;
-        transpose_rows(2 * (int64_t)G, I, W_ih, I, Wt);
+    grad_ctx gk = {nl, T, I, H, x, hPrev, W_ih, dzall, ones, dW_ih, dW_hh, db, dx, dzT,
+                   (int64_t)dzTn, chunks, NULL, NULL, NULL, 0, NULL};
+    if (live) {           /* after W_hh's panels, on 64 bytes */
+        float *w = scratch + 4 * (size_t)nl * nH + 1 + 2 * packed;
+        w += (16 - (uintptr_t)w / sizeof(float) % 16) % 16;
+        int32_t *order = (int32_t *)(w + 2 * G * nI);
+        int64_t nR;
+        float *Wr;
+        gk.cols = order + nI;
+        split_columns(nl, x, T, I, gk.cols, order, &gk.nD, &nR);
+        gk.order = order;
+        gk.Bd = w;
+        gk.Wr = Wr = w + 2 * G * (size_t)gk.nD;
+        gather_columns(2 * (int64_t)G, I, W_ih, order, gk.nD, nR, w, Wr);
     }
     bwd_ctx k = {nl, T, H, gates, c, tc, dOut, W_hh, Whhp, dzall, scratch};
     crnn_parallel_for_work(2, 2 * (int64_t)nl * T * (int64_t)G * H, backward_range, &k);
 
     for (size_t t = 0; t < nT; t++) ones[t] = 1.0f;
-    grad_ctx gk = {nl, T, I, H, x, hPrev, W_ih, dzall, ones, dW_ih, dW_hh, db, dx, dzT, chunks,
-                   Wt, Wt ? (int32_t *)(Wt + 2 * G * nI) : NULL};
     if (chunks > 1) crnn_parallel_for(chunks, grad_range, &gk);
     else grad_range(&gk, 0, 1);
     return CRNN_OK;
