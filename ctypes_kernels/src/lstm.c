@@ -188,6 +188,31 @@ int32_t crnn_lstm_forward(const float *x, int32_t T, int32_t I, int32_t H,
 
 /* ---- backward ---------------------------------------------------------------------- */
 
+/* live_dx's operands from W [rows][I]: Bd[g][j] = W[g][order[j]] for the nD dense columns,
+ * Wr[r][g] = W[g][order[nD + r]] for the nR others live somewhere (rows of Wᵀ) */
+typedef struct {
+    const float *W;
+    int64_t rows, I, nD, nR;
+    const int32_t *order;
+    float *Bd, *Wr;
+} gather_job;
+
+/* rows [g0, g1) of W, eight at a time */
+static void gather_columns(const gather_job *j, int64_t g0, int64_t g1)
+{
+    const int64_t I = j->I, nD = j->nD, nR = j->nR, rows = j->rows;
+    const float *W = j->W;
+    const int32_t *R = j->order + nD;
+    for (int64_t g = g0; g < g1; g++)
+        for (int64_t c = 0; c < nD; c++) j->Bd[g * nD + c] = W[g * I + j->order[c]];
+    int64_t g = g0;
+    for (; g + 8 <= g1; g += 8)
+        for (int64_t r = 0; r < nR; r++)
+            for (int q = 0; q < 8; q++) j->Wr[r * rows + g + q] = W[(g + q) * I + R[r]];
+    for (; g < g1; g++)
+        for (int64_t r = 0; r < nR; r++) j->Wr[r * rows + g] = W[g * I + R[r]];
+}
+
 typedef struct {
     int nl;
     int64_t T, H;
@@ -196,6 +221,7 @@ typedef struct {
     float *W_hhp;         /* nl > 1: per direction, W_hh packed for kn (core.h) */
     float *dz;            /* [nl][T][8H]: dz[l][t][d*4H + g] */
     float *scratch;       /* per direction: dhRec[nl][H], dcNext[nl][H] */
+    const gather_job *gather;   /* NULL, or live_dx's operands: direction d's rows of W_ih */
 } bwd_ctx;
 
 static void backward_dir(bwd_ctx *k, int d)
@@ -288,9 +314,15 @@ static void transpose_rows(int64_t rows, int64_t cols, const float *src, int64_t
         for (int64_t i = 0; i < rows; i++) dst[j * rows + i] = src[i * lds + j];
 }
 
+/* each direction's recurrence, then (on its thread, off the calling thread's serial path)
+ * its half of the operands the dx by column kind needs */
 static void backward_range(void *ctx, int64_t begin, int64_t end)
 {
-    for (int64_t d = begin; d < end; d++) backward_dir(ctx, (int)d);
+    const bwd_ctx *k = ctx;
+    for (int64_t d = begin; d < end; d++) {
+        backward_dir(ctx, (int)d);
+        if (k->gather) gather_columns(k->gather, d * 4 * k->H, (d + 1) * 4 * k->H);
+    }
 }
 
 /* After the recurrence, per line li and direction d: dots over t, t ascending, of dz's
@@ -451,22 +483,6 @@ static void split_columns(int nl, const float *const *x, int64_t T, int64_t I, i
         if (count[i] == 0) order[n++] = (int32_t)i;
 }
 
-/* W [rows][I]: Bd[g][j] = W[g][order[j]] for the nD dense columns, Wr[r][g] = W[g][order[nD + r]]
- * for the nR others (rows of Wᵀ), eight rows of W at a time */
-static void gather_columns(int64_t rows, int64_t I, const float *W, const int32_t *order,
-                           int64_t nD, int64_t nR, float *Bd, float *Wr)
-{
-    for (int64_t g = 0; g < rows; g++)
-        for (int64_t j = 0; j < nD; j++) Bd[g * nD + j] = W[g * I + order[j]];
-    const int32_t *R = order + nD;
-    int64_t g0 = 0;
-    for (; g0 + 8 <= rows; g0 += 8)
-        for (int64_t r = 0; r < nR; r++)
-            for (int q = 0; q < 8; q++) Wr[r * rows + g0 + q] = W[(g0 + q) * I + R[r]];
-    for (; g0 < rows; g0++)
-        for (int64_t r = 0; r < nR; r++) Wr[r * rows + g0] = W[g0 * I + R[r]];
-}
-
 int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32_t I, int32_t H,
                                  const float *W_ih, const float *W_hh,
                                  const float *const *gates, const float *const *c,
@@ -508,20 +524,21 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
     float *Whhp = nl > 1 ? scratch + 4 * (size_t)nl * nH + 1 : NULL;
     grad_ctx gk = {nl, T, I, H, x, hPrev, W_ih, dzall, ones, dW_ih, dW_hh, db, dx, dzT,
                    (int64_t)dzTn, chunks, NULL, NULL, NULL, 0, NULL};
+    gather_job gj = {W_ih, 2 * (int64_t)G, I, 0, 0, NULL, NULL, NULL};
     if (live) {           /* after W_hh's panels, on 64 bytes */
         float *w = scratch + 4 * (size_t)nl * nH + 1 + 2 * packed;
         w += (16 - (uintptr_t)w / sizeof(float) % 16) % 16;
         int32_t *order = (int32_t *)(w + 2 * G * nI);
-        int64_t nR;
-        float *Wr;
         gk.cols = order + nI;
-        split_columns(nl, x, T, I, gk.cols, order, &gk.nD, &nR);
-        gk.order = order;
-        gk.Bd = w;
-        gk.Wr = Wr = w + 2 * G * (size_t)gk.nD;
-        gather_columns(2 * (int64_t)G, I, W_ih, order, gk.nD, nR, w, Wr);
+        split_columns(nl, x, T, I, gk.cols, order, &gj.nD, &gj.nR);
+        gj.order = gk.order = order;
+        gj.Bd = w;
+        gj.Wr = w + 2 * G * (size_t)gj.nD;
+        gk.nD = gj.nD;
+        gk.Bd = gj.Bd;
+        gk.Wr = gj.Wr;
     }
-    bwd_ctx k = {nl, T, H, gates, c, tc, dOut, W_hh, Whhp, dzall, scratch};
+    bwd_ctx k = {nl, T, H, gates, c, tc, dOut, W_hh, Whhp, dzall, scratch, live ? &gj : NULL};
     crnn_parallel_for_work(2, 2 * (int64_t)nl * T * (int64_t)G * H, backward_range, &k);
 
     for (size_t t = 0; t < nT; t++) ones[t] = 1.0f;
