@@ -67,8 +67,10 @@ static void kn_packed_panels(int64_t M, int64_t N, int64_t K, const float *A, in
     for (int64_t jp = 0; jp < npanel; jp++) {
         const int64_t cols = N - jp * 16 < 16 ? N - jp * 16 : 16;
         const int nv = (int)((cols + VW - 1) / VW);
-        for (int v0 = 0; v0 < nv; ) {
-            int nr = nv - v0 < nrmax ? nv - v0 : nrmax;
+        /* the panel's registers in the fewest blocks of at most nrmax, as even as they go: on
+         * 128-bit 4 as 2 + 2, not 3 + 1 (docs/performance.md) */
+        for (int v0 = 0, blocks = (nv + nrmax - 1) / nrmax; v0 < nv; blocks--) {
+            int nr = (nv - v0 + blocks - 1) / blocks;
             int last = v0 + nr == nv ? (int)(cols - (nv - 1) * VW) : VW;
             kn_operand Bo;
             Bo.p = Bp + jp * 16 * K + v0 * VW;
