@@ -11,11 +11,12 @@
  * of lanes (a, a+8) runs (2 * KN_MAX_REGS independent fma chains cover the latency);
  * KN_NR_PREFERRED output registers per row of a block when M allows. Per term of a pair, a
  * block of MR x NR registers loads NR rows of B and MR splats of A for MR * NR fmas:
- * 512-bit (32 registers), 4 x 2 blocks (6 loads per 8 fmas, 16 accumulators); 256- and
- * 128-bit (16 registers), 2 x 3 blocks (5 loads per 6 fmas, 12 accumulators, B and a splat
- * in the other registers). Measured against the earlier shapes (4 x 1 with four lanes at a
- * time on 512-bit, 2 x 2 on 256-bit, 1 x 3 with four lanes on 128-bit) by paired warm A/B of
- * the training step (docs/performance.md).
+ * 512-bit (32 registers), 4 x 2 blocks (6 loads per 8 fmas, 16 accumulators); 256-bit (16
+ * registers), 2 x 3 blocks (5 loads per 6 fmas, 12 accumulators, B and a splat in the other
+ * registers); 128-bit, 3 x 2 blocks (the same counts; a panel of 16 columns is 4 registers,
+ * two blocks of 2). Measured against the earlier shapes (4 x 1 with four lanes at a time on
+ * 512-bit, 2 x 2 on 256-bit, 1 x 3 with four lanes and then 2 x 3 on 128-bit) by paired warm
+ * A/B of the training step (docs/performance.md).
  * Two block variants chosen at run time, each measured faster on its paths:
  * KN_A_CONTIG_VARIANT, for A unpacked with a_k = 1 (its lanes one pointer, a known step: the
  * loop needs fewer registers), with K = 32 and 64 as constants on 256- and 128-bit
@@ -28,9 +29,12 @@
 #if VW == 16
 #define KN_MAX_REGS 8
 #define KN_NR_PREFERRED 2
-#else
+#elif VW == 8
 #define KN_MAX_REGS 6
 #define KN_NR_PREFERRED 3
+#else
+#define KN_MAX_REGS 6
+#define KN_NR_PREFERRED 2
 #endif
 
 /* Output registers per row of a block: KN_NR_PREFERRED when M fills the block's rows, else
