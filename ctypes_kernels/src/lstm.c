@@ -344,6 +344,7 @@ typedef struct {
     const int32_t *order;
     int64_t nD;
     int32_t *cols;        /* [chunks][I]: a step's live columns */
+    const int32_t *sparse;   /* [nl]: the line's x at least a quarter ±0 (live_dx pays) */
 } grad_ctx;
 
 /* [a0, a1) of n listed columns: halves when each direction's job takes half of dx, all in
@@ -402,7 +403,7 @@ static void line_dir_grads(grad_ctx *k, int li, int d, float *dzT, int32_t *cols
     crnn_gemm16_kn(G, I, T, dzT, T, 1, k->x[li], I, 1, k->dW_ih[2 * li + d], I);
     crnn_gemm16_kn(G, H, T, dzT, T, 1, k->hPrev[li] + d * T * H, H, 1, k->dW_hh[2 * li + d], H);
     crnn_gemm16_kn(1, G, T, k->ones, 0, 1, dz + d * G, G8, 1, k->db[2 * li + d], G);
-    if (k->dx[li] && k->Wr && crnn_mostly_zero(k->x[li], T * I)) {
+    if (k->dx[li] && k->Wr && k->sparse[li]) {
         live_dx(k, li, d, dzT, cols);
     } else if (k->dx[li]) {   /* columns [i0, i1): each half of W_ih is packed by one job only */
         int64_t half = k->chunks == 1 ? 0 : (I / 2 + 15) / 16 * 16;
@@ -446,11 +447,14 @@ static int64_t dense_steps(int nl, int64_t T)
     return crnn_vector_floats() > 1 ? (steps + 1) / 2 : steps + 1;
 }
 
-/* count[i]: the steps of the batch at which x[.][i] is live (not ±0; NaN is) */
-static void count_live(int nl, const float *const *x, int64_t T, int64_t I, int32_t *count)
+/* count[i]: the steps of the batch at which x[.][i] is live (not ±0; NaN is); sparse[li]:
+ * at least a quarter of line li's x is ±0 (crnn_mostly_zero's test, from the same count) */
+static void count_live(int nl, const float *const *x, int64_t T, int64_t I, int32_t *count,
+                       int32_t *sparse)
 {
+    int64_t before = 0;
     for (int64_t i = 0; i < I; i++) count[i] = 0;
-    for (int li = 0; li < nl; li++)
+    for (int li = 0; li < nl; li++) {
         for (int64_t t = 0; t < T; t++) {
             const float *xt = x[li] + t * I;
             int64_t i = 0;
@@ -463,14 +467,20 @@ static void count_live(int nl, const float *const *x, int64_t T, int64_t I, int3
 #endif
             for (; i < I; i++) count[i] += xt[i] != 0.0f;
         }
+        int64_t after = 0;
+        for (int64_t i = 0; i < I; i++) after += count[i];
+        sparse[li] = 4 * (T * I - (after - before)) >= T * I;
+        before = after;
+    }
 }
 
 /* order: the dense columns (live at dense_steps or more), the others live somewhere, the
- * columns never live; each ascending. *nD, *nR: the first two groups' sizes. count: I ints. */
+ * columns never live; each ascending. *nD, *nR: the first two groups' sizes. count: I ints
+ * of scratch; sparse: count_live's per-line flags. */
 static void split_columns(int nl, const float *const *x, int64_t T, int64_t I, int32_t *count,
-                          int32_t *order, int64_t *nD, int64_t *nR)
+                          int32_t *sparse, int32_t *order, int64_t *nD, int64_t *nR)
 {
-    count_live(nl, x, T, I, count);
+    count_live(nl, x, T, I, count, sparse);
     const int64_t thr = dense_steps(nl, T);
     int64_t n = 0;
     for (int64_t i = 0; i < I; i++)
@@ -510,7 +520,7 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
     const int threads = crnn_current_threads();
     const int chunks = threads > 1 && jobs >= threads && work >= CRNN_SMALL_WORK ? threads : 1;
     const int live = live_dx_wanted(nl, T, I, dx, dxLive);
-    const size_t nI = (size_t)I, wt = live ? 2 * G * nI + (size_t)(chunks + 1) * nI + 16 : 0;
+    const size_t nI = (size_t)I, wt = live ? 2 * G * nI + (size_t)(chunks + 1) * nI + (size_t)nl + 16 : 0;
     const size_t dzTn = (G > nI ? G : nI) * nT;
     size_t n = (size_t)nl * nT * 2 * G   /* dz */
              + (size_t)chunks * dzTn     /* dzT: a line's and direction's dz, gates by rows */
@@ -523,14 +533,16 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
     float *scratch = ones + nT;
     float *Whhp = nl > 1 ? scratch + 4 * (size_t)nl * nH + 1 : NULL;
     grad_ctx gk = {nl, T, I, H, x, hPrev, W_ih, dzall, ones, dW_ih, dW_hh, db, dx, dzT,
-                   (int64_t)dzTn, chunks, NULL, NULL, NULL, 0, NULL};
+                   (int64_t)dzTn, chunks, NULL, NULL, NULL, 0, NULL, NULL};
     gather_job gj = {W_ih, 2 * (int64_t)G, I, 0, 0, NULL, NULL, NULL};
     if (live) {           /* after W_hh's panels, on 64 bytes */
         float *w = scratch + 4 * (size_t)nl * nH + 1 + 2 * packed;
         w += (16 - (uintptr_t)w / sizeof(float) % 16) % 16;
         int32_t *order = (int32_t *)(w + 2 * G * nI);
+        int32_t *sparse = order + (size_t)(chunks + 1) * nI;
         gk.cols = order + nI;
-        split_columns(nl, x, T, I, gk.cols, order, &gj.nD, &gj.nR);
+        gk.sparse = sparse;
+        split_columns(nl, x, T, I, gk.cols, sparse, order, &gj.nD, &gj.nR);
         gj.order = gk.order = order;
         gj.Bd = w;
         gj.Wr = w + 2 * G * (size_t)gj.nD;
