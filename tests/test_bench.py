@@ -36,6 +36,33 @@ def test_macs_count_every_dot():
     assert 2 * sum(macs.values()) > 8e8              # ~0.9 GFLOP per step
 
 
+def test_entry_point_macs_add_up_to_the_step():
+    """The one-line entry points' dots (counted per entry point) times the lines are the
+    step's (counted per layer kind), the clip's norm dots aside: two counts written apart."""
+    cfg = model.default_config()
+    for width, batch in ((256, 4), (100, 3)):
+        one = bench.entry_macs(cfg, width)
+        step = bench.step_macs(cfg, width, batch)
+        assert batch * sum(one.values()) == sum(step.values()) - step["clip"]
+        assert "ctc" not in one
+    # the first conv block has no dx: its backward is dW and db alone
+    one = bench.entry_macs(cfg, 256)
+    assert one["conv0 bwd"] == 32 * 256 * 16 * 16 + 32 * 256 * 16
+    assert one["conv1 bwd"] == 2 * 16 * 128 * 32 * 144 + 16 * 128 * 32
+
+
+def test_fma_peak_is_measured_on_every_path_the_cpu_has():
+    isas = abi.available_isas(abi.load(build(), layers=()))
+    peak = bench.fma_peak(isas, (1, 2), seconds=0.02)
+    if peak is None:
+        pytest.skip("no C compiler for the helper")
+    assert set(peak) == set(isas)
+    for isa, rates in peak.items():
+        assert set(rates) == {1, 2}
+        assert all(np.isfinite(r) and r > 0 for r in rates.values()), (isa, rates)
+    assert bench.fma_peak(["neon"] if "neon" not in isas else ["avx2"], (1,), seconds=0.02) == {}
+
+
 def test_step_is_the_training_step(lib):
     """OursStep == crnn_step_gradients, crnn_clip_gradients(5), crnn_adamw per tensor."""
     inp = bench.make_inputs(width=48, batch=2, seed=5)
@@ -87,11 +114,19 @@ def test_cli_json_and_table(tmp_path):
                        capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
     assert "ratio" in r.stdout and "GFLOP/s" in r.stdout and "conv1 bwd" in r.stdout
+    assert "of peak" in r.stdout and "share of the fma peak" in r.stdout
     doc = json.loads(out.read_text())
     assert [(c["isa"], c["threads"]) for c in doc["cases"]] == [(isa, 1), (isa, 2)]
     for c in doc["cases"]:
-        assert {"isa", "threads", "ours_s", "torch_s", "ratio"} <= set(c)
+        assert {"isa", "threads", "ours_s", "torch_s", "ratio", "peak_gflops", "of_peak"} <= set(c)
         assert c["ours_s"] > 0
+        if doc["peak"]:
+            assert c["peak_gflops"] == doc["peak"][isa][str(c["threads"])]
+            assert c["of_peak"] == pytest.approx(c["gflops"] / c["peak_gflops"])
+        assert set(c["layers_gflops"]) == set(c["layers_s"]) - {"ctc"}
+        macs = bench.entry_macs(model.default_config(), 32)
+        for k, g in c["layers_gflops"].items():
+            assert g == pytest.approx(2 * macs[k] / c["layers_s"][k] / 1e9)
         if c["torch_s"] is not None:
             assert c["ratio"] == pytest.approx(c["ours_s"] / c["torch_s"])
     assert doc["meta"]["step_flops"] > 0

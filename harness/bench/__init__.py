@@ -9,20 +9,23 @@ then mean, backward, clip_grad_norm_(5), torch.optim.AdamW(foreach=False).
 Both run in this process, one after the other inside each repetition (so a busy machine
 slows both alike), at the same thread count (crnn_set_threads / torch.set_num_threads),
 after warm-up repetitions; the reported time is the median. Also measured: the port's layer
-entry points on one line of the batch (median of repeated calls), the step's arithmetic rate
-(2 flops per multiply-add of every dot, counted from the config), the peak memory of a step
-and the gate's own wall time, and the fuzzer's cases per second per layer
+entry points on one line of the batch (median of repeated calls), the step's and each entry
+point's arithmetic rate (2 flops per multiply-add of every dot, counted from the config) and
+its share of the path's fma peak (chains of fmas on the same threads), the peak memory of a
+step and the gate's own wall time, and the fuzzer's cases per second per layer
 (docs/performance.md describes every method).
 
 The package, by responsibility: inputs.py (model, lines, multiply-adds), ours.py (the port's
-step and layer calls), torch_step.py (PyTorch's), timing.py, memory.py, fuzz.py (the fuzzer's
-cases per second), measure.py (a run and the paired comparison), render.py (the tables).
+step and layer calls), torch_step.py (PyTorch's), timing.py, memory.py, peak.py (the fma
+peak), fuzz.py (the fuzzer's cases per second), measure.py (a run and the paired
+comparison), render.py (the tables).
 """
 from __future__ import annotations
 
 from .fuzz import fuzz_rates  # noqa: F401
-from .inputs import ADAMW, CLIP_LIMIT, MODEL_PATH, Inputs, make_inputs, step_macs  # noqa: F401
+from .inputs import ADAMW, CLIP_LIMIT, MODEL_PATH, Inputs, entry_macs, make_inputs, step_macs  # noqa: F401
 from .memory import HEAP_COUNTER_SOURCE, step_memory  # noqa: F401
+from .peak import FMA_PEAK_SOURCE, fma_peak  # noqa: F401
 from .ours import OursStep, _p, layer_calls  # noqa: F401
 from .render import render, render_paired  # noqa: F401
 from .measure import BenchResult, gate_wall_time, paired, run  # noqa: F401

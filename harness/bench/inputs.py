@@ -66,3 +66,26 @@ def step_macs(config: dict, width: int, batch: int) -> dict:
     macs = {k: v * batch for k, v in out.items()}
     macs["clip"] = sum(int(np.prod(s.shape)) for s in model.param_specs(config))
     return macs
+
+
+def entry_macs(config: dict, width: int) -> dict:
+    """Multiply-adds of every dot16 in each layer entry point on one line of `width`, keyed as
+    ours.layer_calls (the CTC has no dots: absent). The backward entry points compute every
+    gradient the ABI names: dW, db and dx (none for the first conv block, whose input needs
+    no gradient; every dx of an LSTM layer, dhRec's dots included)."""
+    geo = model.block_geometry(config, width)
+    H, K = config["hidden"], config["classes"]
+    T, G = geo[-1]["Wp"], 4 * config["hidden"]
+    out = {}
+    for n, g in enumerate(geo):
+        P, O, KP = g["Hc"] * g["Wc"], g["out"], model.kpadded(g["kh"] * g["kw"] * g["C"])
+        out[f"conv{n} fwd"] = P * O * KP
+        out[f"conv{n} bwd"] = P * O * KP * (1 + (n > 0)) + P * O    # dW, dcol, db
+    inp = model.sequence_features(config)
+    for layer in range(config["lstm_layers"]):
+        out[f"lstm{layer} fwd"] = 2 * T * G * (inp + H)                # x·W_ihᵀ, h·W_hhᵀ
+        out[f"lstm{layer} bwd"] = 2 * T * G * (2 * inp + 2 * H + 1)    # dW_ih, dx, dW_hh, dhRec, db
+        inp = 2 * H
+    out["linear fwd"] = T * K * inp
+    out["linear bwd"] = 2 * T * K * inp + T * K                        # dW, dx, db
+    return out

@@ -13,9 +13,10 @@ from pathlib import Path
 from ...ctypes_kernels import abi
 from ..runner import cpu_info
 
-from .inputs import make_inputs, step_macs
+from .inputs import entry_macs, make_inputs, step_macs
 from .memory import step_memory
 from .ours import OursStep, layer_calls
+from .peak import fma_peak
 from .timing import _median_time, _timed_blocks
 from .torch_step import TorchStep, torch_available
 
@@ -37,10 +38,11 @@ class BenchResult:
     gate: dict | None = None
     meta: dict = field(default_factory=dict)
     fuzz: dict | None = None      # layer -> cases per second (harness/bench/fuzz.py)
+    peak: dict | None = None      # isa -> threads -> GFLOP/s of fma chains (harness/bench/peak.py)
 
     def to_json(self) -> dict:
         return {"cases": self.cases, "memory": self.memory, "gate": self.gate, "meta": self.meta,
-                "fuzz": self.fuzz}
+                "fuzz": self.fuzz, "peak": self.peak}
 
 
 def run(isas=None, threads=(1, 2), width=256, batch=4, reps=10, warmup=3, port=None,
@@ -72,6 +74,10 @@ def run(isas=None, threads=(1, 2), width=256, batch=4, reps=10, warmup=3, port=N
         res.meta["torch"] = torch.__version__
     res.meta["torch_note"] = (None if use_torch else "PyTorch not installed (pip install -e "
                               "'.[pytorch]')" if with_torch else "PyTorch not run (--no-torch)")
+    if progress:
+        progress("fma peak")
+    res.peak = fma_peak(isas, threads, cc=cc)
+    one_line = entry_macs(inp.config, width)
     isa0, th0 = lib.crnn_get_isa(), lib.crnn_get_threads()
     try:
         for isa in isas:
@@ -89,10 +95,15 @@ def run(isas=None, threads=(1, 2), width=256, batch=4, reps=10, warmup=3, port=N
                 case["ours_min_s"] = min(to)
                 case["torch_min_s"] = min(tt) if tt else None
                 case["gflops"] = flops / case["ours_s"] / 1e9
+                peak = (res.peak or {}).get(isa, {}).get(t)
+                case["peak_gflops"] = peak
+                case["of_peak"] = case["gflops"] / peak if peak else None
                 if layers:
                     time.sleep(0.25)
                     calls = layer_calls(lib, inp)
                     case["layers_s"] = {k: _median_time(f, 7, 0.02) for k, f in calls.items()}
+                    case["layers_gflops"] = {k: 2 * one_line[k] / s / 1e9
+                                             for k, s in case["layers_s"].items() if k in one_line}
                 res.cases.append(case)
     finally:
         lib.crnn_set_isa(isa0)

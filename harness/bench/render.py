@@ -20,6 +20,20 @@ def render_paired(rows, name_a, name_b) -> str:
     return "\n".join(lines)
 
 
+def _layer_rates(cases, keys, cols, w) -> list[str]:
+    """The entry points' GFLOP/s, and their share of the path's peak where it was measured"""
+    out = ["", "the same entry points: GFLOP/s (share of the fma peak):"]
+    out.append(f"{'':<12}" + "".join(f"{c:>{w + 6}}" for c in cols))
+    for k in keys:
+        row = f"{k:<12}"
+        for c in cases:
+            r = c.get("layers_gflops", {}).get(k)
+            share = f"({r / c['peak_gflops']:4.0%})" if r and c.get("peak_gflops") else " " * 6
+            row += f"{r:{w}.1f}{share}" if r is not None else f"{'-':>{w}}{'':6}"
+        out.append(row)
+    return out
+
+
 def render(res: BenchResult) -> str:
     m = res.meta
     lines = [f"crnn-v0 training step: batch {m['batch']} x 32x{m['width']} "
@@ -30,13 +44,24 @@ def render(res: BenchResult) -> str:
         lines.append(f"PyTorch {m['torch']} fp32 in the same process, same threads")
     else:
         lines.append(f"{m.get('torch_note') or 'PyTorch not run'}: ours alone, no ratios")
+    if res.peak:
+        lines += ["peak: fused multiply-adds alone in the path's registers on as many threads "
+                  "(2 flops a lane);",
+                  "  'of peak' counts every term of every dot, those a kernel leaves out (exact "
+                  "zeros) too, so it can pass 100 %"]
+    else:
+        lines.append("peak: not measured (no C compiler for the helper)")
     lines.append("")
-    hdr = f"{'isa':<8}{'threads':>8}{'ours ms':>10}{'torch ms':>10}{'ratio':>8}{'GFLOP/s':>9}"
+    hdr = (f"{'isa':<8}{'threads':>8}{'ours ms':>10}{'torch ms':>10}{'ratio':>8}{'GFLOP/s':>9}"
+           f"{'peak':>8}{'of peak':>9}")
     lines += [hdr, "-" * len(hdr)]
     for c in res.cases:
         tt = f"{c['torch_s'] * 1e3:10.2f}" if c["torch_s"] else f"{'-':>10}"
         ra = f"{c['ratio']:8.2f}" if c["ratio"] else f"{'-':>8}"
-        lines.append(f"{c['isa']:<8}{c['threads']:>8}{c['ours_s'] * 1e3:10.2f}{tt}{ra}{c['gflops']:9.1f}")
+        pk = (f"{c['peak_gflops']:8.1f}{c['of_peak']:8.0%} " if c.get("peak_gflops")
+              else f"{'-':>8}{'-':>9}")
+        lines.append(f"{c['isa']:<8}{c['threads']:>8}{c['ours_s'] * 1e3:10.2f}{tt}{ra}"
+                     f"{c['gflops']:9.1f}{pk}")
     if res.cases and "layers_s" in res.cases[0]:
         lines += ["", "layer entry points on one line (ms, median):"]
         keys = list(res.cases[0]["layers_s"])
@@ -47,6 +72,7 @@ def render(res: BenchResult) -> str:
             lines.append(f"{k:<12}" + "".join(f"{c['layers_s'][k] * 1e3:{w}.3f}" for c in res.cases))
         lines.append(f"{'sum':<12}" + "".join(f"{sum(c['layers_s'].values()) * 1e3:{w}.3f}"
                                                for c in res.cases))
+        lines += _layer_rates(res.cases, keys, cols, w)
     if res.memory:
         mm = res.memory
         f = lambda d, k: "?" if not d else f"{d[k] / 2 ** 20:.1f} MiB"
