@@ -3,7 +3,7 @@
 A harness-side helper (not part of any port) runs, on each of `threads` threads at once,
 twelve independent chains of fused multiply-adds in the path's registers (scalar: one float,
 sse: 4, avx2: 8, avx512: 16, neon: 4), enough chains to cover the fma latency on two units;
-the best of three runs.
+the best of five runs.
 Nothing else is in the loop but its counter, so the rate is the most that path's dots could
 reach: 2 flops per lane per fma. A path the compiler cannot target, or a machine without a
 C compiler, has no peak (None); the bench then prints the GFLOP/s alone."""
@@ -112,7 +112,7 @@ static double timed(int isa, int threads, long n)
     for (int i = 1; i < threads; i++) pthread_join(th[i], 0);
     return now() - t0;
 }
-/* GFLOP/s of `threads` threads of the ISA's fma chains, the best of three runs of about
+/* GFLOP/s of `threads` threads of the ISA's fma chains, the best of five runs of about
  * `seconds` each (a peak: another process taking a core for a moment lowers one run, nothing
  * raises it); 0 when the path has no loop here (the caller knows whether the CPU has it) */
 double crnn_h_fma_peak(int isa, int threads, double seconds)
@@ -127,7 +127,7 @@ double crnn_h_fma_peak(int isa, int threads, double seconds)
     if (t < 0.0) return 0.0;
     n = (long)((double)n * seconds / t) + 1;
     double best = 0.0;
-    for (int run = 0; run < 3; run++) {
+    for (int run = 0; run < 5; run++) {
         t = timed(isa, threads, n);
         if (t <= 0.0) return 0.0;
         const double rate = 2.0 * 12.0 * lanes[isa] * (double)n * threads / t / 1e9;
