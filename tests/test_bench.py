@@ -157,7 +157,9 @@ def test_without_torch_installed_says_so(monkeypatch):
     res = bench.run(["scalar"], (1,), width=32, batch=1, reps=1, warmup=0, layers=False,
                     memory=False, gate=False)
     assert res.cases[0]["torch_s"] is None and res.cases[0]["ratio"] is None
-    assert "not installed" in bench.render(res)
+    out = bench.render(res)
+    assert "not installed" in out
+    assert "--index-url https://download.pytorch.org/whl/cpu" in out   # not the CUDA build
 
 
 def test_fuzz_throughput_is_measured_and_shown():

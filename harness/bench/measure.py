@@ -21,6 +21,11 @@ from .timing import _median_time, _timed_blocks
 from .torch_step import TorchStep, torch_available
 
 
+# the CPU-only wheel: the default index's torch is a CUDA build of several GB
+TORCH_MISSING = ("PyTorch not installed (its CPU-only wheel: pip install torch==2.13.0 "
+                 "--index-url https://download.pytorch.org/whl/cpu)")
+
+
 def gate_wall_time() -> tuple[float, int]:
     """Seconds of `crnn-conformance gate -q` (defaults: every layer, ISA and thread count)
     in a subprocess, and its exit code."""
@@ -72,8 +77,8 @@ def run(isas=None, threads=(1, 2), width=256, batch=4, reps=10, warmup=3, port=N
     if use_torch:
         import torch
         res.meta["torch"] = torch.__version__
-    res.meta["torch_note"] = (None if use_torch else "PyTorch not installed (pip install -e "
-                              "'.[pytorch]')" if with_torch else "PyTorch not run (--no-torch)")
+    res.meta["torch_note"] = (None if use_torch else TORCH_MISSING if with_torch
+                              else "PyTorch not run (--no-torch)")
     if progress:
         progress("fma peak")
     res.peak = fma_peak(isas, threads, cc=cc)
