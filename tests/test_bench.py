@@ -63,6 +63,42 @@ def test_fma_peak_is_measured_on_every_path_the_cpu_has():
     assert bench.fma_peak(["neon"] if "neon" not in isas else ["avx2"], (1,), seconds=0.02) == {}
 
 
+_PEAK_DRIVER = r"""
+#include <stdio.h>
+double crnn_h_fma_peak(int, int, double);
+int main(void) { for (int i = 0; i < 5; i++) printf("%g\n", crnn_h_fma_peak(i, 1, 0.01)); return 0; }
+"""
+
+
+def test_fma_peak_on_a_cpu_without_fma_is_none_not_a_fault(tmp_path):
+    """The scalar path runs on any x86-64, doing its fmas in software without FMA3: the peak
+    helper must then measure nothing rather than fault. Run under qemu-x86_64 as a CPU
+    without FMA3 or AVX (Nehalem); the same program on this CPU measures its paths."""
+    import platform
+    import shutil
+    from crnn_conformance.ctypes_kernels.build import BuildError, find_compiler
+    if platform.machine() != "x86_64" or not shutil.which("qemu-x86_64"):
+        pytest.skip("needs an x86-64 host and qemu-x86_64 (qemu-user)")
+    try:
+        cc = find_compiler(None)
+    except BuildError:
+        pytest.skip("no C compiler")
+    (tmp_path / "peak.c").write_text(bench.FMA_PEAK_SOURCE)
+    (tmp_path / "main.c").write_text(_PEAK_DRIVER)
+    exe = tmp_path / "peak"
+    subprocess.run([cc, "-O1", "-std=gnu11", "-o", str(exe), str(tmp_path / "main.c"),
+                    str(tmp_path / "peak.c"), "-lpthread"], check=True)
+    old = subprocess.run(["qemu-x86_64", "-cpu", "Nehalem", str(exe)], capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert old.returncode == 0, old.stderr
+    assert [float(v) for v in old.stdout.split()] == [0.0] * 5
+    here = [float(v) for v in subprocess.run([str(exe)], capture_output=True, text=True,
+                                             check=True).stdout.split()]
+    isas = abi.available_isas(abi.load(build(), layers=()))
+    # the vector paths need the instructions the loops use; scalar runs anywhere
+    assert [v > 0 for v in here[1:4]] == [i in isas for i in abi.ISA_NAMES[1:4]]
+
+
 def test_step_is_the_training_step(lib):
     """OursStep == crnn_step_gradients, crnn_clip_gradients(5), crnn_adamw per tensor."""
     inp = bench.make_inputs(width=48, batch=2, seed=5)

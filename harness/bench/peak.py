@@ -5,8 +5,9 @@ twelve independent chains of fused multiply-adds in the path's registers (scalar
 sse: 4, avx2: 8, avx512: 16, neon: 4), enough chains to cover the fma latency on two units;
 the best of five runs.
 Nothing else is in the loop but its counter, so the rate is the most that path's dots could
-reach: 2 flops per lane per fma. A path the compiler cannot target, or a machine without a
-C compiler, has no peak (None); the bench then prints the GFLOP/s alone."""
+reach: 2 flops per lane per fma. A path the compiler cannot target, a CPU without the fma
+instructions (the scalar path then does its fmas in software), or a machine without a C
+compiler has no peak; the bench then prints the GFLOP/s alone."""
 from __future__ import annotations
 
 import ctypes
@@ -49,6 +50,19 @@ LOOP(loop_avx512, __attribute__((target("avx512f"))), __m512, _mm512_set1_ps, "+
 #undef FMA
 static float (*const loops[5])(long) = {loop_scalar, loop_sse, loop_avx2, loop_avx512, 0};
 static const int lanes[5] = {1, 4, 8, 16, 0};
+/* the scalar path runs on any x86-64, its fma in software where the CPU has no FMA3: no
+ * hardware peak to measure there (and the loop would fault) */
+static int has_loop(int isa)
+{
+    __builtin_cpu_init();
+    switch (isa) {
+    case 0: return __builtin_cpu_supports("fma");
+    case 1: return __builtin_cpu_supports("fma") && __builtin_cpu_supports("sse4.2");
+    case 2: return __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2");
+    case 3: return __builtin_cpu_supports("avx512f");
+    default: return 0;
+    }
+}
 #elif defined(__aarch64__)
 #include <arm_neon.h>
 static float loop_scalar(long n)
@@ -78,9 +92,11 @@ static float loop_neon(long n)
 }
 static float (*const loops[5])(long) = {loop_scalar, 0, 0, 0, loop_neon};
 static const int lanes[5] = {1, 0, 0, 0, 4};
+static int has_loop(int isa) { return isa == 0 || isa == 4; }
 #else
 static float (*const loops[5])(long) = {0, 0, 0, 0, 0};
 static const int lanes[5] = {0, 0, 0, 0, 0};
+static int has_loop(int isa) { (void)isa; return 0; }
 #endif
 
 typedef struct { float (*fn)(long); long n; volatile float out; } job_t;
@@ -114,10 +130,10 @@ static double timed(int isa, int threads, long n)
 }
 /* GFLOP/s of `threads` threads of the ISA's fma chains, the best of five runs of about
  * `seconds` each (a peak: another process taking a core for a moment lowers one run, nothing
- * raises it); 0 when the path has no loop here (the caller knows whether the CPU has it) */
+ * raises it); 0 when the path has no loop here or the CPU lacks its instructions */
 double crnn_h_fma_peak(int isa, int threads, double seconds)
 {
-    if (isa < 0 || isa > 4 || !loops[isa]) return 0.0;
+    if (isa < 0 || isa > 4 || !loops[isa] || !has_loop(isa)) return 0.0;
     long n = 1 << 16;
     double t = timed(isa, 1, n);
     while (t >= 0.0 && t < 0.02) {       /* calibrate on one thread */
