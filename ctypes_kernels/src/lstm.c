@@ -337,12 +337,9 @@ typedef struct {
     float *dzT;           /* [chunks][dzTn]: dz gates by rows, then live_dx's outputs */
     int64_t dzTn;         /* max(4H, I) * T */
     int chunks;           /* > 1: one a thread, dx's columns in halves; 1: dx whole in d = 1 */
-    /* live_dx (NULL Wr: every dx): order lists the nD dense columns, then the others live
-     * somewhere, then those never live (split_columns); Bd = W_ih's dense columns gathered
-     * [8H][nD], Wr = the rows of W_ihᵀ of the others live somewhere [.][8H] */
-    const float *Bd, *Wr;
-    const int32_t *order;
-    int64_t nD;
+    /* NULL: every dx; else live_dx's operands (gather_job: order lists the nD dense columns,
+     * then the nR others live somewhere, then those never live; Bd, Wr as gathered) */
+    const gather_job *live;
     int32_t *cols;        /* [chunks][I]: a step's live columns */
     const int32_t *sparse;   /* [nl]: the line's x at least a quarter ±0 (live_dx pays) */
 } grad_ctx;
@@ -366,18 +363,19 @@ static void dx_share(const grad_ctx *k, int64_t n, int d, int64_t *a0, int64_t *
  *   row of W_ihᵀ; +0 at the rest (a column never live is +0 throughout). */
 static void live_dx(const grad_ctx *k, int li, int d, float *out, int32_t *cols)
 {
-    const int64_t T = k->T, I = k->I, G8 = 8 * k->H, nD = k->nD, nR = I - nD;
+    const gather_job *g = k->live;
+    const int64_t T = k->T, I = k->I, G8 = 8 * k->H, nD = g->nD, nR = I - nD;   /* never-live too: +0 */
     const float *dz = k->dz + (size_t)li * T * G8, *x = k->x[li];
     float *dx = k->dx[li];
     int64_t a0, a1;
     dx_share(k, nD, d, &a0, &a1);
     if (a1 > a0) {
         const int64_t n = a1 - a0;
-        crnn_gemm16_kn(T, n, G8, dz, G8, 1, k->Bd + a0, nD, 1, out, n);
+        crnn_gemm16_kn(T, n, G8, dz, G8, 1, g->Bd + a0, nD, 1, out, n);
         for (int64_t t = 0; t < T; t++)
-            for (int64_t j = 0; j < n; j++) dx[t * I + k->order[a0 + j]] = out[t * n + j];
+            for (int64_t j = 0; j < n; j++) dx[t * I + g->order[a0 + j]] = out[t * n + j];
     }
-    const int32_t *R = k->order + nD;
+    const int32_t *R = g->order + nD;
     dx_share(k, nR, d, &a0, &a1);
     for (int64_t t = 0; t < T; t++) {
         const float *xt = x + t * I;
@@ -388,7 +386,7 @@ static void live_dx(const grad_ctx *k, int li, int d, float *out, int32_t *cols)
             cols[n] = (int32_t)r;
             n += xt[R[r]] != 0.0f;               /* NaN included */
         }
-        crnn_gemm16_cols(G8, dz + t * G8, k->Wr, G8, cols, n, out);
+        crnn_gemm16_cols(G8, dz + t * G8, g->Wr, G8, cols, n, out);
         for (int64_t j = 0; j < n; j++) dxt[R[cols[j]]] = out[cols[j]];
     }
 }
@@ -403,7 +401,7 @@ static void line_dir_grads(grad_ctx *k, int li, int d, float *dzT, int32_t *cols
     crnn_gemm16_kn(G, I, T, dzT, T, 1, k->x[li], I, 1, k->dW_ih[2 * li + d], I);
     crnn_gemm16_kn(G, H, T, dzT, T, 1, k->hPrev[li] + d * T * H, H, 1, k->dW_hh[2 * li + d], H);
     crnn_gemm16_kn(1, G, T, k->ones, 0, 1, dz + d * G, G8, 1, k->db[2 * li + d], G);
-    if (k->dx[li] && k->Wr && k->sparse[li]) {
+    if (k->dx[li] && k->live && k->sparse[li]) {
         live_dx(k, li, d, dzT, cols);
     } else if (k->dx[li]) {   /* columns [i0, i1): each half of W_ih is packed by one job only */
         int64_t half = k->chunks == 1 ? 0 : (I / 2 + 15) / 16 * 16;
@@ -533,7 +531,7 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
     float *scratch = ones + nT;
     float *Whhp = nl > 1 ? scratch + 4 * (size_t)nl * nH + 1 : NULL;
     grad_ctx gk = {nl, T, I, H, x, hPrev, W_ih, dzall, ones, dW_ih, dW_hh, db, dx, dzT,
-                   (int64_t)dzTn, chunks, NULL, NULL, NULL, 0, NULL, NULL};
+                   (int64_t)dzTn, chunks, NULL, NULL, NULL};
     gather_job gj = {W_ih, 2 * (int64_t)G, I, 0, 0, NULL, NULL, NULL};
     if (live) {           /* after W_hh's panels, on 64 bytes */
         float *w = scratch + 4 * (size_t)nl * nH + 1 + 2 * packed;
@@ -543,12 +541,10 @@ int32_t crnn_lstm_backward_lines(int nl, const float *const *x, int32_t T, int32
         gk.cols = order + nI;
         gk.sparse = sparse;
         split_columns(nl, x, T, I, gk.cols, sparse, order, &gj.nD, &gj.nR);
-        gj.order = gk.order = order;
+        gj.order = order;
         gj.Bd = w;
         gj.Wr = w + 2 * G * (size_t)gj.nD;
-        gk.nD = gj.nD;
-        gk.Bd = gj.Bd;
-        gk.Wr = gj.Wr;
+        gk.live = &gj;
     }
     bwd_ctx k = {nl, T, H, gates, c, tc, dOut, W_hh, Whhp, dzall, scratch, live ? &gj : NULL};
     crnn_parallel_for_work(2, 2 * (int64_t)nl * T * (int64_t)G * H, backward_range, &k);
