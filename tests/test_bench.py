@@ -16,6 +16,7 @@ from crnn_conformance.ctypes_kernels import abi
 from crnn_conformance.ctypes_kernels.build import build
 from crnn_conformance.generators import model
 from crnn_conformance.harness import bench
+from crnn_conformance.harness.bench import timing as bench_timing
 
 
 def test_macs_count_every_dot():
@@ -145,7 +146,7 @@ def test_cli_json_and_table(tmp_path):
     out = tmp_path / "b.json"
     isa = abi.available_isas(abi.load(build(), layers=()))[-1]
     r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "bench", "--isa", isa, "--threads", "1,2",
-                        "--width", "32", "--batch", "2", "--reps", "2", "--warmup", "1",
+                        "--width", "32", "--batch", "2", "--reps", "3", "--rounds", "2", "--warmup", "1",
                         "--no-gate", "--no-memory", "--fuzz-seconds", "0", "--json", str(out)],
                        capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
@@ -163,9 +164,12 @@ def test_cli_json_and_table(tmp_path):
         macs = bench.entry_macs(model.default_config(), 32)
         for k, g in c["layers_gflops"].items():
             assert g == pytest.approx(2 * macs[k] / c["layers_s"][k] / 1e9)
+        assert len(c["ours_rounds_s"]) == 2 and c["ours_min_s"] <= min(c["ours_rounds_s"])
         if c["torch_s"] is not None:
             assert c["ratio"] == pytest.approx(c["ours_s"] / c["torch_s"])
-    assert doc["meta"]["step_flops"] > 0
+            assert c["ratio_rounds"] == pytest.approx(
+                [a / b for a, b in zip(c["ours_rounds_s"], c["torch_rounds_s"])])
+    assert doc["meta"]["step_flops"] > 0 and doc["meta"]["rounds"] == 2
 
 
 def test_cli_without_torch(tmp_path):
@@ -180,12 +184,24 @@ def test_cli_without_torch(tmp_path):
     assert c["torch_s"] is None and c["ratio"] is None
 
 
-@pytest.mark.parametrize("args", [["--isa", "avx9"], ["--threads", "0"], ["--width", "2"]])
+@pytest.mark.parametrize("args", [["--isa", "avx9"], ["--threads", "0"], ["--width", "2"],
+                                  ["--reps", "2", "--rounds", "3"], ["--rounds", "0"]])
 def test_cli_bad_options_exit_2(args):
     r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "bench", *args, "--no-gate"],
                        capture_output=True, text=True, check=False)
     assert r.returncode == 2
     assert "cannot run" in r.stderr
+
+
+def test_timed_blocks_alternate_in_rounds(monkeypatch):
+    monkeypatch.setattr(bench_timing.time, "sleep", lambda s: None)
+    calls = []
+    ours, theirs = (lambda: calls.append("o")), (lambda: calls.append("t"))
+    to, tt = bench_timing._timed_blocks(ours, theirs, reps=7, warmup=1, rounds=3)
+    # 7 repetitions a side as 3 + 2 + 2, each block after its one warm-up step
+    assert [len(b) for b in to] == [3, 2, 2] and [len(b) for b in tt] == [3, 2, 2]
+    assert "".join(calls) == "oooo" "tttt" "ooo" "ttt" "ooo" "ttt"
+    assert bench_timing._timed_blocks(ours, None, reps=2, warmup=0, rounds=2)[1] == []
 
 
 def test_without_torch_installed_says_so(monkeypatch):

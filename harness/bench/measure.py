@@ -52,7 +52,7 @@ class BenchResult:
 
 def run(isas=None, threads=(1, 2), width=256, batch=4, reps=10, warmup=3, port=None,
         cc=None, opt=None, with_torch=True, layers=True, memory=True, gate=True,
-        progress=None, fuzz_seconds=0.0, fuzz_jobs=2) -> BenchResult:
+        progress=None, fuzz_seconds=0.0, fuzz_jobs=2, rounds=3) -> BenchResult:
     from ...ctypes_kernels import build as B
     opt = opt or B.DEFAULT_OPT
     path = Path(port) if port else B.build(cc=cc, opt=opt)
@@ -69,7 +69,8 @@ def run(isas=None, threads=(1, 2), width=256, batch=4, reps=10, warmup=3, port=N
     use_torch = with_torch and torch_available()
     res = BenchResult()
     res.meta = {
-        "width": width, "batch": batch, "reps": reps, "warmup": warmup, "weights": inp.weights,
+        "width": width, "batch": batch, "reps": reps, "warmup": warmup, "rounds": rounds,
+        "weights": inp.weights,
         "port": str(path), "build": None if port else {**B.describe(cc, opt)},
         "torch": None, "step_flops": flops, "macs_by_layer": macs,
         "cpu": cpu_info()["model"], "nproc": os.cpu_count(),
@@ -93,12 +94,19 @@ def run(isas=None, threads=(1, 2), width=256, batch=4, reps=10, warmup=3, port=N
                 abi.check(lib.crnn_set_threads(t), "crnn_set_threads")
                 ours = OursStep(lib, inp)
                 theirs = TorchStep(inp, t) if use_torch else None
-                to, tt = _timed_blocks(ours, theirs, reps, warmup)
+                rto, rtt = _timed_blocks(ours, theirs, reps, warmup, rounds)
+                to, tt = sum(rto, []), sum(rtt, [])
                 case = {"isa": isa, "threads": t, "ours_s": statistics.median(to),
                         "torch_s": statistics.median(tt) if tt else None}
                 case["ratio"] = case["ours_s"] / case["torch_s"] if tt else None
                 case["ours_min_s"] = min(to)
                 case["torch_min_s"] = min(tt) if tt else None
+                # a round's two blocks run seconds apart, so a phase of the host that slows
+                # one slows the other: the rounds' ratios show how far the phases moved it
+                case["ours_rounds_s"] = [statistics.median(b) for b in rto]
+                case["torch_rounds_s"] = [statistics.median(b) for b in rtt] if tt else None
+                case["ratio_rounds"] = ([a / b for a, b in zip(case["ours_rounds_s"], case["torch_rounds_s"])]
+                                        if tt else None)
                 case["gflops"] = flops / case["ours_s"] / 1e9
                 peak = (res.peak or {}).get(isa, {}).get(t)
                 case["peak_gflops"] = peak

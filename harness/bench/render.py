@@ -38,10 +38,13 @@ def render(res: BenchResult) -> str:
     m = res.meta
     lines = [f"crnn-v0 training step: batch {m['batch']} x 32x{m['width']} "
              f"(forward, CTC, backward, batch sum, clip, AdamW); weights {m['weights']}",
-             f"median of {m['reps']} after {m['warmup']} warm-up; {m['step_flops'] / 1e6:.0f} MFLOP "
+             f"median of {m['reps']} after {m['warmup']} warm-up, in {m.get('rounds', 2)} rounds of one block "
+             f"a side; {m['step_flops'] / 1e6:.0f} MFLOP "
              f"per step (2 per multiply-add of every dot); cpu {m['cpu']}, {m['nproc']} cores"]
     if m["torch"]:
-        lines.append(f"PyTorch {m['torch']} fp32 in the same process, same threads")
+        lines += [f"PyTorch {m['torch']} fp32 in the same process, same threads",
+                  "rounds: the lowest and highest of the rounds' ratios (a round: a block of ours, "
+                  "then one of PyTorch's, seconds apart)"]
     else:
         lines.append(f"{m.get('torch_note') or 'PyTorch not run'}: ours alone, no ratios")
     if res.peak:
@@ -52,12 +55,14 @@ def render(res: BenchResult) -> str:
     else:
         lines.append("peak: not measured (no C compiler for the helper)")
     lines.append("")
-    hdr = (f"{'isa':<8}{'threads':>8}{'ours ms':>10}{'torch ms':>10}{'ratio':>8}{'GFLOP/s':>9}"
-           f"{'peak':>8}{'of peak':>9}")
+    hdr = (f"{'isa':<8}{'threads':>8}{'ours ms':>10}{'torch ms':>10}{'ratio':>8}{'rounds':>12}"
+           f"{'GFLOP/s':>9}{'peak':>8}{'of peak':>9}")
     lines += [hdr, "-" * len(hdr)]
     for c in res.cases:
         tt = f"{c['torch_s'] * 1e3:10.2f}" if c["torch_s"] else f"{'-':>10}"
         ra = f"{c['ratio']:8.2f}" if c["ratio"] else f"{'-':>8}"
+        rr = c.get("ratio_rounds")
+        ra += f"{min(rr):7.2f}-{max(rr):.2f}" if rr else f"{'-':>12}"
         pk = (f"{c['peak_gflops']:8.1f}{c['of_peak']:8.0%} " if c.get("peak_gflops")
               else f"{'-':>8}{'-':>9}")
         lines.append(f"{c['isa']:<8}{c['threads']:>8}{c['ours_s'] * 1e3:10.2f}{tt}{ra}"

@@ -9,7 +9,9 @@ def _timed_blocks(ours, theirs, reps: int, warmup: int, rounds: int = 2):
     """Per-repetition seconds of ours and theirs, in alternating blocks (ours, theirs, ours,
     theirs, ...), each block after its own warm-up and a pause: a runtime's idle threads
     spin for a while after their last parallel region (OpenMP, OpenBLAS, our pool), and
-    would otherwise take the cores the other side needs."""
+    would otherwise take the cores the other side needs. `reps` repetitions a side in all,
+    spread over `rounds` rounds of one block a side; returns the two sides' times, one list
+    a round each (a side not run: empty lists)."""
     to, tt = [], []
     per = [reps // rounds + (r < reps % rounds) for r in range(rounds)]
     for n in per:
@@ -19,10 +21,12 @@ def _timed_blocks(ours, theirs, reps: int, warmup: int, rounds: int = 2):
             time.sleep(0.25)
             for _ in range(warmup):
                 fn()
+            block = []
             for _ in range(n):
                 t0 = time.perf_counter()
                 fn()
-                out.append(time.perf_counter() - t0)
+                block.append(time.perf_counter() - t0)
+            out.append(block)
     return to, tt
 
 

@@ -18,6 +18,9 @@ from .common import _split, cannot_run
 @click.option("--batch", type=int, default=4, show_default=True, help="lines per batch")
 @click.option("--reps", type=int, default=10, show_default=True, help="timed repetitions (median)")
 @click.option("--warmup", type=int, default=3, show_default=True, help="untimed repetitions first")
+@click.option("--rounds", type=int, default=None,
+              help="the repetitions in this many rounds of one block a side, each round's ratio "
+                   "shown (default: 3, at most --reps)")
 @click.option("--port", type=click.Path(dir_okay=False), default=None,
               help="shared library implementing crnn_port.h (default: the bundled kernels)")
 @click.option("--cc", default=None, help="C compiler for the bundled kernels (default: $CC, cc, gcc, clang)")
@@ -35,7 +38,7 @@ from .common import _split, cannot_run
               help="seconds of `fuzz` per layer for its cases per second (0: skip)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="also write the results as JSON")
-def bench(isa, threads, width, batch, reps, warmup, port, cc, opt, against, seconds, no_torch,
+def bench(isa, threads, width, batch, reps, warmup, rounds, port, cc, opt, against, seconds, no_torch,
           no_layers, no_memory, no_gate, fuzz_seconds, json_path):
     """Time the whole training step per ISA path x threads, side by side with PyTorch fp32."""
     import json
@@ -48,8 +51,10 @@ def bench(isa, threads, width, batch, reps, warmup, port, cc, opt, against, seco
         cannot_run(e.message)
     if not ths or any(t < 1 or t > 256 for t in ths):
         cannot_run("thread counts must be between 1 and 256")
-    if width < 4 or batch < 1 or reps < 1 or warmup < 0:
-        cannot_run("need --width >= 4, --batch >= 1, --reps >= 1, --warmup >= 0")
+    rounds = min(3, reps) if rounds is None else rounds
+    if width < 4 or batch < 1 or reps < 1 or warmup < 0 or not 1 <= rounds <= reps:
+        cannot_run("need --width >= 4, --batch >= 1, --reps >= 1, --warmup >= 0, "
+                   "1 <= --rounds <= --reps")
     progress = (lambda label: click.echo(f"  ... {label}", err=True)) if sys.stderr.isatty() else None
     if against:
         if not Path(against).is_file():
@@ -73,7 +78,8 @@ def bench(isa, threads, width, batch, reps, warmup, port, cc, opt, against, seco
     try:
         res = B.run(isas, tuple(ths), width, batch, reps, warmup, port, cc, opt,
                     with_torch=not no_torch, layers=not no_layers, memory=not no_memory,
-                    gate=not no_gate, progress=progress, fuzz_seconds=max(0.0, fuzz_seconds))
+                    gate=not no_gate, progress=progress, fuzz_seconds=max(0.0, fuzz_seconds),
+                    rounds=rounds)
     except (abi.PortError, ValueError) as e:
         cannot_run(str(e))
     except abi.PortCallError as e:
