@@ -55,6 +55,7 @@ def run(isas=None, threads=(1, 2), width=256, batch=4, reps=10, warmup=3, port=N
         progress=None, fuzz_seconds=0.0, fuzz_jobs=2, rounds=3) -> BenchResult:
     from ...ctypes_kernels import build as B
     opt = opt or B.DEFAULT_OPT
+    rounds = max(1, min(rounds, reps))      # (a round of no repetitions would not be one)
     path = Path(port) if port else B.build(cc=cc, opt=opt)
     lib = abi.load(path, layers=("conv", "lstm", "linear", "ctc", "step", "clip", "adamw"))
     available = abi.available_isas(lib)
