@@ -122,6 +122,8 @@ int crnn_copy_finite(float *dst, const float *src, int64_t n);
 /* 1 when at least a quarter of x[i] (i < n) is ±0: enough zero terms for the sparse
  * kernel's masks to pay (after a ReLU and pool 64-68 % are; an image 1.6 %). */
 int crnn_mostly_zero(const float *x, int64_t n);
+/* That test from a count already made: `zeros` of n values are ±0. */
+static inline int crnn_zeros_enough(int64_t zeros, int64_t n) { return 4 * zeros >= n; }
 /* Index of B(k, j) in that layout. */
 static inline int64_t crnn_kn_packed_index(int64_t K, int64_t k, int64_t j)
 {

@@ -72,7 +72,7 @@ int crnn_mostly_zero(const float *x, int64_t n)
     }
 #endif
     for (; i < n; i++) z += x[i] == 0.0f;
-    return 4 * z >= n;
+    return crnn_zeros_enough(z, n);
 }
 
 int32_t crnn_dot16(const float *a, const float *b, int64_t n, float *out)

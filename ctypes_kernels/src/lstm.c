@@ -364,7 +364,8 @@ static void dx_share(const grad_ctx *k, int64_t n, int d, int64_t *a0, int64_t *
 static void live_dx(const grad_ctx *k, int li, int d, float *out, int32_t *cols)
 {
     const gather_job *g = k->live;
-    const int64_t T = k->T, I = k->I, G8 = 8 * k->H, nD = g->nD, nR = I - nD;   /* never-live too: +0 */
+    const int64_t T = k->T, I = k->I, G8 = 8 * k->H, nD = g->nD;
+    const int64_t rest = I - nD;    /* g->nR live somewhere, then the never-live (+0) */
     const float *dz = k->dz + (size_t)li * T * G8, *x = k->x[li];
     float *dx = k->dx[li];
     int64_t a0, a1;
@@ -376,7 +377,7 @@ static void live_dx(const grad_ctx *k, int li, int d, float *out, int32_t *cols)
             for (int64_t j = 0; j < n; j++) dx[t * I + g->order[a0 + j]] = out[t * n + j];
     }
     const int32_t *R = g->order + nD;
-    dx_share(k, nR, d, &a0, &a1);
+    dx_share(k, rest, d, &a0, &a1);
     for (int64_t t = 0; t < T; t++) {
         const float *xt = x + t * I;
         float *dxt = dx + t * I;
@@ -467,7 +468,7 @@ static void count_live(int nl, const float *const *x, int64_t T, int64_t I, int3
         }
         int64_t after = 0;
         for (int64_t i = 0; i < I; i++) after += count[i];
-        sparse[li] = 4 * (T * I - (after - before)) >= T * I;
+        sparse[li] = crnn_zeros_enough(T * I - (after - before), T * I);
         before = after;
     }
 }
