@@ -48,14 +48,23 @@
 #define KN_NR_ROW_MAX 4
 #endif
 #define KN_PANEL_BYTES 40960
+/* On 256-bit, 2 x 3 only where K is one of the constants kn_shape compiles (32, 64): in the
+ * loop over any other K its 12 accumulators, 3 rows of B and the splat take all 16
+ * registers, and gcc kept one accumulator on the stack, a store and a reload on every term's
+ * chain (a 256 x 256 product with K = 256 ran at 64 GFLOP/s, in 3 x 2 blocks at 97) */
+static inline int kn_nr_preferred(int64_t K)
+{
+    return VW == 8 && K != 32 && K != 64 ? 2 : KN_NR_PREFERRED;
+}
 static inline int kn_nr_max(int64_t M, int64_t K)
 {
-    if (M >= KN_MAX_REGS / KN_NR_PREFERRED) {
-        int nr = KN_NR_PREFERRED;
+    if (M >= KN_MAX_REGS / kn_nr_preferred(K)) {
+        int nr = kn_nr_preferred(K);
         while (nr > 2 && K * nr * VW * (int64_t)sizeof(float) > KN_PANEL_BYTES) nr--;
         return nr;
     }
-    const int nr = KN_MAX_REGS / (int)M;
+    int nr = KN_MAX_REGS / (int)M;
+    if (M > 1 && nr > kn_nr_preferred(K) && kn_nr_preferred(K) < KN_NR_PREFERRED) nr = kn_nr_preferred(K);
     return nr < KN_NR_ROW_MAX ? nr : KN_NR_ROW_MAX;
 }
 
