@@ -424,14 +424,14 @@ static void grad_range(void *ctx, int64_t begin, int64_t end)
                            k->cols ? k->cols + c * k->I : NULL);
 }
 
-/* live_dx in the batch gradient (dxLive), on the paths of at most 8 floats a vector: the
- * 512-bit kn blocks run the whole product fast enough that the gathers and the single dots
- * cost what the outputs left out save (docs/performance.md) */
+/* live_dx in the batch gradient (dxLive), on every path (on the 512-bit one it paid on a
+ * Zen 4, whose 512-bit fmas run on 256-bit units, and cost nothing measurable on a Xeon:
+ * docs/performance.md) */
 static int live_dx_wanted(int nl, int64_t T, int64_t I, float *const *dx, int dxLive)
 {
     int any = 0;
     for (int li = 0; li < nl; li++) any |= dx[li] != NULL;
-    return any && dxLive && T > 0 && I > 0 && crnn_vector_floats() <= 8;
+    return any && dxLive && T > 0 && I > 0;
 }
 
 /* A column whose x is live (not ±0) at half the batch's steps or more is dense: its dx
