@@ -12,9 +12,10 @@
  * KN_NR_PREFERRED output registers per row of a block when M allows. Per term of a pair, a
  * block of MR x NR registers loads NR rows of B and MR splats of A for MR * NR fmas:
  * 512-bit (32 registers), 4 x 2 blocks (6 loads per 8 fmas, 16 accumulators); 256-bit (16
- * registers), 2 x 3 blocks (5 loads per 6 fmas, 12 accumulators, B and a splat in the other
- * registers); 128-bit, 3 x 2 blocks (the same counts; a panel of 16 columns is 4 registers,
- * two blocks of 2). Measured against the earlier shapes (4 x 1 with four lanes at a time on
+ * registers), 2 x 3 blocks where K is a compiled constant (5 loads per 6 fmas, 12
+ * accumulators, B and a splat in the other registers), 3 x 2 elsewhere (kn_nr_preferred);
+ * 128-bit, 3 x 2 blocks (the same counts; a panel of 16 columns is 4 registers, two blocks
+ * of 2). Measured against the earlier shapes (4 x 1 with four lanes at a time on
  * 512-bit, 2 x 2 on 256-bit, 1 x 3 with four lanes and then 2 x 3 on 128-bit) by paired warm
  * A/B of the training step (docs/performance.md).
  * Two block variants chosen at run time, each measured faster on its paths:
