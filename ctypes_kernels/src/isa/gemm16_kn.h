@@ -59,13 +59,14 @@ static inline int kn_nr_preferred(int64_t K)
 }
 static inline int kn_nr_max(int64_t M, int64_t K)
 {
-    if (M >= KN_MAX_REGS / kn_nr_preferred(K)) {
-        int nr = kn_nr_preferred(K);
+    const int pref = kn_nr_preferred(K);
+    if (M >= KN_MAX_REGS / pref) {
+        int nr = pref;
         while (nr > 2 && K * nr * VW * (int64_t)sizeof(float) > KN_PANEL_BYTES) nr--;
         return nr;
     }
     int nr = KN_MAX_REGS / (int)M;
-    if (M > 1 && nr > kn_nr_preferred(K) && kn_nr_preferred(K) < KN_NR_PREFERRED) nr = kn_nr_preferred(K);
+    if (M > 1 && pref < KN_NR_PREFERRED && nr > pref) nr = pref;   /* 2 rows x 3 spill alike */
     return nr < KN_NR_ROW_MAX ? nr : KN_NR_ROW_MAX;
 }
 
