@@ -29,5 +29,5 @@ from .peak import FMA_PEAK_SOURCE, fma_peak  # noqa: F401
 from .ours import OursStep, _p, layer_calls  # noqa: F401
 from .render import render, render_paired  # noqa: F401
 from .measure import BenchResult, gate_wall_time, paired, run  # noqa: F401
-from .timing import _median_time, _timed_blocks  # noqa: F401
+from .timing import DEFAULT_ROUNDS, _median_time, _timed_blocks  # noqa: F401
 from .torch_step import TorchStep, torch_available  # noqa: F401

@@ -17,7 +17,7 @@ from .inputs import entry_macs, make_inputs, step_macs
 from .memory import step_memory
 from .ours import OursStep, layer_calls
 from .peak import fma_peak
-from .timing import _median_time, _timed_blocks
+from .timing import DEFAULT_ROUNDS, _median_time, _timed_blocks
 from .torch_step import TorchStep, torch_available
 
 
@@ -52,7 +52,7 @@ class BenchResult:
 
 def run(isas=None, threads=(1, 2), width=256, batch=4, reps=10, warmup=3, port=None,
         cc=None, opt=None, with_torch=True, layers=True, memory=True, gate=True,
-        progress=None, fuzz_seconds=0.0, fuzz_jobs=2, rounds=3) -> BenchResult:
+        progress=None, fuzz_seconds=0.0, fuzz_jobs=2, rounds=DEFAULT_ROUNDS) -> BenchResult:
     from ...ctypes_kernels import build as B
     opt = opt or B.DEFAULT_OPT
     rounds = max(1, min(rounds, reps))      # (a round of no repetitions would not be one)

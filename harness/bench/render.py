@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .fuzz import TARGET_PER_S, against_target
+from .timing import DEFAULT_ROUNDS
 
 if TYPE_CHECKING:
     from .measure import BenchResult
@@ -38,7 +39,7 @@ def render(res: BenchResult) -> str:
     m = res.meta
     lines = [f"crnn-v0 training step: batch {m['batch']} x 32x{m['width']} "
              f"(forward, CTC, backward, batch sum, clip, AdamW); weights {m['weights']}",
-             f"median of {m['reps']} after {m['warmup']} warm-up, in {m.get('rounds', 2)} rounds of one block "
+             f"median of {m['reps']} after {m['warmup']} warm-up, in {m.get('rounds', DEFAULT_ROUNDS)} rounds of one block "
              f"a side; {m['step_flops'] / 1e6:.0f} MFLOP "
              f"per step (2 per multiply-add of every dot); cpu {m['cpu']}, {m['nproc']} cores"]
     if m["torch"]:

@@ -4,8 +4,10 @@ from __future__ import annotations
 import statistics
 import time
 
+DEFAULT_ROUNDS = 3   # a side's repetitions in this many rounds of one block a side
 
-def _timed_blocks(ours, theirs, reps: int, warmup: int, rounds: int = 2):
+
+def _timed_blocks(ours, theirs, reps: int, warmup: int, rounds: int = DEFAULT_ROUNDS):
     """Per-repetition seconds of ours and theirs, in alternating blocks (ours, theirs, ours,
     theirs, ...), each block after its own warm-up and a pause: a runtime's idle threads
     spin for a while after their last parallel region (OpenMP, OpenBLAS, our pool), and

@@ -51,7 +51,7 @@ def bench(isa, threads, width, batch, reps, warmup, rounds, port, cc, opt, again
         cannot_run(e.message)
     if not ths or any(t < 1 or t > 256 for t in ths):
         cannot_run("thread counts must be between 1 and 256")
-    rounds = min(3, reps) if rounds is None else rounds
+    rounds = min(B.DEFAULT_ROUNDS, reps) if rounds is None else rounds
     if width < 4 or batch < 1 or reps < 1 or warmup < 0 or not 1 <= rounds <= reps:
         cannot_run("need --width >= 4, --batch >= 1, --reps >= 1, --warmup >= 0, "
                    "1 <= --rounds <= --reps")
