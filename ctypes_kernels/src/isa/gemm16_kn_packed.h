@@ -2,16 +2,30 @@
  * kernels' packed layout (core.h), through the blocks of gemm16_kn.h (included before). */
 
 /* The blocks of the taps: K <= 16, the straight-line pairs; K < 16 with the short tree
- * (kn_block, SHORT: the conv's first block has K = 9 taps) */
+ * (kn_block, SHORT: the conv's first block has K = 9 taps, compiled as a constant). A call
+ * runs nblk blocks of mr rows one after another (A's rows rs apart). On 128- and 256-bit one
+ * call takes every whole block of a column block; on 512-bit each block is its own call,
+ * where the loop inside ran slower (one-line conv0 forward on the Zen 4: avx2 0.098 ->
+ * 0.092 ms, sse 0.163 -> 0.161, avx512 0.058 -> 0.073; docs/performance.md). */
+#define KT_BLOCKS_A_CALL (VW < 16)
+#define KT_BLOCK(mr, nr, a, C_)                                                                        \
+    (K == 9 ? kn_block(mr, nr, 0, 0, 1, 9, a, B, NULL, 0, C_, ldc, last, 0)                        \
+     : K < 16 ? kn_block(mr, nr, 0, 0, 1, K, a, B, NULL, 0, C_, ldc, last, 0)                      \
+              : kn_block(mr, nr, 0, 0, 0, K, a, B, NULL, 0, C_, ldc, last, 0))
 #define KT_SHAPE(mr, nr)                                                                           \
     static void kt_##mr##x##nr(int64_t K, const kn_operand *A, const kn_operand *B, float *C,      \
-                               int64_t ldc, int last)                                              \
+                               int64_t ldc, int last, int64_t nblk)                                \
     {                                                                                              \
-        if (K < 16) kn_block(mr, nr, 0, 0, 1, K, A, B, NULL, 0, C, ldc, last, 0);                  \
-        else kn_block(mr, nr, 0, 0, 0, K, A, B, NULL, 0, C, ldc, last, 0);                         \
+        if (!KT_BLOCKS_A_CALL) {                                                                   \
+            KT_BLOCK(mr, nr, A, C);                                                                    \
+            return;                                                                                \
+        }                                                                                          \
+        kn_operand a = *A;                                                                         \
+        for (int64_t b = 0; b < nblk; b++, a.p += mr * a.rs, C += mr * ldc) KT_BLOCK(mr, nr, &a, C);\
     }
 KN_SHAPES(KT_SHAPE)
-typedef void (*kt_block_fn)(int64_t, const kn_operand *, const kn_operand *, float *, int64_t, int);
+typedef void (*kt_block_fn)(int64_t, const kn_operand *, const kn_operand *, float *, int64_t, int,
+                            int64_t);
 #define KT_CASE(mr, nr) KN_LOOKUP_CASE(kt, mr, nr)
 KN_SHAPE_LOOKUP(kt_block_fn, kt_shape, KN_SHAPES, KT_CASE)
 
@@ -24,13 +38,14 @@ static void kn_rows_taps(int64_t M, int64_t K, const float *A, int64_t a_i, cons
     for (int l = 0; l < 16; l++) Ao.off[l] = l < K ? tap[l] : 0;
     Ao.step = 0;          /* no second term in a lane (and not the contiguous variant) */
     Ao.rs = a_i;
-    for (int64_t i = 0; i < M; ) {
-        int mr = KN_MAX_REGS / nr;
-        if (M - i < mr) mr = (int)(M - i);
+    const int mr = KN_MAX_REGS / nr;
+    const int64_t whole = M / mr * mr, per = KT_BLOCKS_A_CALL ? M / mr : 1;
+    for (int64_t i = 0; i < whole; i += per * mr) {
         Ao.p = A + i * a_i;
-        kt_shape(mr, nr)(K, &Ao, Bo, C + i * ldc, ldc, last);
-        i += mr;
+        kt_shape(mr, nr)(K, &Ao, Bo, C + i * ldc, ldc, last, per);
     }
+    Ao.p = A + whole * a_i;
+    if (M > whole) kt_shape((int)(M - whole), nr)(K, &Ao, Bo, C + whole * ldc, ldc, last, 1);
 }
 
 /* kn with B already packed (core.h, crnn_gemm16_kn_packed): panels of 16 columns, each the
