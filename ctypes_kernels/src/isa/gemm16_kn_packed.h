@@ -8,7 +8,7 @@
  * where the loop inside ran slower (one-line conv0 forward on the Zen 4: avx2 0.098 ->
  * 0.092 ms, sse 0.163 -> 0.161, avx512 0.058 -> 0.073; docs/performance.md). */
 #define KT_BLOCKS_A_CALL (VW < 16)
-#define KT_BLOCK(mr, nr, a, C_)                                                                        \
+#define KT_BLOCK(mr, nr, a, C_)                                                                    \
     (K == 9 ? kn_block(mr, nr, 0, 0, 1, 9, a, B, NULL, 0, C_, ldc, last, 0)                        \
      : K < 16 ? kn_block(mr, nr, 0, 0, 1, K, a, B, NULL, 0, C_, ldc, last, 0)                      \
               : kn_block(mr, nr, 0, 0, 0, K, a, B, NULL, 0, C_, ldc, last, 0))
@@ -17,11 +17,12 @@
                                int64_t ldc, int last, int64_t nblk)                                \
     {                                                                                              \
         if (!KT_BLOCKS_A_CALL) {                                                                   \
-            KT_BLOCK(mr, nr, A, C);                                                                    \
+            KT_BLOCK(mr, nr, A, C);                                                                \
             return;                                                                                \
         }                                                                                          \
         kn_operand a = *A;                                                                         \
-        for (int64_t b = 0; b < nblk; b++, a.p += mr * a.rs, C += mr * ldc) KT_BLOCK(mr, nr, &a, C);\
+        for (int64_t b = 0; b < nblk; b++, a.p += mr * a.rs, C += mr * ldc)                        \
+            KT_BLOCK(mr, nr, &a, C);                                                               \
     }
 KN_SHAPES(KT_SHAPE)
 typedef void (*kt_block_fn)(int64_t, const kn_operand *, const kn_operand *, float *, int64_t, int,

@@ -85,20 +85,21 @@ static void ks_operands(const float *A, int64_t a_i, const int64_t *chunk, const
  * output is -0. ks_rows_<mr>x<nr>: nblk blocks of mr rows in one call (block b's masks at
  * mk + b * per), a block with a -0 output again with every term (all). One call a panel
  * instead of one a block: one-line conv1 / conv2 / lstm0 forward on the Zen 4, sse -0.010 /
- * -0.006 / -0.008 ms, avx2 -0.005 / -0.003 / -0.002, avx512 -0.001 (docs/performance.md). */
+ * -0.006 / -0.008 ms, avx2 -0.005 / -0.003 / -0.002, avx512 -0.001 (docs/performance.md).
+ * The redo is a call (noinline): one inlined copy of the block in the loop, not two. */
 typedef void (*ks_rows_fn)(const kn_operand *, const kn_operand *, const uint32_t *, int64_t,
                            const uint32_t *, int64_t, float *, int64_t, int, int64_t);
 #define KS_BLOCK(mr, nr, a, mk_, C_)                                                               \
     ((a)->chunk ? kn_block(mr, nr, 1, 2, 0, 0, a, B, mk_, nseg, C_, ldc, last, 0)                  \
                 : kn_block(mr, nr, 1, 1, 0, 0, a, B, mk_, nseg, C_, ldc, last, 0))
 #define KS_SHAPE(mr, nr)                                                                           \
-    static __attribute__((noinline)) int ks_##mr##x##nr(const kn_operand *A, const kn_operand *B, \
+    static __attribute__((noinline)) int ks_##mr##x##nr(const kn_operand *A, const kn_operand *B,  \
                               const uint32_t *mk, int64_t nseg, float *C, int64_t ldc, int last)   \
     {                                                                                              \
         return KS_BLOCK(mr, nr, A, mk, C);                                                         \
     }                                                                                              \
     static void ks_rows_##mr##x##nr(const kn_operand *A, const kn_operand *B, const uint32_t *mk,  \
-                                    int64_t per, const uint32_t *all, int64_t nseg, float *C,     \
+                                    int64_t per, const uint32_t *all, int64_t nseg, float *C,      \
                                     int64_t ldc, int last, int64_t nblk)                           \
     {                                                                                              \
         kn_operand a = *A;                                                                         \
