@@ -102,6 +102,26 @@ AI void kn_term(const int MR, const int NR, const float *a, int64_t ars, const f
     }
 }
 
+/* kn_term for the sparse blocks: row r's term at rows[r][off], whole registers of B */
+AI void ks_term(const int MR, const int NR, const float *const *rows, int64_t off, const float *b,
+                int64_t bvs, vec_t *x)
+{
+    vec_t bv[KN_MAX_REGS];
+    UNROLL
+    for (int v = 0; v < NR; v++) {
+        bv[v] = VLOADU(b + v * bvs);
+#if VW < 16 && defined(__GNUC__)
+        if (MR > 1) __asm__("" : VREG_CONSTRAINT(bv[v]));
+#endif
+    }
+    UNROLL
+    for (int r = 0; r < MR; r++) {
+        vec_t av = VSET1(rows[r][off]);
+        UNROLL
+        for (int v = 0; v < NR; v++) x[r * NR + v] = VFMA(av, bv[v], x[r * NR + v]);
+    }
+}
+
 /* Lanes a and a+8 together (two fma chains per output register), each lane's terms in
  * ascending order from +0; then the first tree level: y = p[a] + p[a+8]. SHORT (K < 16): a
  * lane a+8 without terms is left out of that add, and kn_block adds its +0 at the end. */
@@ -147,33 +167,43 @@ AI void kn_pair(const int MR, const int NR, const int A_CONTIG, const int SHORT,
 AI void ks_pair(const int MR, const int NR, const int CHUNKS, int a, const kn_operand *A,
                 const kn_operand *B, const uint32_t *mk, int64_t nseg, vec_t *y)
 {
-    enum { Q = KN_MAX_REGS };
+    enum { Q = KN_MAX_REGS, R = KN_MAX_REGS };
     vec_t x0[Q], x8[Q];
     UNROLL
     for (int q = 0; q < MR * NR; q++) x0[q] = x8[q] = VZERO();
     enum { bs = 16 };
-    const int64_t ars = A->rs, bvs = B->vs;
-    const float *pa0 = A->p + a, *pa8 = pa0 + 8;
+    /* row r's lane a at ra[r][ch]: one address a splat, no row arithmetic in the loop; on
+     * 512-bit (4 rows, two lanes: 8 pointers) the row stride */
+    const float *ra[R], *rb[R];
+    UNROLL
+    for (int r = 0; r < MR; r++) ra[r] = A->p + r * A->rs + a, rb[r] = ra[r] + 8;
+    const int64_t bvs = VW < 16 ? VW : B->vs;     /* on 128/256-bit a panel's next register */
+#if VW == 16
+#define TERM(rows, off, b, x) kn_term(MR, NR, rows[0] + (off), A->rs, b, bvs, VW, x)
+#else
+#define TERM(rows, off, b, x) ks_term(MR, NR, rows, off, b, bvs, x)
+#endif
     for (int64_t seg = 0; seg < nseg; seg++) {
         uint32_t m0 = mk[16 * seg + a], m8 = mk[16 * seg + a + 8];
         const int64_t *ch = CHUNKS ? A->chunk + 32 * seg : NULL;
 #define ch(i) (CHUNKS ? ch[i] : 16 * (int64_t)(32 * seg + (i)))
         const float *pb0 = B->p + B->off[a] + 32 * seg * bs, *pb8 = B->p + B->off[a + 8] + 32 * seg * bs;
         for (; m0 && m8; m0 &= m0 - 1, m8 &= m8 - 1) {
-            const int i = __builtin_ctz(m0), j = __builtin_ctz(m8);
-            kn_term(MR, NR, pa0 + ch(i), ars, pb0 + i * bs, bvs, VW, x0);
-            kn_term(MR, NR, pa8 + ch(j), ars, pb8 + j * bs, bvs, VW, x8);
+            const uint32_t i = (uint32_t)__builtin_ctz(m0), j = (uint32_t)__builtin_ctz(m8);
+            TERM(ra, ch(i), pb0 + i * bs, x0);
+            TERM(rb, ch(j), pb8 + j * bs, x8);
         }
         for (; m0; m0 &= m0 - 1) {
-            const int i = __builtin_ctz(m0);
-            kn_term(MR, NR, pa0 + ch(i), ars, pb0 + i * bs, bvs, VW, x0);
+            const uint32_t i = (uint32_t)__builtin_ctz(m0);
+            TERM(ra, ch(i), pb0 + i * bs, x0);
         }
         for (; m8; m8 &= m8 - 1) {
-            const int j = __builtin_ctz(m8);
-            kn_term(MR, NR, pa8 + ch(j), ars, pb8 + j * bs, bvs, VW, x8);
+            const uint32_t j = (uint32_t)__builtin_ctz(m8);
+            TERM(rb, ch(j), pb8 + j * bs, x8);
         }
 #undef ch
     }
+#undef TERM
     UNROLL
     for (int q = 0; q < MR * NR; q++) y[q] = VADD(x0[q], x8[q]);
 }
