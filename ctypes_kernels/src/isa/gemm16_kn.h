@@ -172,8 +172,9 @@ AI void ks_pair(const int MR, const int NR, const int CHUNKS, int a, const kn_op
     UNROLL
     for (int q = 0; q < MR * NR; q++) x0[q] = x8[q] = VZERO();
     enum { bs = 16 };
-    /* row r's lane a at ra[r][ch]: one address a splat, no row arithmetic in the loop; on
-     * 512-bit (4 rows, two lanes: 8 pointers) the row stride */
+    /* row r's lane a at ra[r][ch]: one address a splat, no row arithmetic in the loop (one-line
+     * conv2 forward on the Zen 4: sse 0.293 -> 0.268 ms, avx2 0.158 -> 0.148); on 512-bit (4
+     * rows, two lanes: 8 pointers) the row stride, where the pointers read 0.117 -> 0.124 */
     const float *ra[R], *rb[R];
     UNROLL
     for (int r = 0; r < MR; r++) ra[r] = A->p + r * A->rs + a, rb[r] = ra[r] + 8;
