@@ -80,11 +80,9 @@ typedef struct {
     const int64_t *chunk; /* A of the sparse blocks: term 16m + l of a row at p + chunk[m] + l */
 } kn_operand;
 
-/* One term k of lane-partials x (MR x NR registers): x[r*NR + v] += A(r, k) * B(k, v). */
-AI void kn_term(const int MR, const int NR, const float *a, int64_t ars, const float *b,
-                int64_t bvs, int last, vec_t *x)
+/* B's NR registers of one term into bv, the last one `last` columns wide */
+AI void kn_load_b(const int MR, const int NR, const float *b, int64_t bvs, int last, vec_t *bv)
 {
-    vec_t bv[KN_MAX_REGS];
     UNROLL
     for (int v = 0; v < NR; v++) {
         bv[v] = v == NR - 1 && last < VW ? VLOADN(b + v * bvs, last) : VLOADU(b + v * bvs);
@@ -94,6 +92,14 @@ AI void kn_term(const int MR, const int NR, const float *a, int64_t ars, const f
         if (MR > 1) __asm__("" : VREG_CONSTRAINT(bv[v]));
 #endif
     }
+}
+
+/* One term k of lane-partials x (MR x NR registers): x[r*NR + v] += A(r, k) * B(k, v). */
+AI void kn_term(const int MR, const int NR, const float *a, int64_t ars, const float *b,
+                int64_t bvs, int last, vec_t *x)
+{
+    vec_t bv[KN_MAX_REGS];
+    kn_load_b(MR, NR, b, bvs, last, bv);
     UNROLL
     for (int r = 0; r < MR; r++) {
         vec_t av = VSET1(a[r * ars]);
@@ -102,18 +108,12 @@ AI void kn_term(const int MR, const int NR, const float *a, int64_t ars, const f
     }
 }
 
-/* kn_term for the sparse blocks: row r's term at rows[r][off], whole registers of B */
+/* The same for the sparse blocks: row r's A at rows[r][off], whole registers of B */
 AI void ks_term(const int MR, const int NR, const float *const *rows, int64_t off, const float *b,
                 int64_t bvs, vec_t *x)
 {
     vec_t bv[KN_MAX_REGS];
-    UNROLL
-    for (int v = 0; v < NR; v++) {
-        bv[v] = VLOADU(b + v * bvs);
-#if VW < 16 && defined(__GNUC__)
-        if (MR > 1) __asm__("" : VREG_CONSTRAINT(bv[v]));
-#endif
-    }
+    kn_load_b(MR, NR, b, bvs, VW, bv);
     UNROLL
     for (int r = 0; r < MR; r++) {
         vec_t av = VSET1(rows[r][off]);
@@ -167,7 +167,7 @@ AI void kn_pair(const int MR, const int NR, const int A_CONTIG, const int SHORT,
 AI void ks_pair(const int MR, const int NR, const int CHUNKS, int a, const kn_operand *A,
                 const kn_operand *B, const uint32_t *mk, int64_t nseg, vec_t *y)
 {
-    enum { Q = KN_MAX_REGS, R = KN_MAX_REGS };
+    enum { Q = KN_MAX_REGS };
     vec_t x0[Q], x8[Q];
     UNROLL
     for (int q = 0; q < MR * NR; q++) x0[q] = x8[q] = VZERO();
@@ -175,7 +175,7 @@ AI void ks_pair(const int MR, const int NR, const int CHUNKS, int a, const kn_op
     /* row r's lane a at ra[r][ch]: one address a splat, no row arithmetic in the loop (one-line
      * conv2 forward on the Zen 4: sse 0.293 -> 0.268 ms, avx2 0.158 -> 0.148); on 512-bit (4
      * rows, two lanes: 8 pointers) the row stride, where the pointers read 0.117 -> 0.124 */
-    const float *ra[R], *rb[R];
+    const float *ra[KN_MAX_REGS], *rb[KN_MAX_REGS];
     UNROLL
     for (int r = 0; r < MR; r++) ra[r] = A->p + r * A->rs + a, rb[r] = ra[r] + 8;
     const int64_t bvs = VW < 16 ? VW : B->vs;     /* on 128/256-bit a panel's next register */
