@@ -253,6 +253,11 @@ def builders() -> dict:
             if f.group == g}
 
 
+def fixture_groups() -> dict:
+    """{fixture stem: its group} ("main", "edges" or "pytorch")."""
+    return {f.stem: f.group for lay in LAYERS for f in lay.fixtures}
+
+
 def _check() -> None:
     """Names unique, prototypes readable and named like their entry, buffers consistent with
     the signature (one per pointer argument, in order; role "in" exactly for const), every

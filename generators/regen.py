@@ -4,6 +4,7 @@
     regen-fixtures --only linear   # one (repeatable)
     regen-fixtures --check         # regenerate into a temp dir, exit 1 naming any that differ
     regen-fixtures --retrain       # retrain crnn-v0 (crnn_conformance.generators.train, ~10 min), then regenerate
+    regen-fixtures --seed 7 --out fresh/   # a fresh draw: other inputs, same cases (not the pytorch tier's)
 
 Nothing in fixtures/ changes unless this command is asked to write it.
 """
@@ -20,6 +21,7 @@ import click
 
 from .. import fixtures
 from ..ctypes_kernels import layer_table
+from . import draw
 from .fixture_compare import differences, torch_env_change
 from .h5io import FixtureError, write_fixture
 
@@ -32,18 +34,27 @@ FIXTURES_DIR = fixtures.directory()
 # the edge cases (exact tier only, docs/edge-cases.md), then the pytorch tier
 # (generators/pytorch_ref/: the trained crnn-v0 in PyTorch fp32 with float64 Floors)
 BUILDERS = layer_table.builders()
+# A fresh draw (--seed) covers the fixtures whose every tier the harness computes from the
+# definitions: the exact and float64 tiers and the edge cases. The pytorch tier's fixtures are
+# one draw on the trained model, whose single permitted pool flip is judged on those lines.
+DRAWABLE = [n for n, g in layer_table.fixture_groups().items() if g != "pytorch" and n in BUILDERS]
 
 
 def fixture_path(root: Path, name: str) -> Path:
     return Path(root) / f"{name}.h5"
 
 
-def regenerate(name: str, root: Path) -> Path:
+def regenerate(name: str, root: Path, seed: int | None = None) -> Path:
+    """Writes fixture `name` into root: the checked-in draw, or (seed) a fresh one, whose
+    file records that number as its `draw` attribute."""
     mod = importlib.import_module(BUILDERS[name])
-    cases = mod.build()
+    with draw.drawing(seed):
+        cases = mod.build()
     path = fixture_path(root, name)
-    write_fixture(path, mod.LAYER, mod.__name__, mod.SEED, cases,
-                  getattr(mod, "EXTRA_ATTRS", None))
+    attrs = dict(getattr(mod, "EXTRA_ATTRS", None) or {})
+    if seed is not None:
+        attrs["draw"] = seed
+    write_fixture(path, mod.LAYER, mod.__name__, mod.SEED, cases, attrs or None)
     return path
 
 
@@ -57,14 +68,19 @@ def regenerate(name: str, root: Path) -> Path:
 @click.option("--retrain", is_flag=True,
               help="first retrain crnn-v0 (python -m crnn_conformance.generators.train: seeded, CPU, <= 10 min) "
                    "into fixtures/model/crnn-v0.h5 (or OUT/model/ with --out), then regenerate")
-def main(only, check, out_dir, quiet, retrain):
+@click.option("--seed", type=click.IntRange(min=0), default=None, metavar="N",
+              help="a fresh draw into --out: every builder's random inputs from (its seed, N), the "
+                   "same cases with other data; not the pytorch_* fixtures")
+def main(only, check, out_dir, quiet, retrain, seed):
     """(Re)write the checked-in fixtures deterministically."""
-    names = list(only) or list(BUILDERS)
+    names = list(only) or (DRAWABLE if seed is not None else list(BUILDERS))
     unknown = [n for n in names if n not in BUILDERS]
     if unknown:
         click.echo(f"regen-fixtures: unknown fixture(s) {', '.join(unknown)}; "
                    f"known: {', '.join(BUILDERS)}", err=True)
         sys.exit(2)
+    if seed is not None:
+        _check_draw(names, out_dir, check, retrain)
     if retrain:
         if check:
             click.echo("regen-fixtures: --retrain writes a new model; it cannot be combined "
@@ -81,7 +97,7 @@ def main(only, check, out_dir, quiet, retrain):
             for name in bar:
                 t0 = time.perf_counter()
                 try:
-                    path = regenerate(name, root)
+                    path = regenerate(name, root, seed)
                 except OSError as e:
                     _cannot_write(root, e)
                 dt = time.perf_counter() - t0
@@ -107,6 +123,21 @@ def main(only, check, out_dir, quiet, retrain):
                            "regeneration; run `regen-fixtures --only NAME` to rewrite them")
                 sys.exit(1)
             click.echo(f"all {len(names)} fixture(s) current")
+
+
+def _check_draw(names, out_dir, check, retrain) -> None:
+    """A fresh draw goes to a directory of its own, never over the checked-in fixtures."""
+    why = None
+    if out_dir is None or Path(out_dir).resolve() == Path(FIXTURES_DIR).resolve():
+        why = "give --out DIR: fixtures/ holds the checked-in draw"
+    elif check or retrain:
+        why = "it cannot be combined with --check or --retrain"
+    elif any(n not in DRAWABLE for n in names):
+        why = (f"{', '.join(n for n in names if n not in DRAWABLE)}: the pytorch tier's fixtures "
+               "are one draw on the trained model and are not drawn again")
+    if why:
+        click.echo(f"regen-fixtures: --seed writes a fresh draw; {why}", err=True)
+        sys.exit(2)
 
 
 def _writable(root: Path) -> None:

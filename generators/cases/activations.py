@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import draw
 from .. import exact
 from ..edge_values import (binades, float_specials, nan32_variants,
                            neighbours)
@@ -60,7 +61,7 @@ def segments(n: int) -> np.ndarray:
 
 
 def build():
-    rng = np.random.default_rng(SEED)
+    rng = draw.rng(SEED)
     g = groups(rng)
     x = np.concatenate(list(g.values())).astype(F32)
     counts = {name: int(v.size) for name, v in g.items()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import draw
 from .. import model
 from ..float64 import adamw as ref
 from ..h5io import Case
@@ -36,7 +37,7 @@ def _case(name, p0, grads, hp, decay, note):
 
 
 def build() -> list[Case]:
-    rng = np.random.default_rng(SEED)
+    rng = draw.rng(SEED)
     config = model.default_config()
     specs = {s.name: s for s in model.param_specs(config)}
     init = model.init_params(config, rng)

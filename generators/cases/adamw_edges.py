@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import draw
 from .. import exact
 
 NAME = "adamw_edges"
@@ -54,4 +55,4 @@ def many(rng, n):
 
 
 def build():
-    return [many(np.random.default_rng(SEED), 300)]
+    return [many(draw.rng(SEED), 300)]

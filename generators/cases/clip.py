@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import draw
 from .. import model
 from ..float64 import clip as ref
 from ..h5io import Case
@@ -49,7 +50,7 @@ def _model_grads(rng, config, sigma):
 
 
 def build() -> list[Case]:
-    rng = np.random.default_rng(SEED)
+    rng = draw.rng(SEED)
     config = model.default_config()
     names = [s.name for s in model.param_specs(config)]
     cases = []

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import draw
 from .. import exact
 from ..spec import clip as spec
 
@@ -76,7 +77,7 @@ def many(rng, n) -> object:
 
 
 def build():
-    rng = np.random.default_rng(SEED)
+    rng = draw.rng(SEED)
     three_four = [np.array([3.0]), np.array([4.0])]
     halves = [np.full(40, 0.5), np.full((4, 6), 0.5)]
     big = np.concatenate([[3e19, -2.5e19], rng.normal(0, 1, 30), [-0.0, 0.0, -1e-30]])

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import draw
 from ..float64 import conv as ref
 from ..float64 import exactsum as xs
 from ..geometry import conv_size
@@ -234,6 +235,6 @@ def case_list():
 
 
 def build() -> list[Case]:
-    rng = np.random.default_rng(SEED)
+    rng = draw.rng(SEED)
     return [make_case(name, rng, g, W, kind, block)
             for name, g, W, kind, block in case_list()]

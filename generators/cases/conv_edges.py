@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import draw
 from .. import exact
 from .conv import kpadded
 from ..edge_values import qnan32, tiny
@@ -164,7 +165,7 @@ def selector(rng, name, C, Out, dx=True):
 
 
 def build():
-    rng = np.random.default_rng(SEED)
+    rng = draw.rng(SEED)
     cases = []
     for Out in (4, 5):
         x, W, b, dP = nan_pixels(rng, Out)
@@ -183,10 +184,10 @@ def build():
     cases.append(selector(rng, "dense_dW_neg_zero_C2_nodx", 2, 4, dx=False))
     # the pool rules again where a window's channels fill 256- and 512-bit registers (the cases
     # above have 4, 5 and 8 channels); their own generator, so the cases above keep their values
-    wide = np.random.default_rng(SEED + 1)
+    wide = draw.rng(SEED + 1)
     for Out in (16, 32):
         x, W, b, dP = nan_pixels(wide, Out)
         cases.append(_case(f"pool_nan_x_O{Out}", x, W, b, dP, G33, "NaN pixels: NaN never wins"))
     cases.append(signed_zeros(wide, 16, "pool_signed_zeros_C16_O16"))
-    cases.append(k_padding(np.random.default_rng(SEED + 2), nan=False, zero_x=True))
+    cases.append(k_padding(draw.rng(SEED + 2), nan=False, zero_x=True))
     return cases

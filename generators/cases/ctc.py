@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import draw
 from ..float64 import ctc as ref
 from ..h5io import Case
 from ..spec import ctc as spec
@@ -43,7 +44,7 @@ def _aligned_logits(rng, T, K, target, high, low):
 
 
 def build() -> list[Case]:
-    rng = np.random.default_rng(SEED)
+    rng = draw.rng(SEED)
     K = 37
     cases = []
     for T, L in ((16, 5), (25, 7), (32, 10), (64, 10), (100, 3), (257, 12)):

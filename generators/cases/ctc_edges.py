@@ -27,6 +27,7 @@ import itertools
 
 import numpy as np
 
+from .. import draw
 from .. import exact
 
 NAME = "ctc_edges"
@@ -121,7 +122,7 @@ def rounding(rng):
 
 
 def build():
-    rng = np.random.default_rng(SEED)
+    rng = draw.rng(SEED)
     n = lambda T, K: rng.normal(0, 2, (T, K))
     return [
         _line("T9_2L_plus_1_distinct", n(9, 6), [1, 2, 3, 4], 0.25, "T = 2L + 1, distinct labels"),

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import draw
 from .. import exact
 from ..edge_values import binades, float_specials, nan64_variants, neighbours
 from ..spec import detmath as D
@@ -70,7 +71,7 @@ def log_inputs(rng) -> dict:
 
 
 def build():
-    rng = np.random.default_rng(SEED)
+    rng = draw.rng(SEED)
     ge, gl = exp_inputs(rng), log_inputs(rng)
     inputs = {"x_exp": np.concatenate(list(ge.values())).astype(F64),
               "x_log": np.concatenate(list(gl.values())).astype(F64)}

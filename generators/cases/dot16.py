@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from .. import draw
 from ..h5io import Case
 from ..spec.dot16 import dot16
 
@@ -49,7 +50,7 @@ def _case(name, lengths, make, with_float64):
 
 
 def build() -> list[Case]:
-    rng = np.random.default_rng(SEED)
+    rng = draw.rng(SEED)
     uniform = lambda n: (rng.uniform(-1, 1, n).astype(np.float32), rng.uniform(-1, 1, n).astype(np.float32))
     order = lambda n: _order_data(rng, n)
     long_lengths = [int(v) for v in rng.integers(101, 5001, 24)]

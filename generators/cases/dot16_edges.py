@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import draw
 from .. import exact
 from ..edge_values import tiny
 
@@ -35,7 +36,7 @@ def _case(name, lengths, make, note):
 
 
 def build():
-    rng = np.random.default_rng(SEED)
+    rng = draw.rng(SEED)
 
     def subnormal(n):
         a = np.ldexp(rng.uniform(1, 2, n), rng.integers(-149, -120, n)).astype(F32)

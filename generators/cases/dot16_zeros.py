@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from .. import draw
 from ..h5io import Case
 from ..spec.dot16 import dot16
 
@@ -51,7 +52,7 @@ def _case(name, lengths, make) -> Case:
 
 
 def build() -> list[Case]:
-    rng = np.random.default_rng(SEED)
+    rng = draw.rng(SEED)
     return [
         _case("all_negative_n0_64", list(range(65)), lambda n: _tiny(rng, n, 1.0)),
         _case("mixed_sign_n16_80", list(range(16, 81)), lambda n: _tiny(rng, n, 0.9)),

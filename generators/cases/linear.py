@@ -5,6 +5,7 @@ import itertools
 
 import numpy as np
 
+from .. import draw
 from ..float64 import linear as ref
 from ..h5io import Case
 from ..spec import linear as spec
@@ -15,7 +16,7 @@ SEED = 2024
 
 
 def build() -> list[Case]:
-    rng = np.random.default_rng(SEED)
+    rng = draw.rng(SEED)
     cases = []
     for T, I, O in itertools.product((16, 25), (128, 37), (37, 48)):
         bound = 1.0 / np.sqrt(I)

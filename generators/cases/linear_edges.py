@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import draw
 from .. import exact
 from ..edge_values import tiny
 
@@ -35,7 +36,7 @@ def _signed_zeros(rng, n):
 
 
 def build():
-    rng = np.random.default_rng(SEED)
+    rng = draw.rng(SEED)
     T, I, O = 17, 32, 17
     cases = [_case("neg_zero_y_dx_T17_I32_O17", tiny(rng, T * I).reshape(T, I),
                    tiny(rng, O * I, -80, -1.0).reshape(O, I), _signed_zeros(rng, O),

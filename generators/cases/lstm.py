@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import draw
 from ..float64 import lstm as ref
 from ..h5io import Case
 from ..spec import lstm as spec
@@ -44,7 +45,7 @@ def expected(inputs: dict) -> dict:
 
 
 def build() -> list[Case]:
-    rng = np.random.default_rng(SEED)
+    rng = draw.rng(SEED)
     cases = []
     for layer, I in ((1, 256), (2, 2 * H)):
         for T in (16, 25, 64):

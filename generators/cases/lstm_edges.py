@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import draw
 from .. import exact
 from ..edge_values import tiny
 
@@ -40,7 +41,7 @@ def random_layer(rng, T, I, H, b_scale=None):
 
 
 def build():
-    rng = np.random.default_rng(SEED)
+    rng = draw.rng(SEED)
     T, I, H = 17, 16, 4
     cases = [_case("neg_zero_dW_ih_dx_T17", tiny(rng, T * I, -80, -1.0).reshape(T, I),
                    tiny(rng, 2 * 4 * H * I, -80, -1.0).reshape(2, 4 * H, I),

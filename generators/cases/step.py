@@ -19,6 +19,7 @@ import tempfile
 
 import numpy as np
 
+from .. import draw
 from .. import model
 from ..float64 import conv as conv64
 from ..float64 import step as ref
@@ -110,7 +111,7 @@ def crnn_v0_batch(rng, config):
 
 
 def build() -> list[Case]:
-    rng = np.random.default_rng(SEED)
+    rng = draw.rng(SEED)
     config = model.default_config()
     params = fp16_params(config, model.init_params(config, rng))
     images, targets = crnn_v0_batch(rng, config)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import draw
 from .. import exact, model
 
 NAME = "step_edges"
@@ -67,6 +68,6 @@ def _case(name, rng, widths, targets):
 
 
 def build():
-    rng = np.random.default_rng(SEED)
+    rng = draw.rng(SEED)
     return [_case("neg_zero_fc_b2", rng, [32, 40], [[1, 2], [2, 1, 2]]),
             _case("neg_zero_fc_b1", rng, [36], [[2, 1]])]

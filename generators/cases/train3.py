@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import draw
 from .. import model
 from . import step as step_cases
 from ..float64 import adamw as adamw64
@@ -52,7 +53,7 @@ def make_batches(rng):
 
 
 def build() -> list[Case]:
-    rng = np.random.default_rng(SEED)
+    rng = draw.rng(SEED)
     config = model.default_config()
     specs = model.param_specs(config)
     names = [s.name for s in specs]
