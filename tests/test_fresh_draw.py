@@ -1,0 +1,143 @@
+"""regen-fixtures --seed: a fresh draw of the fixtures (docs/fixtures.md, "A fresh draw").
+The same cases with other data; a correct port passes it on every tier it holds; a port that
+replays the published answers passes them and fails the draw."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import pytest
+
+from testports import ROOT, build_port, gate  # noqa: E402
+
+from crnn_conformance import fixtures
+from crnn_conformance.generators.regen import BUILDERS, DRAWABLE
+
+REPLAY = str(ROOT / "tests" / "ports" / "replayport.py") + ":Port"
+NUMPY_PORT = str(ROOT / "examples" / "numpy_port.py") + ":Port"
+TORCH_PORT = str(ROOT / "examples" / "torch_port.py") + ":Port"
+# fixtures that draw in a few seconds, of layers whose every fixture is among them
+QUICK = ["dot16", "dot16_zeros", "dot16_edges", "linear", "linear_edges", "ctc", "ctc_edges",
+         "detmath", "clip", "clip_edges", "adamw", "adamw_edges"]
+
+
+def regen(*args):
+    return subprocess.run([sys.executable, "-m", "crnn_conformance.generators.regen", "-q", *args],
+                          capture_output=True, text=True)
+
+
+def draw(out: Path, seed: int, names) -> Path:
+    r = regen("--seed", str(seed), "--out", str(out), *[a for n in names for a in ("--only", n)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out
+
+
+def inputs(path: Path) -> dict:
+    with h5py.File(path, "r") as f:
+        return {(c, k): f[c]["inputs"][k][()] for c in json.loads(f.attrs["case_names"])
+                for k in f[c]["inputs"]}
+
+
+def test_a_draw_has_the_same_cases_and_other_data(tmp_path):
+    a = draw(tmp_path / "a", 5, ["linear", "dot16"])
+    for name in ("linear", "dot16"):
+        old, new = inputs(fixtures.directory() / f"{name}.h5"), inputs(a / f"{name}.h5")
+        assert old.keys() == new.keys()
+        assert all(old[k].dtype == new[k].dtype for k in old)    # (a drawn size may differ)
+        drawn = [k for k in old if old[k].dtype.kind == "f"]    # (integer inputs: lengths)
+        assert drawn and all(old[k].tobytes() != new[k].tobytes() for k in drawn)
+        with h5py.File(a / f"{name}.h5", "r") as f:
+            assert f.attrs["draw"] == 5
+
+
+def test_a_draw_is_reproducible_from_its_seed(tmp_path):
+    a = draw(tmp_path / "a", 5, ["linear"])
+    b = draw(tmp_path / "b", 5, ["linear"])
+    c = draw(tmp_path / "c", 6, ["linear"])
+    assert (a / "linear.h5").read_bytes() == (b / "linear.h5").read_bytes()
+    x5, x6 = inputs(a / "linear.h5"), inputs(c / "linear.h5")
+    assert all(x5[k].tobytes() != x6[k].tobytes() for k in x5 if x5[k].dtype.kind == "f")
+
+
+def test_the_checked_in_fixtures_are_the_draw_without_a_seed(tmp_path):
+    r = regen("--check", "--only", "linear", "--only", "conv_edges")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.fixture(scope="module")
+def quick_draw(tmp_path_factory):
+    return draw(tmp_path_factory.mktemp("draw"), 20261207, QUICK)
+
+
+def passes(*args):
+    r = gate(*args, "-q", timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    assert r.stdout.strip().splitlines()[-1].startswith("PASS")
+
+
+def test_the_bundled_port_passes_a_fresh_draw(quick_draw, tmp_path):
+    passes("--fixtures", str(quick_draw), "--layers", "dot16,linear,ctc,clip,adamw",
+           "--json", str(tmp_path / "r.json"))
+    meta = json.loads((tmp_path / "r.json").read_text())["meta"]["fixtures"]
+    assert meta["linear.h5"]["draw"] == 20261207          # the report says which data it ran
+
+
+def test_another_legal_order_passes_a_fresh_draw(quick_draw):
+    """NumPy float32 (BLAS matmul, NumPy's exp and sums): the float64 tier's allowances are
+    an error model evaluated on each case's data, not fitted to the checked-in draw."""
+    passes("--port", NUMPY_PORT, "--fixtures", str(quick_draw), "--layers", "linear,ctc,clip,adamw",
+           "--tiers", "float64")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2])
+def test_every_drawable_fixture_drawn_again_passes_correct_ports(tmp_path, seed):
+    """Every fixture but the pytorch tier's, two seeds (about 40 s a draw): the bundled port on
+    every tier the gate computes from the definitions (exact, float64, identity over every
+    path x 1, 2, 3, 7, contract); the NumPy and PyTorch example ports and the BLAS-style conv
+    port on the float64 tier."""
+    d = draw(tmp_path / "d", seed, DRAWABLE)
+    passes("--fixtures", str(d))
+    passes("--port", NUMPY_PORT, "--fixtures", str(d), "--tiers", "float64")
+    passes("--port", str(build_port(tmp_path, source="blasport.c")), "--fixtures", str(d),
+           "--layers", "conv", "--tiers", "float64")
+    pytest.importorskip("torch")
+    passes("--port", TORCH_PORT, "--fixtures", str(d), "--tiers", "float64")
+
+
+def test_a_port_replaying_the_published_answers_fails_a_fresh_draw(tmp_path):
+    args = ["--port", REPLAY, "--layers", "linear", "--tiers", "exact,float64", "-q"]
+    published = gate(*args)
+    assert published.returncode == 0, published.stdout + published.stderr
+    d = draw(tmp_path / "d", 3, ["linear", "linear_edges"])
+    fresh = gate(*args, "--fixtures", str(d))
+    assert fresh.returncode == 1, fresh.stdout + fresh.stderr
+    fails = [line for line in fresh.stdout.splitlines() if line.startswith("FAIL linear/")]
+    assert fails and all("tier=exact" in line for line in fails)
+    assert f"--fixtures {d}" in fresh.stdout          # the repro names the draw
+
+
+@pytest.mark.parametrize("args, why", [
+    ([], "give --out DIR"),
+    (["--out", str(fixtures.directory())], "give --out DIR"),
+    (["--out", "OUT", "--check"], "cannot be combined with --check"),
+    (["--out", "OUT", "--only", "pytorch_linear"], "pytorch_linear: the pytorch tier's fixtures"),
+])
+def test_a_draw_never_writes_over_the_checked_in_fixtures(tmp_path, args, why):
+    args = [str(tmp_path / "o") if a == "OUT" else a for a in args]
+    r = regen("--seed", "4", *args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert why in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_negative_seed_is_refused():
+    r = regen("--seed", "-1", "--out", "x")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_drawable_is_every_fixture_but_the_pytorch_tiers():
+    assert set(DRAWABLE) == {n for n in BUILDERS if not n.startswith("pytorch_")}
