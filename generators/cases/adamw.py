@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import draw
-from .. import model
+from .. import draw, model
 from ..float64 import adamw as ref
 from ..h5io import Case
 from ..spec import adamw as spec

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import draw
-from .. import exact
+from .. import draw, exact
 
 NAME = "adamw_edges"
 LAYER = "adamw"

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import draw
-from .. import exact
+from .. import draw, exact
 from ..spec import clip as spec
 
 NAME = "clip_edges"

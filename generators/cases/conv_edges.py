@@ -35,8 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import draw
-from .. import exact
+from .. import draw, exact
 from .conv import kpadded
 from ..edge_values import qnan32, tiny
 from ..geometry import conv_size

@@ -27,8 +27,7 @@ import itertools
 
 import numpy as np
 
-from .. import draw
-from .. import exact
+from .. import draw, exact
 
 NAME = "ctc_edges"
 LAYER = "ctc"

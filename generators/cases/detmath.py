@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import draw
-from .. import exact
+from .. import draw, exact
 from ..edge_values import binades, float_specials, nan64_variants, neighbours
 from ..spec import detmath as D
 

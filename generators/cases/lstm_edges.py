@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import draw
-from .. import exact
+from .. import draw, exact
 from ..edge_values import tiny
 
 NAME = "lstm_edges"

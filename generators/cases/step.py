@@ -19,8 +19,7 @@ import tempfile
 
 import numpy as np
 
-from .. import draw
-from .. import model
+from .. import draw, model
 from ..float64 import conv as conv64
 from ..float64 import step as ref
 from ..geometry import conv_size

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import draw
-from .. import model
+from .. import draw, model
 from . import step as step_cases
 from ..float64 import adamw as adamw64
 from ..float64 import clip as clip64
