@@ -350,7 +350,7 @@ def _fixtures(meta) -> list[dict]:
         out.append({"name": name, "layer": f.get("layer", ""), "cases": f.get("cases", ""),
                     "schema": f.get("schema_version", ""), "spec": f.get("spec_version", ""),
                     "generator": f.get("generator", ""), "seed": f.get("seed", ""),
-                    "sha256": f.get("sha256", "")})
+                    "draw": f.get("draw", "—"), "sha256": f.get("sha256", "")})
     return out
 
 

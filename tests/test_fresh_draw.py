@@ -4,6 +4,7 @@ replays the published answers passes them and fails the draw."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -80,9 +81,13 @@ def passes(*args):
 
 def test_the_bundled_port_passes_a_fresh_draw(quick_draw, tmp_path):
     passes("--fixtures", str(quick_draw), "--layers", "dot16,linear,ctc,clip,adamw",
-           "--json", str(tmp_path / "r.json"))
-    meta = json.loads((tmp_path / "r.json").read_text())["meta"]["fixtures"]
-    assert meta["linear.h5"]["draw"] == 20261207          # the report says which data it ran
+           "--report-dir", str(tmp_path))
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["meta"]["fixtures"]["linear.h5"]["draw"] == 20261207   # which data it ran
+    row = re.search(r"<tr><td><code>linear.h5</code></td>.*?</tr>", (tmp_path / "index.html").read_text(), re.S)
+    assert row and '<td class="num">20261207</td>' in row.group(0)
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(results, json.loads((ROOT / "reports" / "results.schema.json").read_text()))
 
 
 def test_another_legal_order_passes_a_fresh_draw(quick_draw):
