@@ -3,9 +3,9 @@
 Every builder in generators/cases/ takes its Generator from `rng(SEED)`. Outside a fresh
 draw that is NumPy's Generator seeded with SEED alone, so the checked-in fixtures come out
 byte for byte as before. Inside `drawing(seed)` (`regen-fixtures --seed N --out DIR`) it is
-seeded with the pair (SEED, N): the same case families, shapes and names, other data, so a
-port cannot pass by knowing the published fixtures' answers (docs/fixtures.md, "A fresh
-draw").
+seeded with the pair (SEED, N): the same cases under the same names, other data (and another
+size where the builder draws one), so a port cannot pass by knowing the published fixtures'
+answers (docs/fixtures.md, "A fresh draw").
 """
 from __future__ import annotations
 
@@ -14,11 +14,6 @@ import contextlib
 import numpy as np
 
 _draw: int | None = None
-
-
-def current() -> int | None:
-    """The fresh draw's seed, or None for the checked-in draw."""
-    return _draw
 
 
 def rng(base: int) -> np.random.Generator:
