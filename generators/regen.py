@@ -10,6 +10,7 @@ Nothing in fixtures/ changes unless this command is asked to write it.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import sys
@@ -123,6 +124,46 @@ def main(only, check, out_dir, quiet, retrain, seed):
                            "regeneration; run `regen-fixtures --only NAME` to rewrite them")
                 sys.exit(1)
             click.echo(f"all {len(names)} fixture(s) current")
+
+
+def drawable(layers=None) -> list[str]:
+    """The drawable fixtures of `layers` (names; None: every layer), in regen's order."""
+    wanted = {f.stem for lay in layer_table.LAYERS if layers is None or lay.name in layers
+              for f in lay.fixtures}
+    return [n for n in DRAWABLE if n in wanted]
+
+
+def _generator_key() -> str:
+    """What a draw's bytes depend on: the spec version and the source of every generator."""
+    from .h5io import SPEC_VERSION
+    h = hashlib.sha256(f"spec {SPEC_VERSION}\n".encode())
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def draws_dir() -> Path:
+    """Where --draw keeps its draws: CRNN_DRAWS_DIR, else draws/ in the build cache."""
+    from ..ctypes_kernels.cache import cache_root
+    return Path(os.environ.get("CRNN_DRAWS_DIR") or cache_root() / "draws")
+
+
+def drawn(seed: int, layers=None, progress=None) -> Path:
+    """The directory of draw `seed` of `layers`' drawable fixtures (draws_dir()/<the
+    generators' key>/<seed>/), each fixture drawn on first use. A file appears whole or not at
+    all (write_fixture renames it into place), and two processes drawing the same file write
+    the same bytes. Raises OSError when the directory cannot be written."""
+    root = draws_dir() / _generator_key() / str(seed)
+    missing = [n for n in drawable(layers) if not fixture_path(root, n).exists()]
+    if missing:
+        root.mkdir(parents=True, exist_ok=True)
+        if progress:
+            progress(f"drawing {len(missing)} fixture(s) with --draw {seed} into {root} "
+                     f"(once; about 35 s for all of them)")
+        for name in missing:
+            regenerate(name, root, seed)
+    return root
 
 
 def _check_draw(names, out_dir, check, retrain) -> None:

@@ -34,7 +34,7 @@ from . import layers as L
 from . import case_checks, runner
 from .sandbox.executor import PortCrash
 from .provenance import fixture_info, sha256, tool_info
-from .records import GateOptions, GateResult, _shell_quote
+from .records import GateOptions, GateResult, _shell_quote, fixture_args
 
 
 @dataclass
@@ -52,8 +52,7 @@ class GradeOptions(GateOptions):
             isa = ",".join(dict.fromkeys(str(i) for i, _ in runs))
             threads = ",".join(dict.fromkeys(str(t) for _, t in runs))
         cmd = ["crnn-conformance", "grade", str(self.bundle), *map(str, self.results)]
-        if Path(self.fixtures).resolve() != Path(runner.FIXTURES_DIR).resolve():
-            cmd += ["--fixtures", str(self.fixtures)]
+        cmd += fixture_args(self)
         cmd += ["--layers", layer, "--case", case, "--tiers", tier, "--isa", isa,
                 "--threads", str(threads)]
         return " ".join(map(_shell_quote, cmd))

@@ -74,6 +74,7 @@ class GateOptions:
     workers: int = 1                 # worker processes running cases side by side (gate --jobs)
     runs: list | None = None         # gate --runs: exactly these (isa, threads) runs, the base first
     keep_going: bool = False         # run every case, also after two hangs in one entry point
+    draw: int | None = None          # --draw N: fixtures is draw N's directory (docs/fixtures.md)
 
 
 @dataclass
@@ -99,14 +100,22 @@ def repro_command(opts: GateOptions, layer: str, case: str, tier: str, isa: str,
     cmd = ["crnn-conformance", "gate"]
     if opts.port:
         cmd += ["--port", str(opts.port)]
-    if Path(opts.fixtures).resolve() != FIXTURES_DIR:
-        cmd += ["--fixtures", str(opts.fixtures)]
+    cmd += fixture_args(opts)
     cmd += ["--layers", layer, "--case", case, "--tiers", tier]
     cmd += (["--runs", ",".join(f"{i}:{t}" for i, t in runs)] if runs else
             ["--isa", isa, "--threads", str(threads)])
     if opts.timeout != GateOptions.timeout:
         cmd += ["--timeout", "inf" if opts.timeout is None else f"{opts.timeout:g}"]
     return " ".join(map(_shell_quote, cmd))
+
+
+def fixture_args(opts) -> list[str]:
+    """How a repro names the fixtures: `--draw N`, `--fixtures DIR`, or nothing (packaged)."""
+    if getattr(opts, "draw", None) is not None:
+        return ["--draw", str(opts.draw)]
+    if Path(opts.fixtures).resolve() != Path(FIXTURES_DIR).resolve():
+        return ["--fixtures", str(opts.fixtures)]
+    return []
 
 
 def _shell_quote(arg: str) -> str:

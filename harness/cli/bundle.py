@@ -14,8 +14,8 @@ from ...generators.h5io import FixtureError, read_fixture
 from .. import layers as L
 from ..runner import FIXTURES_DIR, TIERS, GateOptions
 
-from .common import (EXIT_PASS, cannot_run, finish, report_options, _split, stdout_bytes_as_given,
-                     writable_dir, writable_file)
+from .common import (EXIT_PASS, cannot_run, draw_option, finish, fixture_dir, report_options,
+                     _split, stdout_bytes_as_given, writable_dir, writable_file)
 
 
 # The tiers a results file can be judged in: the contract tier calls the port with invalid
@@ -29,8 +29,9 @@ GRADE_TIERS = tuple(t for t in TIERS if t != "contract")
 @click.option("--case", default=None, help="only cases whose name matches this glob")
 @click.option("--fixtures", type=click.Path(file_okay=False), default=str(FIXTURES_DIR),
               show_default="fixtures/", help="fixture directory")
+@draw_option
 @click.option("-q", "--quiet", is_flag=True, help="print only refused cases and the summary")
-def export(out_dir, layers, case, fixtures, quiet):
+def export(out_dir, layers, case, fixtures, draw, quiet):
     """Write the selected cases as a case bundle: each case's calls, arguments and input
     bytes, no expected outputs; exit 0, 2 cannot run."""
     from .. import bundle as B
@@ -43,7 +44,8 @@ def export(out_dir, layers, case, fixtures, quiet):
     except click.BadParameter as e:
         cannot_run(e.message)
     writable_dir(out_dir, "--out")
-    opts = GateOptions(fixtures=Path(fixtures), layers=names, case=case)
+    opts = GateOptions(fixtures=fixture_dir(fixtures, draw, names), layers=names, case=case,
+                       draw=draw)
     try:
         selection, digests = [], {}
         for name in names:
@@ -78,6 +80,7 @@ def export(out_dir, layers, case, fixtures, quiet):
 @click.argument("results", nargs=-1, required=True, type=click.Path())
 @click.option("--fixtures", type=click.Path(file_okay=False), default=str(FIXTURES_DIR),
               show_default="fixtures/", help="fixture directory the bundle was exported from")
+@draw_option
 @click.option("--layers", default=None,
               help="comma list of layers (default: the bundle's), or `available`: the layers "
                    "the results hold runs of (the others are reported as not implemented)")
@@ -92,7 +95,7 @@ def export(out_dir, layers, case, fixtures, quiet):
 @click.option("-q", "--quiet", is_flag=True, help="print only failures and the verdict")
 @click.option("-v", "--verbose", is_flag=True,
               help="also print each float64 / pytorch check's resolution")
-def grade(bundle_dir, results, fixtures, layers, case, tiers, isa, threads, report_dir,
+def grade(bundle_dir, results, fixtures, draw, layers, case, tiers, isa, threads, report_dir,
           junit_path, json_path, quiet, verbose):
     """Judge a runner's results files of a case bundle as the gate judges a port: exit 0
     pass, 1 fail, 2 cannot run."""
@@ -111,6 +114,7 @@ def grade(bundle_dir, results, fixtures, layers, case, tiers, isa, threads, repo
             isa_filter=_split(isa), thread_filter=_split(threads, None, "thread count", int))
     except click.BadParameter as e:
         cannot_run(e.message)
+    opts.fixtures, opts.draw = fixture_dir(fixtures, draw, _bundle_layers(bundle_dir)), draw
     if report_dir:
         writable_dir(report_dir, "--report-dir")
     for path, what in ((junit_path, "--junit"), (json_path, "--json")):
@@ -132,3 +136,14 @@ def grade(bundle_dir, results, fixtures, layers, case, tiers, isa, threads, repo
                    "selected (" + "; ".join(f"{k}: {v}" for k, v in
                                             doc["meta"]["not_implemented"].items()) + ")")
     finish(doc, result.passed, report_dir, junit_path, json_path, quiet, verbose)
+
+
+def _bundle_layers(bundle_dir) -> list | None:
+    """The layers a bundle was exported with (bundle.json), so --draw draws only theirs; None
+    (every layer) when it cannot be read: grade then names what is wrong with the bundle."""
+    import json
+    try:
+        layers = json.loads((Path(bundle_dir) / "bundle.json").read_text()).get("layers")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return layers if isinstance(layers, list) and all(isinstance(x, str) for x in layers) else None

@@ -108,6 +108,30 @@ def report_options(cmd):
     return cmd
 
 
+def draw_option(cmd):
+    """--draw N: gate, export and grade on fresh draw N of the fixtures instead of --fixtures."""
+    return click.option("--draw", type=click.IntRange(min=0), default=None, metavar="N",
+                        help="fresh draw N of the fixtures (every one but the pytorch tier's), "
+                             "drawn into the cache on first use; instead of --fixtures "
+                             "(docs/fixtures.md, \"A fresh draw\")")(cmd)
+
+
+def fixture_dir(fixtures, draw, layers) -> Path:
+    """--fixtures, or the directory of draw N of `layers`' fixtures (None: every layer), drawn
+    on first use; exit 2 when both are given or the cache cannot be written."""
+    if draw is None:
+        return Path(fixtures)
+    source = click.get_current_context().get_parameter_source("fixtures")
+    if source != click.core.ParameterSource.DEFAULT:
+        cannot_run("--draw makes its own fixture directory: give --draw or --fixtures, not both")
+    from ...generators import regen
+    try:
+        return regen.drawn(draw, layers, progress=lambda m: click.echo(m, err=True))
+    except OSError as e:
+        cannot_run(f"cannot write draw {draw} into {os.fsdecode(regen.draws_dir())} "
+                   f"({e.strerror or e}); set CRNN_DRAWS_DIR to a writable directory")
+
+
 def finish(doc, passed: bool, report_dir, junit_path, json_path, quiet, verbose) -> None:
     """gate's and grade's end: the console table, the reports, the exit code (0 pass, 1 fail;
     2 when a report cannot be written and everything passed: a FAIL stays exit 1)."""

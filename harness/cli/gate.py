@@ -12,8 +12,8 @@ from .. import pyport
 from .. import layers as L
 from ..runner import FIXTURES_DIR, THREADS, TIERS, GateOptions, run_gate
 
-from .common import (cannot_run, default_workers, finish, parse_timeout, report_options, _split,
-                     stdout_bytes_as_given, writable_dir, writable_file)
+from .common import (cannot_run, default_workers, draw_option, finish, fixture_dir, parse_timeout,
+                     report_options, _split, stdout_bytes_as_given, writable_dir, writable_file)
 
 
 @click.command()
@@ -22,6 +22,7 @@ from .common import (cannot_run, default_workers, finish, parse_timeout, report_
                    "or py:MODULE:OBJECT (docs/python-ports.md; default: the bundled kernels)")
 @click.option("--fixtures", type=click.Path(file_okay=False), default=str(FIXTURES_DIR),
               show_default="fixtures/", help="fixture directory")
+@draw_option
 @click.option("--isa", "isa", default=None, help="comma list of ISA paths (default: all available)")
 @click.option("--threads", default=",".join(map(str, THREADS)), show_default=True,
               help="comma list of thread counts for the identity tier")
@@ -47,7 +48,7 @@ from .common import (cannot_run, default_workers, finish, parse_timeout, report_
 @click.option("-v", "--verbose", is_flag=True,
               help="a row per tensor (default: per layer and tier), with each float64 / "
                    "pytorch check's resolution")
-def gate(port, fixtures, isa, threads, runs, tiers, layers, case, report_dir, junit_path,
+def gate(port, fixtures, draw, isa, threads, runs, tiers, layers, case, report_dir, junit_path,
          json_path, timeout, jobs, keep_going, quiet, verbose):
     """Run a port against the fixtures; exit 0 pass, 1 fail, 2 cannot run."""
     stdout_bytes_as_given()
@@ -65,6 +66,7 @@ def gate(port, fixtures, isa, threads, runs, tiers, layers, case, report_dir, ju
             _select_runs(opts, runs, isa)
     except click.BadParameter as e:
         cannot_run(e.message)
+    opts.fixtures, opts.draw = fixture_dir(fixtures, draw, opts.layers), draw
     if not 1 <= opts.workers <= 64:
         cannot_run(f"--jobs must be between 1 and 64 (got {opts.workers})")
     if any(t < 1 or t > 256 for t in opts.threads):
