@@ -146,3 +146,58 @@ def test_a_negative_seed_is_refused():
 
 def test_drawable_is_every_fixture_but_the_pytorch_tiers():
     assert set(DRAWABLE) == {n for n in BUILDERS if not n.startswith("pytorch_")}
+
+
+# ---- --draw N: the draw made and found by gate, export and grade ------------------------------
+
+def cache_env(tmp_path) -> dict:
+    return {"CRNN_DRAWS_DIR": str(tmp_path / "draws")}
+
+
+def drawn_files(tmp_path, seed) -> list:
+    return sorted(p.name for p in (tmp_path / "draws").glob(f"*/{seed}/*.h5"))
+
+
+def test_gate_draw_draws_once_into_the_cache_and_reports_it(tmp_path):
+    env = cache_env(tmp_path)
+    first = gate("--draw", "7", "--layers", "linear", "-q", "--json", str(tmp_path / "r.json"), env=env)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr
+    assert "drawing 2 fixture(s) with --draw 7" in first.stderr
+    assert drawn_files(tmp_path, 7) == ["linear.h5", "linear_edges.h5"]   # the layer's, no pytorch
+    meta = json.loads((tmp_path / "r.json").read_text())["meta"]["fixtures"]
+    assert {k: v["draw"] for k, v in meta.items()} == {"linear.h5": 7, "linear_edges.h5": 7}
+    again = gate("--draw", "7", "--layers", "linear", "-q", env=env)
+    assert again.returncode == 0 and "drawing" not in again.stderr
+
+
+def test_gate_draw_fails_the_replaying_port_and_its_repro_names_the_draw(tmp_path):
+    r = gate("--port", REPLAY, "--draw", "3", "--layers", "linear", "--tiers", "exact,float64",
+             "-q", env=cache_env(tmp_path))
+    assert r.returncode == 1, r.stdout + r.stderr
+    repros = [line for line in r.stdout.splitlines() if "__REPRO:" in line]
+    assert repros and all("--draw 3" in line and "--fixtures" not in line for line in repros)
+
+
+def test_export_and_grade_find_the_same_draw(tmp_path):
+    from crnn_conformance.ctypes_kernels import build
+    env = cache_env(tmp_path)
+    bundle = tmp_path / "bundle"
+    r = gate("--out", str(bundle), "--layers", "linear", "--draw", "11", env=env, command="export")
+    assert r.returncode == 0, r.stdout + r.stderr
+    results = tmp_path / "results.bin"
+    subprocess.run([sys.executable, str(ROOT / "tests" / "bundle_runner.py"), str(build.build()),
+                    str(bundle), str(results), "--threads", "1"], check=True, capture_output=True)
+    ok = gate(str(bundle), str(results), "--draw", "11", "-q", env=env, command="grade")
+    assert ok.returncode == 0, ok.stdout[-2000:] + ok.stderr
+    other = gate(str(bundle), str(results), "--draw", "12", "-q", env=env, command="grade")
+    assert other.returncode == 2 and "not the one the bundle was exported from" in other.stderr
+
+
+@pytest.mark.parametrize("args, env, why", [
+    (["--draw", "1", "--fixtures", "fixtures"], {}, "give --draw or --fixtures, not both"),
+    (["--draw", "1"], {"CRNN_DRAWS_DIR": "/proc/no-such-dir"}, "cannot write draw 1 into /proc/no-such-dir"),
+])
+def test_gate_draw_refusals_are_one_line_and_exit_2(args, env, why):
+    r = gate(*args, "--layers", "linear", "-q", env=env)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert why in r.stderr and "Traceback" not in r.stderr + r.stdout
