@@ -30,7 +30,7 @@ implement (missing symbols, or CRNN_E_UNSUPPORTED from its base run) are skipped
 reason "not implemented".
 
 Options (each also has a --crnn- form): --crnn-layers, --crnn-tiers, --crnn-isa,
---crnn-threads, --crnn-case, --crnn-fixtures, --crnn-timeout, --crnn-keep-going.
+--crnn-threads, --crnn-case, --crnn-fixtures, --crnn-draw, --crnn-timeout, --crnn-keep-going.
 """
 from __future__ import annotations
 
@@ -60,6 +60,8 @@ def pytest_addoption(parser):
                 help="comma list of thread counts for the identity tier")
     g.addoption("--crnn-case", default=None, metavar="GLOB", help="only cases matching this glob")
     g.addoption("--crnn-fixtures", default=None, metavar="DIR", help="fixture directory")
+    g.addoption("--crnn-draw", type=int, default=None, metavar="N",
+                help="fresh draw N of the fixtures instead (gate --draw; docs/fixtures.md)")
     g.addoption("--crnn-timeout", type=float, default=120.0, metavar="S",
                 help="seconds one layer call on one case may take (hang)")
     g.addoption("--crnn-keep-going", action="store_true", default=False,
@@ -86,19 +88,36 @@ def _options(config):
     layers = config.getoption("crnn_layers")
     available = layers is not None and layers.strip() == "available"
     try:
+        names = None if available else _split(layers, L.LAYERS, "layer")
         return GateOptions(
             port=config.getoption("crnn_port"),
-            fixtures=Path(config.getoption("crnn_fixtures") or FIXTURES_DIR),
+            fixtures=_fixtures(config, names, FIXTURES_DIR), draw=config.getoption("crnn_draw"),
             isas=_split(config.getoption("crnn_isa"), pyport.isa_choices(config.getoption("crnn_port")), "ISA"),
             threads=tuple(_split(config.getoption("crnn_threads"), None, "thread count", int)
                           or THREADS),
             tiers=tuple(_split(config.getoption("crnn_tiers"), TIERS, "tier") or TIERS),
-            layers=None if available else _split(layers, L.LAYERS, "layer"),
-            case=config.getoption("crnn_case"),
+            layers=names, case=config.getoption("crnn_case"),
             timeout=parse_timeout(config.getoption("crnn_timeout")), available=available,
             keep_going=config.getoption("crnn_keep_going"))
     except click.BadParameter as e:
         raise pytest.UsageError(f"crnn-conformance: {e.message}") from None
+
+
+def _fixtures(config, layers, default) -> Path:
+    """--crnn-fixtures, or the directory of --crnn-draw N (drawn on first use, as gate --draw)."""
+    fixtures, draw = config.getoption("crnn_fixtures"), config.getoption("crnn_draw")
+    if draw is None:
+        return Path(fixtures or default)
+    if fixtures is not None:
+        raise pytest.UsageError("crnn-conformance: give --crnn-draw or --crnn-fixtures, not both")
+    if draw < 0:
+        raise pytest.UsageError(f"crnn-conformance: --crnn-draw {draw}: a draw is a number >= 0")
+    from ..generators import regen
+    try:
+        return regen.drawn(draw, layers)
+    except OSError as e:
+        raise pytest.UsageError(f"crnn-conformance: cannot write draw {draw} into "
+                                f"{regen.draws_dir()} ({e.strerror or e})") from None
 
 
 class _State:

@@ -279,3 +279,20 @@ def test_identity_tests_are_the_gates_identity_checks():
         for job in s.jobs:
             gate = {r.tensor for r in s.run_case(job)}
             assert gate == set(identity_tensors(job)), (job.fixture.name, job.case.name)
+
+
+def test_a_fresh_draw_with_crnn_draw(tmp_path):
+    """--crnn-draw N runs the plugin's tests on draw N (gate --draw; docs/fixtures.md)."""
+    env_dir = tmp_path / "draws"
+    os.environ["CRNN_DRAWS_DIR"] = str(env_dir)
+    try:
+        r = run_pytest(tmp_path, "--crnn-conformance", "--crnn-layers", "dot16", "--crnn-draw", "5", "-q")
+        both = run_pytest(tmp_path, "--crnn-conformance", "--crnn-draw", "5",
+                          "--crnn-fixtures", str(tmp_path), "-q")
+    finally:
+        del os.environ["CRNN_DRAWS_DIR"]
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    assert _dot16_passed(r.stdout)
+    assert sorted(p.name for p in env_dir.glob("*/5/*.h5")) == ["dot16.h5", "dot16_edges.h5",
+                                                                "dot16_zeros.h5"]
+    assert both.returncode == 4 and "not both" in both.stdout + both.stderr
