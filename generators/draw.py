@@ -16,6 +16,11 @@ import numpy as np
 _draw: int | None = None
 
 
+def current() -> int | None:
+    """The fresh draw's number, or None for the checked-in draw."""
+    return _draw
+
+
 def rng(base: int) -> np.random.Generator:
     """A builder's Generator for its seed `base` (the builder's SEED, or SEED + i)."""
     return np.random.default_rng(base if _draw is None else np.random.SeedSequence([base, _draw]))

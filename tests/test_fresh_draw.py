@@ -201,3 +201,29 @@ def test_gate_draw_refusals_are_one_line_and_exit_2(args, env, why):
     r = gate(*args, "--layers", "linear", "-q", env=env)
     assert r.returncode == 2, r.stdout + r.stderr
     assert why in r.stderr and "Traceback" not in r.stderr + r.stdout
+
+
+def no_extras(*regen_args) -> subprocess.CompletedProcess:
+    """regen-fixtures in a process where the extras' modules (mpmath, torch) cannot be
+    imported, as in an install of the package alone."""
+    code = ("import sys; sys.modules.update(mpmath=None, torch=None); "
+            "from crnn_conformance.generators.regen import main; "
+            f"main({list(regen_args)!r})")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+
+def test_a_draw_needs_no_extra_package(tmp_path):
+    """ctc_edges' rounding lines are found with mpmath (a dev extra); a draw keeps the
+    published ones, so the package alone can draw (the rest of the draw: --slow, below)."""
+    r = no_extras("--seed", "3", "--out", str(tmp_path), "--only", "ctc_edges", "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+    old, new = inputs(fixtures.directory() / "ctc_edges.h5"), inputs(tmp_path / "ctc_edges.h5")
+    assert new[("rounding_T1_K2", "logits")].tobytes() == old[("rounding_T1_K2", "logits")].tobytes()
+    assert new[("many_tiny", "logits")].tobytes() != old[("many_tiny", "logits")].tobytes()
+
+
+@pytest.mark.slow
+def test_every_drawable_fixture_draws_without_extra_packages(tmp_path):
+    r = no_extras("--seed", "4", "--out", str(tmp_path), "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(p.stem for p in tmp_path.glob("*.h5")) == sorted(DRAWABLE)

@@ -112,8 +112,18 @@ def rounding_lines(rng, want=120):
     return found
 
 
+def published_rounding_lines() -> list:
+    """The checked-in fixture's rounding lines: a fresh draw keeps them (they are found by a
+    search with mpmath, which the package does not need, not drawn; docs/fixtures.md)."""
+    from ... import fixtures
+    from ..h5io import read_fixture
+    fx = read_fixture(fixtures.directory() / "ctc_edges.h5")
+    case = next(c for c in fx.cases if c.name == "rounding_T1_K2")
+    return [float(d) for d in np.asarray(case.inputs["logits"], np.float64)[1::2]]
+
+
 def rounding(rng):
-    ds = rounding_lines(rng)
+    ds = rounding_lines(rng) if draw.current() is None else published_rounding_lines()
     z = np.array([[0.0, d] for d in ds], np.float32)
     inputs = {"logits": z.ravel(), "shapes": np.array([[1, 2, 0]] * len(ds), np.int64),
               "targets": np.zeros(0, np.int32), "scales": np.ones(len(ds))}
