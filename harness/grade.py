@@ -31,7 +31,7 @@ from ..generators.h5io import read_fixture
 from . import bundle as B
 from .sandbox import guard
 from . import layers as L
-from . import case_checks, runner
+from . import case_checks
 from .sandbox.executor import PortCrash
 from .provenance import fixture_info, sha256, tool_info
 from .records import GateOptions, GateResult, _shell_quote, fixture_args
