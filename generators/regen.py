@@ -149,21 +149,51 @@ def draws_dir() -> Path:
     return Path(os.environ.get("CRNN_DRAWS_DIR") or cache_root() / "draws")
 
 
+class DrawError(Exception):
+    """A draw cannot be written (gate / export / grade exit 2, the plugin's usage error)."""
+
+
 def drawn(seed: int, layers=None, progress=None) -> Path:
     """The directory of draw `seed` of `layers`' drawable fixtures (draws_dir()/<the
-    generators' key>/<seed>/), each fixture drawn on first use. A file appears whole or not at
-    all (write_fixture renames it into place), and two processes drawing the same file write
-    the same bytes. Raises OSError when the directory cannot be written."""
+    generators' key>/<seed>/), each fixture drawn on first use. A file is renamed into place
+    whole (write_fixture), then its SHA-256 beside it (<name>.h5.sha256); a file without a
+    matching one (a draw killed between the two, a damaged file) is drawn again, as the build
+    cache rebuilds a torn entry. Two processes drawing the same file write the same bytes."""
+    from ..ctypes_kernels.cache import atomic_write
     root = draws_dir() / _generator_key() / str(seed)
-    missing = [n for n in drawable(layers) if not fixture_path(root, n).exists()]
-    if missing:
-        root.mkdir(parents=True, exist_ok=True)
-        if progress:
-            progress(f"drawing {len(missing)} fixture(s) with --draw {seed} into {root} "
-                     f"(once; about 35 s for all of them)")
+    missing = [n for n in drawable(layers) if not _whole(fixture_path(root, n))]
+    try:
+        if missing:
+            root.mkdir(parents=True, exist_ok=True)
+            if progress:
+                progress(f"drawing {len(missing)} fixture(s) with --draw {seed} into {root} "
+                         f"(once; about 35 s for all of them)")
         for name in missing:
-            regenerate(name, root, seed)
+            path = regenerate(name, root, seed)
+            atomic_write(_sum_path(path), _sha256(path))
+    except OSError as e:
+        raise DrawError(f"cannot write draw {seed} into {os.fsdecode(draws_dir())} "
+                        f"({e.strerror or e}); set CRNN_DRAWS_DIR to a writable directory") from None
     return root
+
+
+def _sum_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _whole(path: Path) -> bool:
+    try:
+        return _sum_path(path).read_text() == _sha256(path)
+    except OSError:
+        return False
 
 
 def _check_draw(names, out_dir, check, retrain) -> None:

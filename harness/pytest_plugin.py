@@ -115,9 +115,8 @@ def _fixtures(config, layers, default) -> Path:
     from ..generators import regen
     try:
         return regen.drawn(draw, layers)
-    except OSError as e:
-        raise pytest.UsageError(f"crnn-conformance: cannot write draw {draw} into "
-                                f"{regen.draws_dir()} ({e.strerror or e})") from None
+    except regen.DrawError as e:
+        raise pytest.UsageError(f"crnn-conformance: {e}") from None
 
 
 class _State:

@@ -170,6 +170,22 @@ def test_gate_draw_draws_once_into_the_cache_and_reports_it(tmp_path):
     assert again.returncode == 0 and "drawing" not in again.stderr
 
 
+def test_a_damaged_draw_in_the_cache_is_drawn_again(tmp_path):
+    """As the build cache rebuilds a torn entry: a drawn file whose bytes no longer match the
+    SHA-256 written beside it is drawn again, never read."""
+    env = cache_env(tmp_path)
+    assert gate("--draw", "8", "--layers", "linear", "-q", env=env).returncode == 0
+    path = next((tmp_path / "draws").glob("*/8/linear.h5"))
+    good = path.read_bytes()
+    with open(path, "r+b") as f:
+        f.seek(len(good) // 2)
+        f.write(b"\x55" * 64)
+    r = gate("--draw", "8", "--layers", "linear", "-q", env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    assert "drawing 1 fixture(s) with --draw 8" in r.stderr
+    assert path.read_bytes() == good
+
+
 def test_gate_draw_fails_the_replaying_port_and_its_repro_names_the_draw(tmp_path):
     r = gate("--port", REPLAY, "--draw", "3", "--layers", "linear", "--tiers", "exact,float64",
              "-q", env=cache_env(tmp_path))

@@ -127,9 +127,8 @@ def fixture_dir(fixtures, draw, layers) -> Path:
     from ...generators import regen
     try:
         return regen.drawn(draw, layers, progress=lambda m: click.echo(m, err=True))
-    except OSError as e:
-        cannot_run(f"cannot write draw {draw} into {os.fsdecode(regen.draws_dir())} "
-                   f"({e.strerror or e}); set CRNN_DRAWS_DIR to a writable directory")
+    except regen.DrawError as e:
+        cannot_run(str(e))
 
 
 def finish(doc, passed: bool, report_dir, junit_path, json_path, quiet, verbose) -> None:
