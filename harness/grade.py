@@ -133,7 +133,8 @@ class _Shim:
             raise PortCrash(f"hang: no answer in {name} within the runner's timeout "
                             f"({run.msg}); run stopped")
         if run.status == B.MISSING:
-            raise abi.PortCallError(f"{name} is not exported by the port ({run.msg or name}): "
+            also = f" ({run.msg})" if run.msg and run.msg != name else ""
+            raise abi.PortCallError(f"{name} is not exported by the port{also}: "
                                     "not implemented")
         raise abi.PortCallError(f"{name}: the run ended before this call "
                                 f"({B.STATUSES[run.status]}: {run.msg})")
@@ -198,28 +199,48 @@ def machine_labels(results: list) -> list[str]:
     return [a if arches.count(a) == 1 else f"{a}#{i + 1}" for i, a in enumerate(arches)]
 
 
-def _wanted(label, isa, threads, opts) -> bool:
-    if opts.isa_filter is not None and label not in opts.isa_filter and isa not in opts.isa_filter:
-        return False
-    return opts.thread_filter is None or threads in opts.thread_filter
+def _wanted_isa(label, isa, opts) -> bool:
+    return opts.isa_filter is None or label in opts.isa_filter or isa in opts.isa_filter
 
 
-def collect_runs(results: list, opts) -> tuple[dict, list, list]:
+def collect_runs(results: list, opts) -> tuple[dict, list, list, tuple | None]:
     """-> ({(case, "machine:isa", threads): Run}, the labels in order, the thread counts in
-    order). A later record of the same case, ISA and threads in a file replaces an earlier one
-    (a restart after a run cut short)."""
-    runs, isas, threads = {}, [], []
+    order, the base run (label, threads)). A later record of the same case, ISA and threads in
+    a file replaces an earlier one (a restart after a run cut short).
+
+    The base run is the first label's run at 1 thread, or at its fewest threads when the
+    results have no 1-thread run. As in the gate, --threads selects the identity tier's runs
+    and never drops the base run the tiers are judged on."""
+    runs, isas, every = {}, [], []
     for label, res in zip(machine_labels(results), results):
         for run in res.runs:
             name = f"{label}:{run.isa}"
-            if not _wanted(name, run.isa, run.threads, opts):
-                continue
-            runs[(run.case, name, run.threads)] = run
-            if name not in isas:
-                isas.append(name)
-            if run.threads not in threads:
-                threads.append(run.threads)
-    return runs, isas, threads
+            every += [] if name in every else [name]
+            if _wanted_isa(name, run.isa, opts):
+                runs[(run.case, name, run.threads)] = run
+                if name not in isas:
+                    isas.append(name)
+    if opts.isa_filter is not None:
+        named = {n for label in every for n in (label, label.split(":")[-1])}
+        lack = [i for i in opts.isa_filter if i not in named]
+        if lack:
+            raise ValueError(f"no checks selected: the results hold no run of "
+                             f"{', '.join(lack)} (they have {', '.join(every) or 'none'})")
+    if not isas:
+        return {}, [], [], None
+    base = (isas[0], min(t for (_, i, t) in runs if i == isas[0]))
+    if opts.thread_filter is not None:
+        have = sorted({k[2] for k in runs})
+        lack = [t for t in opts.thread_filter if t not in have]
+        if lack:
+            raise ValueError(f"no checks selected: the results hold no run at "
+                             f"{', '.join(map(str, lack))} thread(s) (they have "
+                             f"{', '.join(map(str, have))})")
+        runs = {k: r for k, r in runs.items()
+                if k[2] in opts.thread_filter or k[1:] == base}
+        isas = [i for i in isas if any(k[1] == i for k in runs)]
+    threads = list(dict.fromkeys(k[2] for k in runs))
+    return runs, isas, threads, base
 
 
 def _fixture(opts, bundle, module, stem, cache) -> object:
@@ -233,8 +254,10 @@ def _fixture(opts, bundle, module, stem, cache) -> object:
             raise B.BundleError(f"fixture {path} not found (the bundle's cases come from it; "
                                 "--fixtures names the directory it was exported from)")
         if want and got != want:
+            cmd = (bundle.meta.get("tool") or {}).get("command")
             raise B.BundleError(f"fixture {path} is not the one the bundle was exported from "
-                                f"(sha256 {got[:12]}..., the bundle's {want[:12]}...)")
+                                f"(sha256 {got[:12]}..., the bundle's {want[:12]}...)"
+                                + (f"; the bundle was exported by: {cmd}" if cmd else ""))
         cache[stem] = L.check_fixture(module, read_fixture(path))
     return cache[stem]
 
@@ -245,7 +268,7 @@ def grade(opts: GradeOptions, progress=None) -> GateResult:
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     bundle = B.read_bundle(opts.bundle)
     results = [B.read_results(p, bundle) for p in opts.results]
-    runs, isas, threads = collect_runs(results, opts)
+    runs, isas, threads, base = collect_runs(results, opts)
     if not isas:
         raise ValueError("no checks selected: the results hold no run"
                          + (" of the ISA / thread counts asked for" if opts.isa_filter
@@ -274,7 +297,8 @@ def grade(opts: GradeOptions, progress=None) -> GateResult:
     source = ResultsSource(bundle, runs, modules)
     try:
         _prefetch(opts, jobs, not_implemented)
-        records = _records(opts, jobs, source, runs, isas, threads, not_implemented, progress)
+        records = _records(opts, jobs, source, runs, isas, threads, base, not_implemented,
+                           progress)
     finally:
         from . import allowance
         allowance.shutdown()
@@ -293,9 +317,9 @@ def _prefetch(opts, jobs, not_implemented) -> None:
                         and any(t in case.expected for t in ("float64", "pytorch"))])
 
 
-def _records(opts, jobs, source, runs, isas, threads, not_implemented, progress) -> list:
-    """Every job's records through the gate's per-case path."""
-    base = isas[0]
+def _records(opts, jobs, source, runs, isas, threads, base, not_implemented, progress) -> list:
+    """Every job's records through the gate's per-case path, `base` (label, threads) the
+    base run."""
     order = {name: i for i, name in enumerate(isas)}
     records, skip = [], set(not_implemented)   # (as the gate: a layer found unsupported
     for n, (m, path, case, bc) in enumerate(jobs):   # by one case still runs its others)
@@ -303,11 +327,11 @@ def _records(opts, jobs, source, runs, isas, threads, not_implemented, progress)
             progress(n, len(jobs), f"{m.LAYER} {case.name}")
         if m.LAYER in skip:
             continue
-        mine = sorted({(i, t) for (c, i, t) in runs if c == bc.index and (i, t) != (base, 1)},
+        mine = sorted({(i, t) for (c, i, t) in runs if c == bc.index and (i, t) != base},
                       key=lambda r: (order[r[0]], threads.index(r[1])))
         try:
             recs = case_checks._run_case(opts, source, m, path, case,
-                                         [(base, 1)] + (mine if "identity" in opts.tiers else []),
+                                         [base] + (mine if "identity" in opts.tiers else []),
                                          Path(path).stem)
         except case_checks.NotImplementedByPort as e:
             not_implemented.setdefault(m.LAYER, str(e))

@@ -271,11 +271,45 @@ def _first_written(data: bytes) -> int:
     ("end", lambda d: d.__setitem__(slice(len(d) - 4, len(d)), b"XXXX"), "bad magic"),
     ("size", lambda d: struct.pack_into("<Q", d, _first_written(d), 1 << 40), "sizes that do not "
      "match the bundle's buffers"),
+    ("isa", lambda d: struct.pack_into("<i", d, _first_written(d) - 36, 7),
+     "has ISA 7; an ISA is 0 to 4 (0 scalar, 1 sse, 2 avx2, 3 avx512, 4 neon)"),
+    ("threads", lambda d: struct.pack_into("<i", d, _first_written(d) - 32, 300),
+     "has 300 threads; a thread count is 1 to 256"),
+    ("buffer", lambda d: struct.pack_into("<I", d, _first_written(d) - 12, 99),
+     "records buffer 99, but the case has buffers 0 to"),
+    ("platform", lambda d: d.__setitem__(80, ord("!")), "its platform record is not JSON"),
 ])
 def test_damaged_results_cannot_run(work, small, name, edit, words):
     bundle, res = small
     r = cli("grade", str(bundle), str(_damaged(work, res, f"bad-{name}.res", edit)))
     cannot_run(r, words)
+
+
+def test_thread_and_isa_selection_keep_the_base_run(work, small):
+    """--threads and --isa select the identity tier's runs, as in the gate: the base run (the
+    first ISA at 1 thread) stays, and each tier is judged on it; a thread count or ISA that no
+    run has is exit 2. Results without a 1-thread run take the first ISA's fewest threads as
+    the base."""
+    bundle, res = small                        # scalar x 1, 2
+    r = cli("grade", str(bundle), str(res), "--threads", "2", "-q", "--json",
+            str(work / "t2.json"))
+    assert r.returncode == 0, r.stdout[-2000:]
+    doc = json.loads((work / "t2.json").read_text())
+    assert {x["threads"] for x in doc["tensors"] if x["tier"] == "exact"} == {1}
+    ident = [x for x in doc["tensors"] if x["tier"] == "identity"]
+    assert ident and {x["threads"] for x in ident} == {2}
+    cannot_run(cli("grade", str(bundle), str(res), "--threads", "7"),
+               "the results hold no run at 7 thread(s) (they have 1, 2)")
+    cannot_run(cli("grade", str(bundle), str(res), "--isa", "scalar,avx512"),
+               "the results hold no run of avx512 (they have ")
+    bc = B.read_bundle(bundle)
+    both = B.read_results(res, bc)
+    _write_results(work / "only2.res", bc, both, [x for x in both.runs if x.threads == 2])
+    r = cli("grade", str(bundle), str(work / "only2.res"), "-q", "--json",
+            str(work / "only2.json"))
+    assert r.returncode == 0, r.stdout[-2000:]
+    doc = json.loads((work / "only2.json").read_text())
+    assert doc["tensors"] and {x["threads"] for x in doc["tensors"]} == {2}
 
 
 def test_run_cut_short_is_a_crash(work, small):
