@@ -457,7 +457,12 @@ def read_results(path, bundle: Bundle) -> Results:
         if digest != bundle.digest:
             raise BundleError(f"results file {p} is for another bundle (digest {digest[:12]}...; "
                               f"{bundle.path} is {bundle.digest[:12]}...)")
-        platform = json.loads(r.text())
+        text = r.text()
+        try:
+            platform = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"its platform record is not JSON: {e.msg} at character "
+                             f"{e.pos}") from None
         if not isinstance(platform, dict):
             raise ValueError("its platform record is not a JSON object")
     except (EOFError, UnicodeDecodeError, ValueError) as e:
@@ -479,9 +484,13 @@ def _run(r: _Reader, bundle: Bundle, p: Path, version: int) -> Run:
         if index >= len(bundle.cases):
             raise BundleError(f"results file {p}: a run of case {index}, but the bundle has "
                               f"{len(bundle.cases)} cases")
-        if not 0 <= isa < len(abi.ISA_NAMES) or not 1 <= threads <= 256:
-            raise BundleError(f"results file {p}: a run of case {index} with ISA {isa} and "
-                              f"{threads} threads")
+        if not 0 <= isa < len(abi.ISA_NAMES):
+            raise BundleError(f"results file {p}: the run at byte {start} (case {index}) has "
+                              f"ISA {isa}; an ISA is 0 to {len(abi.ISA_NAMES) - 1} ("
+                              + ", ".join(f"{i} {n}" for i, n in enumerate(abi.ISA_NAMES)) + ")")
+        if not 1 <= threads <= 256:
+            raise BundleError(f"results file {p}: the run at byte {start} (case {index}) has "
+                              f"{threads} threads; a thread count is 1 to 256")
         bc = bundle.cases[index]
         run = Run(index, abi.ISA_NAMES[isa], threads, [], CRASH, "", complete=False)
         calls = bc.calls
@@ -518,7 +527,10 @@ def _run(r: _Reader, bundle: Bundle, p: Path, version: int) -> Run:
 def _check_written(p, bc: BundleCase, call: Call, k: int, b: int, offset: int,
                    nbytes: int, whole: bool) -> None:
     writable = {buf for _, buf, _, written in call.pointers() if written}
-    if b >= len(bc.buffers) or b not in writable:
+    if b >= len(bc.buffers):
+        raise BundleError(f"results file {p}: call {k} of case {bc.name} ({call.name}) records "
+                          f"buffer {b}, but the case has buffers 0 to {len(bc.buffers) - 1}")
+    if b not in writable:
         raise BundleError(f"results file {p}: call {k} of case {bc.name} ({call.name}) records "
                           f"buffer {b}, which that call does not write")
     if offset + nbytes > bc.buffers[b].nbytes or (whole and nbytes != bc.buffers[b].nbytes):

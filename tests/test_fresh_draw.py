@@ -205,8 +205,33 @@ def test_export_and_grade_find_the_same_draw(tmp_path):
                     str(bundle), str(results), "--threads", "1"], check=True, capture_output=True)
     ok = gate(str(bundle), str(results), "--draw", "11", "-q", env=env, command="grade")
     assert ok.returncode == 0, ok.stdout[-2000:] + ok.stderr
+    # without --draw, grade takes the draw bundle.json records, and says so
+    auto = gate(str(bundle), str(results), "-q", env=env, command="grade")
+    assert auto.returncode == 0, auto.stdout[-2000:] + auto.stderr
+    assert "exported from draw 11 of the fixtures; grading against draw 11" in auto.stderr
+    # another draw is refused before anything is drawn
     other = gate(str(bundle), str(results), "--draw", "12", "-q", env=env, command="grade")
-    assert other.returncode == 2 and "not the one the bundle was exported from" in other.stderr
+    assert other.returncode == 2 and "Traceback" not in other.stderr
+    assert "--draw 12: the bundle was exported from draw 11 (grade it with --draw 11)" in other.stderr
+    assert drawn_files(tmp_path, 12) == []
+    # other fixtures: the digest check names the command the bundle was exported by
+    packaged = gate(str(bundle), str(results), "--fixtures", str(ROOT / "fixtures"), "-q",
+                    env=env, command="grade")
+    assert packaged.returncode == 2, packaged.stdout[-2000:]
+    assert "not the one the bundle was exported from" in packaged.stderr
+    assert "the bundle was exported by: " in packaged.stderr
+    assert "export --out" in packaged.stderr and "--draw 11" in packaged.stderr
+
+
+def test_grade_refuses_a_draw_for_a_bundle_of_the_published_fixtures(tmp_path):
+    bundle = tmp_path / "bundle"
+    r = gate("--out", str(bundle), "--layers", "dot16", "--case", "*n0*", command="export")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = gate(str(bundle), str(tmp_path / "none.bin"), "--draw", "3", env=cache_env(tmp_path),
+             command="grade")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "fixtures that are not a draw (grade it without --draw)" in r.stderr
+    assert drawn_files(tmp_path, 3) == []
 
 
 @pytest.mark.parametrize("args, env, why", [

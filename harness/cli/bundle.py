@@ -64,7 +64,7 @@ def export(out_dir, layers, case, fixtures, draw, quiet):
     cases, refused = B.export_cases(selection, lib)
     for layer, fx, name, why in refused:
         click.echo(f"refused {layer}/{fx}/{name}: {why}", err=True)
-    meta = {"tool": tool_info(), "fixtures": digests, "layers": names, "case": case,
+    meta = {"tool": tool_info(), "fixtures": digests, "layers": names, "case": case, "draw": draw,
             "refused": [{"layer": a, "fixture": b, "case": c, "why": w} for a, b, c, w in refused]}
     out = B.write_bundle(out_dir, cases, meta)
     size = (out / "cases.bin").stat().st_size
@@ -114,7 +114,9 @@ def grade(bundle_dir, results, fixtures, draw, layers, case, tiers, isa, threads
             isa_filter=_split(isa), thread_filter=_split(threads, None, "thread count", int))
     except click.BadParameter as e:
         cannot_run(e.message)
-    opts.fixtures, opts.draw = fixture_dir(fixtures, draw, _bundle_layers(bundle_dir)), draw
+    index = _bundle_index(bundle_dir)
+    draw = _bundle_draw(index, draw)
+    opts.fixtures, opts.draw = fixture_dir(fixtures, draw, _bundle_layers(index)), draw
     if report_dir:
         writable_dir(report_dir, "--report-dir")
     for path, what in ((junit_path, "--junit"), (json_path, "--json")):
@@ -138,12 +140,38 @@ def grade(bundle_dir, results, fixtures, draw, layers, case, tiers, isa, threads
     finish(doc, result.passed, report_dir, junit_path, json_path, quiet, verbose)
 
 
-def _bundle_layers(bundle_dir) -> list | None:
-    """The layers a bundle was exported with (bundle.json), so --draw draws only theirs; None
-    (every layer) when it cannot be read: grade then names what is wrong with the bundle."""
+def _bundle_index(bundle_dir) -> dict:
+    """bundle.json's fields, {} when it cannot be read: grade then names what is wrong with
+    the bundle."""
     import json
     try:
-        layers = json.loads((Path(bundle_dir) / "bundle.json").read_text()).get("layers")
-    except (OSError, ValueError, AttributeError):
-        return None
+        index = json.loads((Path(bundle_dir) / "bundle.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return index if isinstance(index, dict) else {}
+
+
+def _bundle_draw(index: dict, draw):
+    """--draw as the bundle needs it: the bundle's own draw when neither --draw nor --fixtures
+    is given; exit 2, before anything is drawn, when --draw names another draw than the one
+    the bundle was exported from. A bundle that does not record its draw: --draw as given."""
+    if "draw" not in index:
+        return draw
+    want = index["draw"]
+    if draw is None and want is not None and click.get_current_context().get_parameter_source(
+            "fixtures") == click.core.ParameterSource.DEFAULT:
+        click.echo(f"crnn-conformance: grade: the bundle was exported from draw {want} of the "
+                   f"fixtures; grading against draw {want}", err=True)
+        return want
+    if draw is not None and draw != want:
+        cannot_run(f"--draw {draw}: the bundle was exported from "
+                   + (f"draw {want} (grade it with --draw {want})" if want is not None else
+                      "fixtures that are not a draw (grade it without --draw)"))
+    return draw
+
+
+def _bundle_layers(index: dict) -> list | None:
+    """The layers a bundle was exported with, so --draw draws only theirs; None (every layer)
+    when the bundle does not say."""
+    layers = index.get("layers")
     return layers if isinstance(layers, list) and all(isinstance(x, str) for x in layers) else None
