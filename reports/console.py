@@ -45,7 +45,8 @@ LEGEND_LAYERS = (
     "             (passes at <= 1); no result: the port crashed, hung or returned an error",
     "             contract: ok every call returned its documented code and wrote nothing",
     "  worst res  the largest resolution of the tier's checks: the smallest uniform relative",
-    "             error of the port's output that the weakest check would detect",
+    "             error of the port's output that the weakest check would detect; above 1,",
+    "             a reference far below its absolute allowance (a loss near 0: -v names it)",
     "  -v         a row per tensor instead, with each check's resolution",
 )
 LEGEND_RES = (
@@ -114,7 +115,10 @@ def failure_message(r) -> str:
     usage = f"usage={_usage(r['usage'])}" if r["tier"] in ("float64", "pytorch") else (
         f"mismatches={r['mismatches']}/{r['elements']}"
         + (f" max_ulp={r['max_ulp']}" if r.get("max_ulp") is not None else ""))
-    note = f" ({r['note']})" if r.get("note") else ""
+    note = r.get("note") or ""
+    if words and ";" not in note:   # one kind of element: its words are said once, above
+        note = note.replace(f" element(s): {w['unbounded']}", " element(s)")
+    note = f" ({note})" if note else ""
     return (f"{r['layer']}/{r['case']}/{r['tensor']} tier={r['tier']} isa={r['isa']} "
             f"threads={r['threads']} {usage}{what}{note}")
 
@@ -141,9 +145,13 @@ def failure_line(r) -> str:
     return f"FAIL {failure_message(r)}\n  __REPRO: {_d(r).get('repro', '')}"
 
 
-def _layer_line(layer: str, st: dict) -> str:
+def _layer_line(layer: str, st: dict, recs=()) -> str:
     if st["status"] == "not implemented":
-        ran = f"; {st['checks']} check(s) of other cases ran" if st["checks"] else ""
+        cases = list(dict.fromkeys(f"{r.get('fixture')}/{r['case']}" for r in recs
+                                   if r["layer"] == layer))
+        named = ", ".join(cases[:3]) + (f" and {len(cases) - 3} more" if len(cases) > 3 else "")
+        ran = (f"; {st['checks']} check(s) of the cases it did answer ran ({named})"
+               if st["checks"] else "")
         return f"[{layer}] not implemented: {st.get('reason', '')}{ran}"
     failed = f", {st['failed']} failed" if st["failed"] else ""
     skipped = f"; {st['not_run']} case(s) {st['reason']}" if st.get("not_run") else ""
@@ -163,7 +171,7 @@ def table(doc: dict, verbose: bool = False) -> list[str]:
     lines = [head, "-" * len(head)]
     layers = doc.get("layers") or layer_status(recs, doc.get("meta", {}))
     for layer, st in layers.items():
-        line = _layer_line(layer, st)
+        line = _layer_line(layer, st, recs)
         lines.append(line if st["status"] != "failed" else click.style(line, fg="red"))
         for (l, fixture, case, tensor), tiers in rows.items():
             if l != layer:
@@ -214,7 +222,7 @@ def layer_table(doc: dict) -> list[str]:
     lines = [head, "-" * len(head)]
     tiers = [*TIER_COLS, *sorted({r["tier"] for r in recs} - set(TIER_COLS))]
     for layer, st in (doc.get("layers") or layer_status(recs, doc.get("meta", {}))).items():
-        line = _layer_line(layer, st)
+        line = _layer_line(layer, st, recs)
         lines.append(line if st["status"] != "failed" else click.style(line, fg="red"))
         for tier in tiers:
             rs = per[layer].get(tier)

@@ -151,3 +151,19 @@ def test_the_default_prints_every_failure_in_full(ports):
     assert [l for l in q.stdout.splitlines() if l.startswith(("FAIL ", "  __REPRO"))] == \
         [l for l in r.stdout.splitlines() if l.startswith(("FAIL ", "  __REPRO"))]
     assert not _tier_rows(q.stdout)
+
+
+def test_a_layer_not_implemented_names_the_cases_it_did_answer():
+    """A port whose lstm entry points return CRNN_E_UNSUPPORTED still answers the activation
+    cases (crnn_sigmoid, crnn_tanh): the status line says which cases those checks were."""
+    from crnn_conformance.reports.console import _layer_line
+    st = {"status": "not implemented", "checks": 8,
+          "reason": "crnn_lstm_forward returned -4 (CRNN_E_UNSUPPORTED)"}
+    recs = [{"layer": "lstm", "fixture": "activations", "case": "sigmoid_tanh"}] * 8 + [
+        {"layer": "dot16", "fixture": "dot16", "case": "order_n0_100"}]
+    assert _layer_line("lstm", st, recs).endswith(
+        "; 8 check(s) of the cases it did answer ran (activations/sigmoid_tanh)")
+    many = [{"layer": "lstm", "fixture": "f", "case": f"c{i}"} for i in range(5)]
+    assert _layer_line("lstm", {**st, "checks": 5}, many).endswith("(f/c0, f/c1, f/c2 and 2 more)")
+    assert _layer_line("lstm", {**st, "checks": 0}, []) == \
+        "[lstm] not implemented: crnn_lstm_forward returned -4 (CRNN_E_UNSUPPORTED)"

@@ -610,3 +610,18 @@ def test_element_wise_cases_give_each_function_its_own_input():
     assert ctc.worst_context(dm, "log", 9) == {"input": {"x": float(dm.inputs["x_log"][9])}}
     assert ctc.worst_context(dm, "exp", 9) == {"input": {"x": float(dm.inputs["x_exp"][9])}}
     assert lstm.worst_context(_case("lstm", case_name_of("lstm")), "out", 0) == {}
+
+
+def test_a_dot_is_named_with_its_length_and_first_term():
+    """Every element of a dot16 case is a dot of its own: the worst one's n and where its
+    terms start in a and b (the fixture's lengths, laid end to end)."""
+    from crnn_conformance.harness.layers import dot16
+    case = _case("dot16_zeros", case_name_of("dot16_zeros"))
+    lengths = case.inputs["lengths"].astype(int)
+    for i in (0, len(lengths) // 2, len(lengths) - 1):
+        sub = dot16.worst_context(case, "dot", i)["subcase"]
+        assert (sub["name"], sub["index"], sub["of"]) == ("dot", i, len(lengths))
+        assert sub["params"] == {"n": int(lengths[i]), "start": int(lengths[:i].sum())}
+    from crnn_conformance.reports.console import worst_context
+    assert worst_context({"subcase": sub}) == (
+        f" in dot {i} of {len(lengths)} (n={lengths[i]} start={int(lengths[:i].sum())})")

@@ -26,3 +26,11 @@ def run(lib, case) -> dict:
         result[i] = one[0]
         at += n
     return {"dot": result}
+
+
+def worst_context(case, tensor, flat) -> dict:
+    """Each element of `dot` is a dot of its own: the worst one's n and where its terms start
+    in a and b."""
+    lengths = [int(n) for n in case.inputs["lengths"]]
+    return {"subcase": {"name": "dot", "index": flat, "of": len(lengths), "element": [],
+                        "params": {"n": lengths[flat], "start": sum(lengths[:flat])}}}
