@@ -2,7 +2,7 @@
 `export` and `grade` are other modules; this one exists only so the runner can be tested on
 its own). A case is run once on the reference port through its layer module with a tape
 recording every call (harness/reference.py `record`), and the tape becomes the case's ops in
-the bundle format (docs/runner.md).
+the bundle format (docs/case-bundle.md).
 
     cases = fixture_cases([("linear", "linear", "T16_I37_*")])
     write_bundle(dir, cases)          # -> the recorded reference runs, one per case
