@@ -93,7 +93,7 @@ def _prune() -> None:
 def compute(layer: str, case) -> dict:
     """{tensor: the model's per-element Atol} of one case (no cache)."""
     errs = module(layer).case_errors(case)
-    return {k: e if isinstance(e, np.ndarray) else np.asarray(e.allowance(params.lam), np.float64)
+    return {k: e if isinstance(e, np.ndarray) else np.asarray(e.allowance(params.lam()), np.float64)
             for k, e in errs.items()}
 
 
@@ -170,7 +170,8 @@ def prefetch(items, workers: int | None = None) -> int:
         if _POOL is None:
             import concurrent.futures as cf
             import multiprocessing as mp
-            _POOL = cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
+            _POOL = cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
+                                           initializer=_die_with, initargs=(os.getpid(),))
         for (layer, path), cases in todo.items():        # in the gate's order
             for name, key in cases:
                 _PENDING[key] = _POOL.submit(_worker, layer, path, name)
@@ -183,6 +184,20 @@ def prefetch(items, workers: int | None = None) -> int:
             else:
                 os.environ[k] = v
     return sum(len(c) for c in todo.values())
+
+
+def _die_with(parent: int) -> None:
+    """A pool worker's start: it dies with the gate (PR_SET_PDEATHSIG, Linux), so a gate killed
+    with SIGKILL leaves no worker computing (nor, their pipe closed, the resource tracker);
+    a gate already gone before the call is seen by getppid."""
+    import ctypes
+    import signal
+    try:
+        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))   # PR_SET_PDEATHSIG
+    except (AttributeError, OSError):
+        pass                                              # (not Linux)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 _FIXTURES: dict = {}

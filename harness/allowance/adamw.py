@@ -14,7 +14,7 @@ def scalar(c: float) -> Err:
     """A scalar computed in binary64 and rounded once to binary32: the rounding is one error
     shared by every element it multiplies."""
     c = np.float64(c)
-    return Err(c, np.float64(0.0), np.float64(0.0), ULP * abs(c), ULP * abs(c))
+    return Err(c, np.float64(0.0), ULP * abs(c), ULP * abs(c))
 
 
 def step(p: Err, m: Err, v: Err, g: Err, lr, beta1, beta2, eps, wd, decay, b1t, b2t):

@@ -31,7 +31,7 @@ def clip_errors(grads, limit: float, enabled: bool):
     norm = norm_errors(grads)
     nv = float(norm.v)
     f = limit / (nv + 1e-6)
-    a_norm = float(norm.allowance(params.lam))
+    a_norm = float(norm.allowance(params.lam()))
     s_f = abs(f) * a_norm / (nv + 1e-6) + ULP * abs(f)
     if not (enabled and nv > limit):
         if enabled and nv + a_norm > limit:          # could have been clipped
@@ -48,7 +48,7 @@ def could_be_clipped(g: Err, f: float, s_f: float) -> Err:
     rounding, the product's rounding). Near the limit f is 1 - 1e-6/norm, and f's and the
     product's roundings (up to 2^-24 each) are larger than |1 - f| itself above a norm of 17."""
     other = scaled(Err.exact(g.v), f, s_f)
-    return g.plus_systematic(np.abs(g.v - other.v) + other.allowance(params.lam))
+    return g.plus_systematic(np.abs(g.v - other.v) + other.allowance(params.lam()))
 
 
 def scaled(g: Err, f: float, s_f: float) -> Err:

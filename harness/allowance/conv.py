@@ -21,7 +21,7 @@ from ...generators.geometry import conv_size
 
 from . import params
 from .errors import ULP, Err, where
-from .sums import add_term, products, rounded, terms
+from .sums import STATS, add_term, products, rounded, terms
 
 
 def im2col(x: Err, kh, kw, padH, padW, KPadded) -> Err:
@@ -83,7 +83,7 @@ def near_ties(conv: Err, winners, Hc, Wc, poolH, poolW) -> Decisions:
     """Candidates within rounding of each window's winner (module docstring)."""
     _, Out = conv.shape
     Hp, Wp = Hc // poolH, Wc // poolW
-    A = conv.allowance(params.lam)
+    A = conv.allowance(params.lam())
     oy, ox, o = np.meshgrid(np.arange(Hp), np.arange(Wp), np.arange(Out), indexing="ij")
     cells = np.stack([((oy * poolH + dy) * Wc + ox * poolW + dx) * Out + o
                       for dy in range(poolH) for dx in range(poolW)], -1)   # [Hp][Wp][Out][n]
@@ -152,9 +152,9 @@ def backward_parts(x: Err, col: Err, W: Err, dec, dPooled: Err, kh, kw, padH, pa
 
 def tap_sums(parts: dict, H, W, C, kh, kw, padH, padW) -> dict:
     """The statistics of dx[i] = sum over the taps covering input element i of dcol, as one
-    sum whose blocks are (tap, block of output channels): from dcol's statistics [P][KPadded]."""
+    sum of every (tap, output channel) term: from dcol's statistics [P][KPadded]."""
     Hc, Wc = conv_size(H, W, kh, kw, padH, padW)
-    KP = np.shape(parts["R"])[-1]
+    KP = np.shape(parts["S"])[-1]
 
     def gather(a):
         a = np.broadcast_to(a, (Hc * Wc, KP)).reshape(Hc, Wc, KP)
@@ -165,13 +165,7 @@ def tap_sums(parts: dict, H, W, C, kh, kw, padH, padW) -> dict:
                 out[t, ky:ky + Hc, kx:kx + Wc] = a[:, :, t * C:(t + 1) * C]
         return out[:, padH:padH + H, padW:padW + W]
 
-    def tap_major(blocks):                       # [tap][block of o] in the spec's order
-        g = np.stack([gather(b) for b in blocks], 1)
-        return g.reshape((-1,) + g.shape[2:])
-
-    blocks = {k: tap_major(parts[k]) for k in ("R", "Qb", "nb")}
-    rest = {k: gather(parts[k]).sum(0) for k in ("Aabs", "g", "f", "s", "w")}
-    return {**blocks, **rest}
+    return {k: gather(parts[k]).sum(0) for k in (*STATS, "g", "s", "w")}
 
 
 def case_errors(case) -> dict:

@@ -132,11 +132,10 @@ def gradient(logits: Err, target, scale: float):
     occ_p = np.abs(scale) * (np.abs(v) + 2.0 * np.exp(ctc64.log_softmax(logits.v)))
     a = np.abs(dv)
     d = Err(dv, (J2 @ flat(logits.g)).reshape(T, K) + U2 * a * a + TINY2,
-            (J2 @ flat(logits.f)).reshape(T, K),
             (Ja @ flat(logits.s)).reshape(T, K) + occ_p * E64,
             (Ja @ flat(logits.w)).reshape(T, K) + ULP * a + ULP_TINY)
     gl = v.reshape(-1)                                            # d loss / d logits
-    L = Err(np.array(loss), np.array(gl * gl @ flat(logits.g)), np.array(gl * gl @ flat(logits.f)),
+    L = Err(np.array(loss), np.array(gl * gl @ flat(logits.g)),
             np.array(np.abs(gl) @ flat(logits.s) + E64), np.array(np.abs(gl) @ flat(logits.w)))
     return L, d
 
@@ -153,7 +152,7 @@ def case_errors(case) -> dict:
     E64 = binary64_bound(z, target)
     p = np.exp(ctc64.log_softmax(z))
     a = np.abs(d)
-    dl = Err(d, U2 * a * a + TINY2, np.zeros((T, K)), np.abs(scale) * (a / abs(scale) + 2 * p) * E64,
+    dl = Err(d, U2 * a * a + TINY2, np.abs(scale) * (a / abs(scale) + 2 * p) * E64,
              ULP * a + ULP_TINY)
     z1 = np.zeros(1)
-    return {"loss": Err(np.array([loss]), z1, z1, np.array([E64]), z1), "dlogits": dl}
+    return {"loss": Err(np.array([loss]), z1, np.array([E64]), z1), "dlogits": dl}

@@ -4,10 +4,8 @@ values (docs/tolerances.md, "The per-element model").
 An `Err` holds, per element of an array:
 
     v   the exact value (float64, from the layer's inputs)
-    g   variance of the random rounding error whose size the data fix (elementwise
-        roundings, products, the worst-case mean profile of a sum's partial sums)
-    f   variance of the random rounding error that depends on how the unknown summation order
-        meets the data (the fluctuation of a sum's partial sums; tails.py)
+    g   variance of the random rounding error (elementwise roundings, products, a sum's
+        partial sums in the worst order: sums.py)
     s   a bound on the systematic error: the sigmoid/tanh approximations' errors and rounded
         scalars shared by many elements, which can add up coherently; propagated with |J|
     w   a deterministic bound on the rounding error (every rounding at its maximum, the worst
@@ -22,7 +20,8 @@ estimate) stays inside it too. Errors reaching an operation through
 several inputs are combined as if independent (the diagonal of the covariance; docs say where
 that is checked). The allowance of an element is
 
-    s + min(w, lambda(phi) * sqrt(g + f)),     phi = f / (g + f).
+    s + min(w, lambda * sqrt(g)),     lambda = sqrt(2 ln(2/p)) (the Gaussian tail at the
+                                      per-element probability p of a false failure).
 """
 from __future__ import annotations
 
@@ -48,7 +47,6 @@ def _local(y):
 class Err:
     v: np.ndarray
     g: np.ndarray
-    f: np.ndarray
     s: np.ndarray
     w: np.ndarray
 
@@ -57,7 +55,7 @@ class Err:
     def exact(v) -> Err:
         v = np.asarray(v, np.float64)
         z = np.zeros(v.shape)
-        return Err(v, z, z, z, z)
+        return Err(v, z, z, z)
 
     @property
     def shape(self):
@@ -65,7 +63,7 @@ class Err:
 
     def map(self, fn) -> Err:
         """The same function of every field: reshape, transpose, slicing, copies."""
-        return Err(fn(self.v), fn(self.g), fn(self.f), fn(self.s), fn(self.w))
+        return Err(fn(self.v), fn(self.g), fn(self.s), fn(self.w))
 
     def __getitem__(self, idx) -> Err:
         return self.map(lambda a: a[idx])
@@ -80,16 +78,16 @@ class Err:
     def rounded(self) -> Err:
         """This value after one more binary32 rounding."""
         g, w = _local(self.v)
-        return Err(self.v, self.g + g, self.f, self.s, self.w + w)
+        return Err(self.v, self.g + g, self.s, self.w + w)
 
     # ---- elementwise arithmetic: each result rounded once
     def __add__(self, o) -> Err:
         o = _err(o)
-        return Err(self.v + o.v, self.g + o.g, self.f + o.f, self.s + o.s, self.w + o.w).rounded()
+        return Err(self.v + o.v, self.g + o.g, self.s + o.s, self.w + o.w).rounded()
 
     def __sub__(self, o) -> Err:
         o = _err(o)
-        return Err(self.v - o.v, self.g + o.g, self.f + o.f, self.s + o.s, self.w + o.w).rounded()
+        return Err(self.v - o.v, self.g + o.g, self.s + o.s, self.w + o.w).rounded()
 
     def __rsub__(self, c) -> Err:
         return _err(c) - self
@@ -101,8 +99,8 @@ class Err:
         o = _err(o)
         a2, b2 = self.v * self.v, o.v * o.v
         aa, ab = np.abs(self.v), np.abs(o.v)
-        return Err(self.v * o.v, b2 * self.g + a2 * o.g, b2 * self.f + a2 * o.f,
-                   ab * self.s + aa * o.s, ab * self.w + aa * o.w).rounded()
+        return Err(self.v * o.v, b2 * self.g + a2 * o.g, ab * self.s + aa * o.s,
+                   ab * self.w + aa * o.w).rounded()
 
     __rmul__ = __mul__
 
@@ -111,41 +109,40 @@ class Err:
         q = self.v / o.v
         d2 = o.v * o.v
         j2 = q * q / d2                      # (d q / d o)^2
-        return Err(q, self.g / d2 + j2 * o.g, self.f / d2 + j2 * o.f,
+        return Err(q, self.g / d2 + j2 * o.g,
                    self.s / np.abs(o.v) + np.abs(q / o.v) * o.s,
                    self.w / np.abs(o.v) + np.abs(q / o.v) * o.w).rounded()
 
     def __neg__(self) -> Err:
-        return Err(-self.v, self.g, self.f, self.s, self.w)
+        return Err(-self.v, self.g, self.s, self.w)
 
     def square(self) -> Err:
         """self * self, rounded once (the two factors are the same value: fully correlated)."""
         a = np.abs(self.v)
-        return Err(self.v * self.v, 4 * a * a * self.g, 4 * a * a * self.f, 2 * a * self.s,
-                   2 * a * self.w).rounded()
+        return Err(self.v * self.v, 4 * a * a * self.g, 2 * a * self.s, 2 * a * self.w).rounded()
 
     def plus(self, o) -> Err:
         """self + o with no binary32 rounding (a binary64 addition, exact at this scale)."""
         o = _err(o)
-        return Err(self.v + o.v, self.g + o.g, self.f + o.f, self.s + o.s, self.w + o.w)
+        return Err(self.v + o.v, self.g + o.g, self.s + o.s, self.w + o.w)
 
     def sqrt(self) -> Err:
         r = np.sqrt(self.v)
         with np.errstate(divide="ignore", invalid="ignore"):
             j = np.where(r > 0, 0.5 / r, 0.0)
-        return Err(r, j * j * self.g, j * j * self.f, j * self.s, j * self.w).rounded()
+        return Err(r, j * j * self.g, j * self.s, j * self.w).rounded()
 
     def sqrt_exact(self) -> Err:
         """sqrt in binary64 (no binary32 rounding)."""
         r = np.sqrt(self.v)
         with np.errstate(divide="ignore", invalid="ignore"):
             j = np.where(r > 0, 0.5 / r, 0.0)
-        return Err(r, j * j * self.g, j * j * self.f, j * self.s, j * self.w)
+        return Err(r, j * j * self.g, j * self.s, j * self.w)
 
     def scaled(self, c) -> Err:
         """c * self with c an exact scalar or array and no rounding (e.g. a power of two)."""
         c = np.asarray(c, np.float64)
-        return Err(c * self.v, c * c * self.g, c * c * self.f, np.abs(c) * self.s, np.abs(c) * self.w)
+        return Err(c * self.v, c * c * self.g, np.abs(c) * self.s, np.abs(c) * self.w)
 
     def through(self, value, slope, bound=0.0, coherent=0.0) -> Err:
         """A function of this value with the given exact result and derivative, evaluated by
@@ -155,18 +152,15 @@ class Err:
         j2 = slope * slope
         aj = np.abs(slope)
         return Err(np.asarray(value, np.float64), j2 * self.g + bound * bound / 3.0,
-                   j2 * self.f, aj * self.s + coherent, aj * self.w + bound)
+                   aj * self.s + coherent, aj * self.w + bound)
 
     def plus_systematic(self, bound) -> Err:
-        return Err(self.v, self.g, self.f, self.s + bound, self.w)
+        return Err(self.v, self.g, self.s + bound, self.w)
 
     # ---- the allowance
-    def allowance(self, lam_fn) -> np.ndarray:
-        """s + min(w, lambda(phi) * sqrt(g + f)) per element; lam_fn(phi) -> lambda."""
-        r = self.g + self.f
-        with np.errstate(invalid="ignore", divide="ignore"):
-            phi = np.where(r > 0, self.f / r, 0.0)
-        return self.s + np.minimum(self.w, lam_fn(phi) * np.sqrt(r))
+    def allowance(self, lam: float) -> np.ndarray:
+        """s + min(w, lambda * sqrt(g)) per element."""
+        return self.s + np.minimum(self.w, lam * np.sqrt(self.g))
 
 
 def _err(x) -> Err:
@@ -175,17 +169,17 @@ def _err(x) -> Err:
 
 def concat(parts, axis=0) -> Err:
     return Err(*(np.concatenate([getattr(p, k) for p in parts], axis=axis)
-                 for k in ("v", "g", "f", "s", "w")))
+                 for k in ("v", "g", "s", "w")))
 
 
 def where(cond, a: Err, b: Err) -> Err:
     a, b = _err(a), _err(b)
-    return Err(*(np.where(cond, getattr(a, k), getattr(b, k)) for k in ("v", "g", "f", "s", "w")))
+    return Err(*(np.where(cond, getattr(a, k), getattr(b, k)) for k in ("v", "g", "s", "w")))
 
 
 def stack(parts, axis=0) -> Err:
     return Err(*(np.stack([getattr(p, k) for p in parts], axis=axis)
-                 for k in ("v", "g", "f", "s", "w")))
+                 for k in ("v", "g", "s", "w")))
 
 
 def zeros(shape) -> Err:

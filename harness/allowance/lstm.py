@@ -71,10 +71,10 @@ def _tanh(z: Err) -> Err:
 def _base(parts: dict) -> Err:
     """The sums of `parts` with their own rounding and the errors already in parts (not yet
     those of the recurrent input, added step by step)."""
-    S, lg, lf, lw = model(parts["R"], parts["Qb"], parts["nb"], parts["Aabs"])
+    S = parts["S"]
+    lg, lw = model(S, parts["Q"], parts["n"], parts["Aabs"])
     full = lambda a: np.broadcast_to(a, S.shape)
-    return Err(S, full(parts["g"] + lg), full(parts["f"] + lf), full(parts["s"]),
-               full(parts["w"] + lw))
+    return Err(S, full(parts["g"] + lg), full(parts["s"]), full(parts["w"] + lw))
 
 
 class _Mixer:
@@ -87,7 +87,7 @@ class _Mixer:
 
     def __call__(self, e: Err):
         mv = lambda M, a: np.einsum("dnm,dm->dn", M, a)
-        return mv(self.W2, e.g + e.s * e.s), mv(self.W2, e.f), mv(self.Wa, e.w + e.s)
+        return mv(self.W2, e.g + e.s * e.s), mv(self.Wa, e.w + e.s)
 
 
 def _at(E: Err, idx) -> Err:
@@ -109,9 +109,9 @@ def forward(x: Err, W_ih: Err, W_hh: Err, b: Err) -> dict:
     saved = {k: [None] * T for k in ("gates", "c", "tc", "hPrev", "h")}
     for j in range(T):
         idx = [j, T - 1 - j]
-        zg, zf, zw = mix(h)
+        zg, zw = mix(h)
         z = _at(z0, idx)
-        z = Err(z.v, z.g + zg, z.f + zf, z.s, z.w + zw)
+        z = Err(z.v, z.g + zg, z.s, z.w + zw)
         i, f, g, o = (z[:, k * H:(k + 1) * H] for k in range(4))
         i, f, o, g = _sig(i), _sig(f), _sig(o), _tanh(g)
         c = (f * c) + (i * g)
@@ -186,9 +186,9 @@ def backward_parts(x: Err, W_ih: Err, W_hh: Err, st: dict, dOut: Err):
         dcNext = dc * f
         dz = concat([di * (i * (1.0 - i)), df * (f * (1.0 - f)), dg * (1.0 - g * g),
                      do * (o * (1.0 - o))], -1)                  # [2][4H]
-        rg, rf, rw = mix(dz)
+        rg, rw = mix(dz)
         r = _at(rec0, idx)
-        dhRec = Err(r.v, r.g + rg, r.f + rf, r.s, r.w + rw)      # sums over the 4H gates
+        dhRec = Err(r.v, r.g + rg, r.s, r.w + rw)      # sums over the 4H gates
         dz_steps.append(dz)
     e = stack(dz_steps, 1)                                       # [2][step][4H] -> by time
     dz = stack([e.map(lambda a: a[0, ::-1]), e.map(lambda a: a[1])])

@@ -7,7 +7,6 @@ from functools import lru_cache
 import numpy as np
 from ..tolerances import parameters
 
-from . import tails
 
 
 def value(name: str) -> float:
@@ -17,9 +16,11 @@ def value(name: str) -> float:
         raise KeyError(f"harness/tolerances.toml has no model parameter {name!r}") from None
 
 
-def lam(phi) -> np.ndarray:
-    """lambda(phi) at the table's per-element probability (tails.py)."""
-    return tails.lam(phi, value("p_element"))
+def lam() -> float:
+    """The multiplier of an element's standard deviation: the Gaussian tail bound at the
+    table's per-element probability p, P(|e| > lambda sigma) <= 2 exp(-lambda^2 / 2) = p for a
+    sub-Gaussian error e (docs/tolerances.md, "The rounding model")."""
+    return float(np.sqrt(2.0 * np.log(2.0 / value("p_element"))))
 
 
 def ulp(y) -> np.ndarray:

@@ -71,8 +71,7 @@ def line(config, P: dict, image, target, scale, decisions=None):
 
 def _direction(parts: dict, d: int) -> dict:
     """One direction's share of [2]-batched sum statistics."""
-    return {k: (v if np.ndim(v) == 0 else (v[:, d] if k in ("R", "Qb", "nb") else v[d]))
-            for k, v in parts.items()}
+    return {k: (v if np.ndim(v) == 0 else v[d]) for k, v in parts.items()}
 
 
 def batch(config, P: dict, images, targets, scale=None, decisions=None) -> dict:

@@ -1,30 +1,19 @@
 """Sums: every sum of many terms (a dot, a bias added to it, a gradient over positions or
-time, a tap sum) is modelled as one binary32 sum of all its terms in an unknown order
+time, a tap sum) is modelled as one binary32 sum of all its terms in any order and grouping
 (docs/tolerances.md, "A sum in any order").
 
-The statistics of a sum are kept per block of BLOCK consecutive terms in the sum's natural
-index order (the spec's order: k for a dot, p for a conv gradient, t for a gradient over
-time; an extra term such as a bias is a block of its own at the end):
+A sum is described by S (its exact value), Q (the sum of its terms' squares), n (its nonzero
+terms; a zero term adds no rounding) and sum|t|. M = (sum|t| + |S|)/2, the larger of the
+positive and the negative mass, bounds every partial sum of every order: a lane, a node of a
+tree, a thread's block, a prefix of an order sorted by value or grouped by sign. The sum's
+n - 1 additions each round one such partial sum, and with separately rounded products each
+of its n products rounds once, so its rounding variance is at most (units u^2/3)
 
-    R_b = sum of the block's terms,  Q_b = sum of their squares,  n_b = nonzero terms,
-    plus S, Q, n, sum |t| of the whole sum.
+    V = (n - 1) M^2 + Q          (Q only when the products are rounded)
 
-The partial sums of an order that visits the blocks forward (or backward) are the block
-prefixes P_b plus a partial sum inside the block; taking the order inside a block as a random
-permutation, the expected sum of squared partial sums of block b is
+whatever the order, and every order stays within the deterministic bound
 
-    T_b = n_b P_b^2 + (n_b + 1) P_b R_b + (n_b + 1) R_b^2 (1/3 + 1/(6 n_b))   (profile)
-          + (n_b + 1) Qc_b / 6                                              (fluctuation)
-
-with Qc_b = Q_b - R_b^2 / n_b. The model of a sum's rounding variance (units u^2/3):
-
-    G = max over the two directions of sum_b profile_b  (+ Q for the products' roundings)
-    F = max(sum_b (n_b + 1) Qc_b / 6,  (n + 1) Qc / 6)   the second: any order, the whole
-                                                          sum as one random permutation
-    V = G + F, capped by (n - 1) M^2 + Q  (M = (sum|t| + |S|)/2 bounds every partial sum
-                                           of every order; a capped sum has F = 0)
-    w = 2u ((n - 1) M + sum|t|)           the deterministic worst case of every order (each
-                                          rounding under one ulp, errors.py)
+    w = 2u ((n - 1) M + sum|t|)  (each rounding under one ulp, errors.py).
 """
 from __future__ import annotations
 
@@ -32,23 +21,7 @@ import numpy as np
 
 from .errors import TINY2, U2, ULP, ULP_TINY, Err, _err
 
-BLOCK = 16
-
-
-def _blocked(a, b):
-    """[nb][..., M][N]: a[..., :, block] @ b[..., block, :] per block of BLOCK k's (a is
-    [..., M][K], b is [K][N] or [..., K][N])."""
-    K = a.shape[-1]
-    nb = -(-K // BLOCK)
-    pad = nb * BLOCK - K
-    if pad:
-        a = np.concatenate([a, np.zeros(a.shape[:-1] + (pad,))], -1)
-        b = np.concatenate([b, np.zeros(b.shape[:-2] + (pad, b.shape[-1]))], -2)
-    a = np.moveaxis(a.reshape(a.shape[:-1] + (nb, BLOCK)), -2, 0)          # [nb][..., M][BLOCK]
-    b = np.moveaxis(b.reshape(b.shape[:-2] + (nb, BLOCK, b.shape[-1])), -3, 0)  # [nb][..., BLOCK][N]
-    if b.ndim < a.ndim:
-        b = b.reshape(b.shape[:1] + (1,) * (a.ndim - b.ndim) + b.shape[1:])
-    return a @ b
+STATS = ("S", "Q", "n", "Aabs")           # a sum's description; additive over its terms
 
 
 def _mm(a, b):
@@ -59,8 +32,8 @@ def _mm(a, b):
 
 
 def products(A, B, mixing=False) -> dict:
-    """The statistics of the sums C = A @ B before they are rounded: per block of BLOCK
-    terms R, Qb, nb ([nb][..., M][N]), sum |t|, and the errors A and B carry in (g, f, s, w).
+    """The statistics of the sums C = A @ B before they are rounded (S, Q, n, sum|t|: STATS)
+    and the errors A and B carry in (g, s, w).
 
     mixing: the sum runs over different units with weights of either sign (a layer's
     weights: W*x, W_hh*h, W^T*dz), so the systematic errors of its inputs, bounded but of
@@ -77,8 +50,8 @@ def products(A, B, mixing=False) -> dict:
     if mixing:
         g = g + _mm(a2, B.s * B.s) + _mm(A.s * A.s, b2)
         w, s = w + s, 0.0
-    return {"R": _blocked(A.v, B.v), "Qb": _blocked(a2, b2), "nb": _blocked(nz(A.v), nz(B.v)),
-            "Aabs": aa @ ab, "g": g, "f": _mm(a2, B.f) + _mm(A.f, b2), "s": s, "w": w}
+    return {"S": A.v @ B.v, "Q": a2 @ b2, "n": nz(A.v) @ nz(B.v), "Aabs": aa @ ab,
+            "g": g, "s": s, "w": w}
 
 
 def terms(X: Err, axis) -> dict:
@@ -94,59 +67,37 @@ def terms(X: Err, axis) -> dict:
 
 
 def add_term(parts: dict, extra) -> dict:
-    """parts with one more term per sum (a bias), as a block of its own at the end."""
+    """parts with one more term per sum (a bias)."""
     e = _err(extra)
-    shape = parts["R"].shape[1:]
-    ev = np.broadcast_to(e.v, shape)
+    shape = np.shape(parts["S"])
     full = lambda a: np.broadcast_to(a, shape)
-    return {"R": np.concatenate([parts["R"], ev[None]]),
-            "Qb": np.concatenate([parts["Qb"], (ev * ev)[None]]),
-            "nb": np.concatenate([parts["nb"], (ev != 0)[None].astype(np.float64)]),
-            "Aabs": parts["Aabs"] + np.abs(ev), "g": parts["g"] + full(e.g),
-            "f": parts["f"] + full(e.f), "s": parts["s"] + full(e.s), "w": parts["w"] + full(e.w)}
+    ev = full(e.v)
+    return {"S": parts["S"] + ev, "Q": parts["Q"] + ev * ev,
+            "n": parts["n"] + (ev != 0), "Aabs": parts["Aabs"] + np.abs(ev),
+            "g": parts["g"] + full(e.g), "s": parts["s"] + full(e.s), "w": parts["w"] + full(e.w)}
 
 
 def merge(a: dict, b: dict) -> dict:
-    """The statistics of sums made of a's terms followed by b's (x*W_ih and h*W_hh)."""
-    out = {k: a[k] + b[k] for k in ("Aabs", "g", "f", "s", "w")}
-    for k in ("R", "Qb", "nb"):
-        out[k] = np.concatenate([np.broadcast_to(a[k], a[k].shape), b[k]])
-    return out
+    """The statistics of sums made of a's terms and b's (x*W_ih and h*W_hh)."""
+    return {k: a[k] + b[k] for k in (*STATS, "g", "s", "w")}
 
 
-def model(R, Qb, nb, Aabs, products_rounded=True):
-    """(S, g, f, w) of sums described by block statistics (module docstring)."""
-    S, Q, n = R.sum(0), Qb.sum(0), nb.sum(0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        inv = np.where(nb > 0, 1.0 / np.maximum(nb, 1.0), 0.0)
-        Qc_b = np.maximum(Qb - R * R * inv, 0.0)
-        Qc = np.where(n > 0, np.maximum(Q - S * S / np.maximum(n, 1.0), 0.0), 0.0)
-    inner = (nb + 1.0) * R * R * (1.0 / 3.0 + inv / 6.0)
-    before = np.cumsum(R, 0) - R
-    after = S - np.cumsum(R, 0)
-
-    def profile(P):
-        return np.sum(nb * P * P + (nb + 1.0) * P * R + inner, axis=0)
-
-    prod = Q if products_rounded else 0.0
-    G = np.maximum(profile(before), profile(after)) + prod
-    F = np.maximum(np.sum((nb + 1.0) * Qc_b, axis=0), (n + 1.0) * Qc) / 6.0
+def model(S, Q, n, Aabs, products_rounded=True):
+    """(g, w) of the sums described by S, Q, n, sum|t| (module docstring): the variance of
+    their rounding errors in the worst order, and the deterministic bound of every order."""
     m1 = np.maximum(n - 1.0, 0.0)
     M = 0.5 * (Aabs + np.abs(S))
-    cap = m1 * M * M + prod
-    over = G + F > cap
-    G = np.where(over, cap, G)
-    F = np.where(over | (n < 2), 0.0, F)
+    V = m1 * M * M + (Q if products_rounded else 0.0)
     w = ULP * (m1 * M + (Aabs if products_rounded else 0.0)) + ULP_TINY * np.maximum(n, 1.0)
-    return S, U2 * G + TINY2 * n, U2 * F, w
+    return U2 * V + TINY2 * n, w
 
 
 def rounded(parts: dict, products_rounded=True) -> Err:
     """The sums described by `parts`, each one binary32 sum of its terms in any order."""
-    S, lg, lf, lw = model(parts["R"], parts["Qb"], parts["nb"], parts["Aabs"], products_rounded)
+    S = np.asarray(parts["S"], np.float64)
+    lg, lw = model(S, parts["Q"], parts["n"], parts["Aabs"], products_rounded)
     full = lambda a: np.broadcast_to(a, S.shape).copy()
-    return Err(S, full(parts["g"] + lg), full(parts["f"] + lf), full(parts["s"]),
-               full(parts["w"] + lw))
+    return Err(S, full(parts["g"] + lg), full(parts["s"]), full(parts["w"] + lw))
 
 
 def matmul(A, B, extra=None, products_rounded=True, mixing=False) -> Err:

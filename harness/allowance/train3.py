@@ -35,11 +35,11 @@ def _batch_data(case, t):
 
 def _with_gradient_errors(p: Err, coef: list, gerr: list) -> Err:
     """p plus sum_s coef_s * (the error of g_s): the gradients' errors carried to p."""
-    g, f, s, w = p.g, p.f, p.s, p.w
+    g, s, w = p.g, p.s, p.w
     for c, e in zip(coef, gerr):
         c2, ca = c * c, np.abs(c)
-        g, f, s, w = g + c2 * e.g, f + c2 * e.f, s + ca * e.s, w + ca * e.w
-    return Err(p.v, g, f, s, w)
+        g, s, w = g + c2 * e.g, s + ca * e.s, w + ca * e.w
+    return Err(p.v, g, s, w)
 
 
 def case_errors(case) -> dict:
