@@ -158,10 +158,30 @@ def drawn(seed: int, layers=None, progress=None) -> Path:
     generators' key>/<seed>/), each fixture drawn on first use. A file is renamed into place
     whole (write_fixture), then its SHA-256 beside it (<name>.h5.sha256); a file without a
     matching one (a draw killed between the two, a damaged file) is drawn again, as the build
-    cache rebuilds a torn entry. Two processes drawing the same file write the same bytes."""
+    cache rebuilds a torn entry. So is a file whose `draw` attribute is not `seed` (another
+    draw's file, or the published fixture, put there with its SHA-256 rewritten to match): it
+    is not this draw, and saying so goes to `progress` (else stderr). Two processes drawing the
+    same file write the same bytes.
+
+    This guards against a damaged or mixed-up cache, not against someone who can write the
+    cache: they could as well draw `seed` themselves (docs/fixtures.md, "A fresh draw")."""
     from ..ctypes_kernels.cache import atomic_write
     root = draws_dir() / _generator_key() / str(seed)
-    missing = [n for n in drawable(layers) if not _whole(fixture_path(root, n))]
+    say = progress or (lambda m: print(m, file=sys.stderr))
+    missing = []
+    for name in drawable(layers):
+        path = fixture_path(root, name)
+        if not _whole(path):
+            missing.append(name)
+            continue
+        recorded = _draw_attr(path)
+        if recorded != seed:
+            what = ("no draw (the published fixture?)" if recorded is None
+                    else "nothing readable" if recorded == "unreadable"
+                    else f"draw {recorded} (another draw's file?)")
+            say(f"draw {seed}: {path} records {what}, not draw {seed}: not trusted, drawn "
+                "again")
+            missing.append(name)
     try:
         if missing:
             root.mkdir(parents=True, exist_ok=True)
@@ -175,6 +195,22 @@ def drawn(seed: int, layers=None, progress=None) -> Path:
         raise DrawError(f"cannot write draw {seed} into {os.fsdecode(draws_dir())} "
                         f"({e.strerror or e}); set CRNN_DRAWS_DIR to a writable directory") from None
     return root
+
+
+def _draw_attr(path: Path):
+    """The `draw` attribute of a drawn file (an int), None when it has none, or "unreadable"."""
+    import h5py
+    import numpy as np
+    try:
+        with h5py.File(path, "r") as f:
+            v = f.attrs.get("draw")
+    except (OSError, ValueError):
+        return "unreadable"
+    if v is None:
+        return None
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        return int(v)
+    return repr(v)
 
 
 def _sum_path(path: Path) -> Path:

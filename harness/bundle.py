@@ -429,6 +429,7 @@ class Run:
     status: int
     msg: str
     complete: bool = True     # False: the file ends inside this run (the runner died)
+    at: int = -1              # the byte offset of its record in the results file
 
 
 @dataclass
@@ -440,7 +441,9 @@ class Results:
 
 def read_results(path, bundle: Bundle) -> Results:
     """Reads one results file written for `bundle`; BundleError (one line) on another bundle's
-    file, a damaged or edited one, or sizes that do not fit the bundle's buffers."""
+    file, a damaged or edited one, sizes that do not fit the bundle's buffers, a run on an ISA
+    its platform's arch does not have, or two complete records of the same case, ISA and
+    threads (a later record replaces an earlier one only when that one was cut short)."""
     p = Path(path)
     try:
         data = p.read_bytes()
@@ -470,9 +473,57 @@ def read_results(path, bundle: Bundle) -> Results:
             raise
         raise BundleError(f"results file {p}: its header cannot be read ({e})") from None
     res = Results(p, platform)
+    family = _arch_family(platform.get("arch"))
+    seen = {}                 # (case, isa, threads) -> the run recorded for it
     while not r.done:
-        res.runs.append(_run(r, bundle, p, version))
+        run = _run(r, bundle, p, version)
+        _check_isa(p, platform.get("arch"), family, run)
+        key = (run.case, run.isa, run.threads)
+        if key in seen:
+            _check_replace(p, bundle, seen[key], run)
+            res.runs = [x for x in res.runs if x is not seen[key]]
+        seen[key] = run
+        res.runs.append(run)
     return res
+
+
+# The ISA paths of each architecture family an `arch` names (lowercase). An `arch` not listed
+# here names no family and may go with any ISA: a runner on another machine names it as it
+# likes (docs/case-bundle.md, "The results file").
+ARCH_FAMILIES = {
+    "x86": ({"x86_64", "amd64", "x64", "i386", "i486", "i586", "i686", "x86"},
+            {"scalar", "sse", "avx2", "avx512"}),
+    "arm": ({"aarch64", "arm64", "armv7l", "armv8l", "armv7", "armv8"}, {"scalar", "neon"}),
+}
+
+
+def _arch_family(arch):
+    a = arch.lower() if isinstance(arch, str) else None
+    return next((f for f, (names, _) in ARCH_FAMILIES.items() if a in names), None)
+
+
+def _check_isa(p, arch, family, run: Run) -> None:
+    """A run's ISA must be one of its file's architecture (an x86_64 file's neon run, an
+    aarch64 file's avx2 run: relabelled or mixed-up records)."""
+    if family is None or run.isa in ARCH_FAMILIES[family][1]:
+        return
+    raise BundleError(f"results file {p}: its platform's arch is {arch}, but the run at byte "
+                      f"{run.at} (case {run.case}, {run.threads} thread(s)) is on ISA "
+                      f"{run.isa}, which {arch} does not have (it has "
+                      f"{', '.join(i for i in abi.ISA_NAMES if i in ARCH_FAMILIES[family][1])})"
+                      ": a relabelled or mixed-up file")
+
+
+def _check_replace(p, bundle: Bundle, earlier: Run, later: Run) -> None:
+    """A later record of the same case, ISA and threads replaces an earlier one only when that
+    one was cut short (no END_: what crnn-run --resume runs again); two complete records of
+    the same run are two answers to one question."""
+    if not earlier.complete:
+        return
+    raise BundleError(f"results file {p}: case {bundle.cases[later.case].name} on "
+                      f"{later.isa} x {later.threads} thread(s) is recorded twice, complete, at "
+                      f"bytes {earlier.at} and {later.at}: a run is recorded once (crnn-run "
+                      "--resume runs again only a run cut short)")
 
 
 def _run(r: _Reader, bundle: Bundle, p: Path, version: int) -> Run:
@@ -492,7 +543,7 @@ def _run(r: _Reader, bundle: Bundle, p: Path, version: int) -> Run:
             raise BundleError(f"results file {p}: the run at byte {start} (case {index}) has "
                               f"{threads} threads; a thread count is 1 to 256")
         bc = bundle.cases[index]
-        run = Run(index, abi.ISA_NAMES[isa], threads, [], CRASH, "", complete=False)
+        run = Run(index, abi.ISA_NAMES[isa], threads, [], CRASH, "", complete=False, at=start)
         calls = bc.calls
         if n > len(calls):
             raise BundleError(f"results file {p}: case {bc.name} has {len(calls)} calls, the "

@@ -205,8 +205,9 @@ def _wanted_isa(label, isa, opts) -> bool:
 
 def collect_runs(results: list, opts) -> tuple[dict, list, list, tuple | None]:
     """-> ({(case, "machine:isa", threads): Run}, the labels in order, the thread counts in
-    order, the base run (label, threads)). A later record of the same case, ISA and threads in
-    a file replaces an earlier one (a restart after a run cut short).
+    order, the base run (label, threads)). Each file holds one record of a case, ISA and
+    threads (read_results refuses two complete ones; a later record replaces an earlier one
+    only when that one was cut short), and each file is a machine of its own label.
 
     The base run is the first label's run at 1 thread, or at its fewest threads when the
     results have no 1-thread run. As in the gate, --threads selects the identity tier's runs

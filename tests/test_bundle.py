@@ -15,6 +15,7 @@ import shutil
 import struct
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -173,7 +174,8 @@ def test_identity_across_machines_names_them(work, lin, bundled_port):
     compared bit for bit; the records name the machine of each run."""
     one = run_runner(lin, bundled_port, work / "m1.res", "--isa", "scalar", "--threads", "1,2")
     other = build_port(work, "-DTP_PERTURB=3e-6f")
-    two = run_runner(lin, other, work / "m2.res", "--arch", "aarch64", "--threads", "1,2")
+    two = run_runner(lin, other, work / "m2.res", "--arch", "aarch64", "--isa", "scalar",
+                     "--threads", "1,2")        # (an aarch64 file holds no x86 ISA's run)
     r = cli("grade", str(lin), str(one), str(two), "--layers", "linear", "--tiers",
             "identity", "--json", str(work / "m.json"))
     assert r.returncode == 1, r.stderr
@@ -324,6 +326,68 @@ def test_run_cut_short_is_a_crash(work, small):
     bad = [x for x in doc["tensors"] if not x["passed"]]
     assert bad and all("the runner stopped during this run" in x["note"] for x in bad)
     assert len(bad) == 1 and bad[0]["threads"] == 2
+
+
+def test_a_run_recorded_twice_complete_is_refused(work, small):
+    """A later record of the same case, ISA and threads replaces an earlier one only when that
+    one was cut short (what crnn-run --resume runs again): a complete failing run followed by
+    a complete passing one of the same case, ISA and threads is refused, naming both records'
+    byte offsets, not graded on the later one."""
+    bundle, res = small
+    bc = B.read_bundle(bundle)
+    ok = B.read_results(res, bc)
+    first = ok.runs[0]
+    rc, flags, written = first.calls[0]
+    bad = replace(first, calls=[(rc, flags, [(b, o, bytes(len(d))) for b, o, d in written])]
+                  + first.calls[1:])                     # zeros: a failing run of it
+    _write_results(work / "twice.res", bc, ok, [bad] + ok.runs)
+    line = cannot_run(cli("grade", str(bundle), str(work / "twice.res")),
+                      f"case {bc.cases[first.case].name} on scalar x 1 thread(s) is recorded "
+                      "twice, complete, at bytes ")
+    data = (work / "twice.res").read_bytes()
+    at = [int(x) for x in re.search(r"at bytes (\d+) and (\d+)", line).groups()]
+    assert at[0] < at[1] and all(data[a:a + 4] == b"RUN_" for a in at)
+    assert struct.unpack_from("<I", data, at[1] + 4)[0] == first.case
+
+
+def test_a_run_cut_short_is_replaced_by_a_later_record():
+    """The one record a later one may replace: an earlier run cut short (no END_)."""
+    c = B.BundleCase(0, "linear", "linear", "c", [], [])
+    bundle = B.Bundle(Path("b"), {}, [c], "0" * 64)
+    cut = B.Run(0, "scalar", 1, [], B.CRASH, "", complete=False, at=100)
+    B._check_replace(Path("r.res"), bundle, cut, B.Run(0, "scalar", 1, [], B.OK, "", at=200))
+    with pytest.raises(B.BundleError, match="recorded twice, complete, at bytes 100 and 200"):
+        B._check_replace(Path("r.res"), bundle, replace(cut, complete=True),
+                         B.Run(0, "scalar", 1, [], B.OK, "", at=200))
+
+
+@pytest.mark.parametrize("arch,isa,refused", [
+    ("x86_64", "neon", True), ("aarch64", "avx2", True), ("arm64", "sse", True),
+    ("AArch64", "avx512", True), ("i686", "neon", True),
+    ("x86_64", "avx512", False), ("aarch64", "neon", False), ("armv7l", "neon", False),
+    ("riscv64", "neon", False), ("riscv64", "avx2", False), (None, "neon", False),
+])
+def test_a_run_on_an_isa_its_arch_lacks_is_refused(work, small, arch, isa, refused):
+    """A results file whose platform names a known architecture holds runs of that
+    architecture's ISA paths only (x86_64 has no neon, aarch64 / arm64 no sse, avx2, avx512):
+    relabelled records are refused. An arch grade does not know may name any ISA."""
+    bundle, res = small
+    bc = B.read_bundle(bundle)
+    ok = B.read_results(res, bc)
+    ok.platform = {k: v for k, v in ok.platform.items() if k != "arch"}
+    if arch is not None:
+        ok.platform["arch"] = arch
+    path = work / f"arch-{arch}-{isa}.res"
+    _write_results(path, bc, ok, ok.runs + [replace(x, isa=isa) for x in ok.runs])
+    if not refused:
+        assert len(B.read_results(path, bc).runs) == 2 * len(ok.runs)
+        return
+    with pytest.raises(B.BundleError) as e:
+        B.read_results(path, bc)
+    assert f"its platform's arch is {arch}, but the run at byte " in str(e.value)
+    assert f"is on ISA {isa}, which {arch} does not have" in str(e.value)
+    if (arch, isa) == ("x86_64", "neon"):                # the command: exit 2, one line
+        cannot_run(cli("grade", str(bundle), str(path)), "ISA neon, which x86_64 does not have")
 
 
 def test_another_bundles_results_and_edited_bundle(work, small, lin):

@@ -186,6 +186,34 @@ def test_a_damaged_draw_in_the_cache_is_drawn_again(tmp_path):
     assert path.read_bytes() == good
 
 
+@pytest.mark.parametrize("intruder", ["published", "another draw"])
+def test_a_file_of_another_draw_in_the_cache_is_drawn_again(tmp_path, monkeypatch, intruder):
+    """A file in draws/<key>/<N>/ must record `draw` = N: the published fixture (no draw) or
+    draw 10's file put into draw 9's place with its SHA-256 rewritten to match is not draw 9:
+    it is drawn again, and stderr says why."""
+    from crnn_conformance.generators import regen
+    monkeypatch.setenv("CRNN_DRAWS_DIR", str(tmp_path / "draws"))
+    root = regen.drawn(9, ["linear"])
+    path = root / "linear.h5"
+    good = path.read_bytes()
+    if intruder == "published":
+        src, words = fixtures.directory() / "linear.h5", "records no draw (the published fixture?)"
+    else:
+        src, words = regen.drawn(10, ["linear"]) / "linear.h5", "records draw 10 (another draw's file?)"
+    path.write_bytes(src.read_bytes())
+    (root / "linear.h5.sha256").write_text(regen._sha256(path))   # a matching sidecar
+    said = []
+    assert regen.drawn(9, ["linear"], progress=said.append) == root
+    assert said and f"{path} {words}, not draw 9: not trusted, drawn again" in said[0]
+    assert "drawing 1 fixture(s) with --draw 9" in said[1]
+    assert path.read_bytes() == good
+    with h5py.File(path, "r") as f:
+        assert f.attrs["draw"] == 9
+    said.clear()
+    regen.drawn(9, ["linear"], progress=said.append)           # now trusted: nothing drawn
+    assert said == []
+
+
 def test_gate_draw_fails_the_replaying_port_and_its_repro_names_the_draw(tmp_path):
     r = gate("--port", REPLAY, "--draw", "3", "--layers", "linear", "--tiers", "exact,float64",
              "-q", env=cache_env(tmp_path))
