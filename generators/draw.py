@@ -4,8 +4,9 @@ Every builder in generators/cases/ takes its Generator from `rng(SEED)`. Outside
 draw that is NumPy's Generator seeded with SEED alone, so the checked-in fixtures come out
 byte for byte as before. Inside `drawing(seed)` (`regen-fixtures --seed N --out DIR`) it is
 seeded with the pair (SEED, N): the same cases under the same names, other data (and another
-size where the builder draws one), so a port cannot pass by knowing the published fixtures'
-answers (docs/fixtures.md, "A fresh draw").
+size where the builder draws one), so knowing the published fixtures' answers does not pass
+it; a port that can read the draw's own files can still read its answers (docs/fixtures.md,
+"A fresh draw").
 """
 from __future__ import annotations
 

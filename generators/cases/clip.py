@@ -3,7 +3,8 @@
 Random gradients in crnn-v0's parameter shapes (conv weight padding columns zero, as a real
 gradient has them) scaled so that clipping is triggered, and in the shapes of a small model
 of the same structure (keeping the fixture small) with clipping not triggered or disabled; plus
-the (3, 4) -> (0.6, 0.8) example and tensors of awkward sizes (16-tails, a single element).
+the (3, 4) -> (0.6, 0.8) example, tensors of awkward sizes (16-tails, a single element), and
+150 tensors (a model deeper than crnn-v0: the sum over tensors past 64 and 128 terms).
 """
 from __future__ import annotations
 
@@ -70,4 +71,8 @@ def build() -> list[Case]:
     odd = [rng.normal(0.0, s, n) for s, n in ((1.0, 1), (0.3, 17), (2.0, 33), (0.01, 250), (5.0, 15))]
     cases.append(_case("odd_sizes", [f"t{i}" for i in range(len(odd))], odd, 3.0, True,
                        "sizes 1, 17, 33, 250, 15: lanes without a term keep their value"))
+    many = [rng.normal(0.0, rng.uniform(0.01, 1.0), int(n)) for n in rng.integers(1, 40, 150)]
+    cases.append(_case("many_tensors_150", [f"t{i}" for i in range(len(many))], many, 2.0, True,
+                       "150 tensors (crnn-v0 has 20): more than 64 and 128 terms of the norm's "
+                       "sum over tensors, which a port may block or widen"))
     return cases

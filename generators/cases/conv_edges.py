@@ -11,6 +11,10 @@ Pool rules (a NaN, -0, +0 or a negative never wins; a window without a positive 
                                  16 channels)
   ties_nontwin_O6                small-integer inputs and weights: exact sums, so windows tie
                                  between cells whose input windows differ (not twins)
+  ties_pool3x2_C3_O32            the same under a 3 x 2 pool, 32 channels out
+  tall_ties_pool3x2_C1_O70       and on one input channel of an image taller than wide
+                                 (13 x 6: H and W mixed up in a bound), 70 channels out (past
+                                 a 64-channel block)
 Padding columns (W's are terms of the dot, used as stored):
   k_padding_neg_zero             K = 27: real taps' products underflow to -0, the five padding
                                  terms fma(+0, +0, -0) = +0 turn those lanes +0 (b = -0)
@@ -189,4 +193,28 @@ def build():
         cases.append(_case(f"pool_nan_x_O{Out}", x, W, b, dP, G33, "NaN pixels: NaN never wins"))
     cases.append(signed_zeros(wide, 16, "pool_signed_zeros_C16_O16"))
     cases.append(k_padding(draw.rng(SEED + 2), nan=False, zero_x=True))
+    geo = draw.rng(SEED + 3)
+    cases.append(pool_ties(geo, "ties_pool3x2_C3_O32", 9, 8, 3, 32,
+                           "a 3 x 2 pool over channels that fill every path's registers"))
+    cases.append(pool_ties(geo, "tall_ties_pool3x2_C1_O70", 13, 6, 1, 70,
+                           "one channel on an image taller than wide, 70 channels out (past a "
+                           "64-channel block, 70 mod 4 = 2)"))
     return cases
+
+
+def pool_ties(rng, name, H, Wd, C, Out, note):
+    """Integer inputs and weights under a 3 x 2 pool (no vector path made for it): the windows
+    tie, and the first maximum must win."""
+    g = dict(kh=3, kw=3, padH=1, padW=1, poolH=3, poolW=2)
+    K = 9 * C
+    x = rng.integers(0, 3, (H, Wd, C)).astype(F32)
+    W = np.zeros((Out, kpadded(K)), F32)
+    W[:, :K] = rng.integers(-1, 2, (Out, K))
+    b = rng.integers(-1, 2, Out).astype(F32)
+    Hp, Wp = pooled_shape(H, Wd, g)
+    c = _case(name, x, W, b, rng.uniform(-1, 1, (Hp, Wp, Out)), g, note)
+    conv = c.expected["exact"]["conv"].reshape(H, Wd, Out)[:Hp * 3, :Wp * 2]
+    cells = conv.reshape(Hp, 3, Wp, 2, Out).transpose(0, 2, 4, 1, 3).reshape(Hp, Wp, Out, 6)
+    top = cells.max(-1)
+    c.params["tied_windows"] = int(np.sum((top > 0) & ((cells == top[..., None]).sum(-1) >= 2)))
+    return c

@@ -7,6 +7,9 @@ multiples of 16) and 48, with targets including repeated labels; the last line's
 labels for T = 12 steps: no alignment (loss +inf, zero gradient, still counted in B).
 small_b3: a small config (height 16, two blocks of other kernel/pool shapes, one LSTM layer of
 hidden 8, 7 classes) on random images: nothing in the port may hard-code crnn-v0.
+big_kernels_b9: nine lines on a config of two 9 x 9 blocks (81 taps, C = 3 in the second:
+K = 243), one LSTM layer of hidden 4: a batch sum and a dx tap sum longer than a port's
+unrolling or blocking is likely to be (past 4 and 8 lines, past 64 taps).
 
 Tensors: every parameter gradient (named by model.param_specs), the per-line losses and the
 batch loss; exact tier from generators/spec/step.py, float64 tier from generators/float64/step.py.
@@ -123,7 +126,22 @@ def build() -> list[Case]:
                np.array([], np.int32)]
     cases.append(make_case("small_b3", small, params, images, targets,
                            "small config; repeats, an empty target"))
+    big = big_kernel_config()
+    params = fp16_params(big, model.init_params(big, rng))
+    widths = (8, 12, 9, 16, 10, 8, 21, 11, 8)
+    images = [rng.uniform(0.0, 1.0, (16, w)).astype(np.float32) for w in widths]
+    targets = [rng.integers(1, big["classes"], max(1, w // 4)).astype(np.int32) for w in widths]
+    cases.append(make_case("big_kernels_b9", big, params, images, targets,
+                           "9 lines (a batch sum past 4 and 8 lines); 9 x 9 kernels (81 taps: "
+                           "the second block's dx sums past 64 taps)"))
     return cases
+
+
+def big_kernel_config() -> dict:
+    return {"name": "big-kernels", "input_height": 16, "input_channels": 1,
+            "blocks": [{"out": 3, "kh": 9, "kw": 9, "padH": 4, "padW": 4, "poolH": 2, "poolW": 2},
+                       {"out": 4, "kh": 9, "kw": 9, "padH": 4, "padW": 4, "poolH": 2, "poolW": 1}],
+            "lstm_layers": 1, "hidden": 4, "classes": 5, "alphabet": "abcd"}
 
 
 # ---------------------------------------------------------------- the derived error bound
