@@ -437,9 +437,29 @@ def test_the_verdict_counts_every_finding_written(tmp_path):
         return {"dot16": engine.LayerStats("dot16", cases=10, seconds=2.0, finding=f)}
 
     parts = [process("aaaa", 2.5), process("bbbb", 1.5), process("bbbb", 1.7)]
-    res = F.FuzzResult(F.merge(parts), 3.0, 16, ["scalar"], True, F.written(parts))
+    res = F.FuzzResult(F.merge(parts), 3.0, 16, ["scalar"], [1, 8], True, F.written(parts))
     files = sorted(tmp_path.glob("fuzz-dot16-*.h5"))
     lines = F.render(res).splitlines()
     assert len(files) == 2 and lines[-1].startswith(f"FAIL: {len(files)} finding(s) in 30 cases")
     assert lines[0].endswith(f"FOUND after 1.5 s -> {tmp_path / 'fuzz-dot16-bbbb.h5'} "
                              "(+1 more written)"), lines[0]
+
+
+def test_the_seed_draws_one_more_thread_count(tmp_path):
+    """Besides --threads, a run's identity checks use one more thread count drawn by its seed
+    (MORE_THREADS): a port that goes wrong at 8 threads only is a finding of a run whose seed
+    draws 8, and not of the same run with --no-more-threads."""
+    seed = engine.MORE_THREADS.index(8)
+    opts = engine.FuzzOptions(seed=seed)
+    assert engine.more_threads(opts) == (8,)
+    assert engine.more_threads(engine.FuzzOptions(seed=seed, threads=(1, 8))) == ()
+    assert engine.more_threads(engine.FuzzOptions(seed=seed, more_threads=False)) == ()
+    port = build_port(tmp_path, "-DTP_ULP_AT_THREADS=8")
+    args = ["fuzz", "--port", str(port), "--layers", "linear", "--seconds", "20", "--seed",
+            str(seed), "--jobs", "1", "--no-database", "--first", "--out", str(tmp_path / "f")]
+    r = cli(*args)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert re.search(r"^FAIL linear/fuzz_\w+/y tier=identity isa=\w+ threads=8 ", r.stdout, re.M)
+    r = cli(*args[:-2], "--out", str(tmp_path / "g"), "--seconds", "4", "--no-more-threads")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "threads 1,2,3,7;" in r.stdout

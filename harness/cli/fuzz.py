@@ -31,6 +31,9 @@ from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run, default_workers
 @click.option("--isa", "isa", default=None, help="comma list of ISA paths (default: all available)")
 @click.option("--threads", default=",".join(map(str, THREADS)), show_default=True,
               help="comma list of thread counts for the identity checks")
+@click.option("--no-more-threads", is_flag=True,
+              help="no extra thread count (by default --seed draws one of 4..64 that the "
+                   "identity checks also run)")
 @click.option("--timeout", type=float, default=30.0, show_default=True,
               help="seconds one layer call on one case may take before it counts as a hang")
 @click.option("--shrink-seconds", type=float, default=10.0, show_default=True,
@@ -42,8 +45,8 @@ from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run, default_workers
               help="neither replay nor save failures in the example database (cache dir)")
 @click.option("--numpy-spec", is_flag=True,
               help="golden bits from the NumPy spec on every case (slow), not the reference port")
-def fuzz(port, layers, seconds, seed, jobs, out, isa, threads, timeout, shrink_seconds,
-         stop_at_first, no_database, numpy_spec):
+def fuzz(port, layers, seconds, seed, jobs, out, isa, threads, no_more_threads, timeout,
+         shrink_seconds, stop_at_first, no_database, numpy_spec):
     """Fuzz a port against the executable spec; exit 0 nothing found, 1 found, 2 cannot run."""
     from .. import fuzz as F
     from ..fuzz import strategies
@@ -52,7 +55,8 @@ def fuzz(port, layers, seconds, seed, jobs, out, isa, threads, timeout, shrink_s
             port=port, layers=_split(layers, strategies.available(), "layer"),
             seconds=seconds, seed=random.randrange(2 ** 31) if seed is None else seed,
             out=Path(out), isas=_split(isa, pyport.isa_choices(port), "ISA"),
-            threads=tuple(_split(threads, None, "thread count", int)), timeout=timeout,
+            threads=tuple(_split(threads, None, "thread count", int)),
+            more_threads=not no_more_threads, timeout=timeout,
             database=not no_database, shrink_seconds=shrink_seconds, stop_at_first=stop_at_first,
             numpy_spec=numpy_spec)
     except click.BadParameter as e:

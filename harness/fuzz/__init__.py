@@ -25,6 +25,7 @@ class FuzzResult:
     seconds: float
     seed: int
     isas: list = field(default_factory=list)
+    threads: list = field(default_factory=list)   # every process's thread counts, in order
     reference: bool = False          # golden bits from the reference port (harness/reference.py)
     written: list = field(default_factory=list)   # every finding written, one per fixture file
 
@@ -47,7 +48,7 @@ def _job(opts: FuzzOptions, layers: list[str], started: float, end_wall: float,
         stats = fz.run(end, found)
     finally:
         fz.close()
-    return stats, fz.isas, fz.reference is not None
+    return stats, fz.isas, fz.gate.threads, fz.reference is not None
 
 
 def split(layers: list[str], jobs: int) -> list[list[str]]:
@@ -98,7 +99,7 @@ def run(opts: FuzzOptions, jobs: int = 1) -> FuzzResult:
     parts = split(list(layers), jobs)
     if len(parts) == 1:
         import threading
-        s, isas, ref = _job(opts, parts[0], t0, end_wall, True, threading.Event())
+        s, isas, threads, ref = _job(opts, parts[0], t0, end_wall, True, threading.Event())
         results = [s]
     else:
         import concurrent.futures as cf
@@ -110,13 +111,15 @@ def run(opts: FuzzOptions, jobs: int = 1) -> FuzzResult:
             futures = [pool.submit(_job, replace(opts, seed=opts.seed + i) if len(parts) > len(layers)
                                    else opts, p, t0, end_wall, True, stop)
                        for i, p in enumerate(parts)]
-            results = []
+            results, threads = [], ()
             for f in futures:
-                s, isas, ref = f.result()
+                s, isas, more, ref = f.result()
                 results.append(s)
+                threads += more
     stats = merge(results)
     ordered = {layer: stats[layer] for layer in layers}
-    return FuzzResult(ordered, time.time() - t0, opts.seed, isas, ref, written(results))
+    return FuzzResult(ordered, time.time() - t0, opts.seed, isas,
+                      list(dict.fromkeys(threads)), ref, written(results))
 
 
 def render(result: FuzzResult) -> str:
@@ -138,5 +141,5 @@ def render(result: FuzzResult) -> str:
               if result.reference else "golden bits from the NumPy spec")
     verdict = (f"FAIL: {n} finding(s)" if n else "PASS: no failure") + (
         f" in {total} cases ({result.seconds:.1f} s; ISA {','.join(result.isas)}; "
-        f"seed {result.seed}; {golden})")
+        f"threads {','.join(map(str, result.threads))}; seed {result.seed}; {golden})")
     return "\n".join(lines + [verdict])

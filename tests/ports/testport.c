@@ -16,6 +16,8 @@
  *   -DTP_ABORT            abort() (SIGABRT)
  *   -DTP_HANG             never returns
  *   -DTP_HANG_THREADS=n   the same, only when run with n threads
+ *   -DTP_ULP_AT_THREADS=n every crnn_linear_forward run with n threads sets one more bit of
+ *                         y[0] (a port whose work split goes wrong at one thread count)
  *   -DTP_SLEEP_MS=ms      sleeps ms milliseconds in every linear_backward on the case above
  *   -DTP_UNWRITTEN        leaves db[O-1] unwritten (the harness's poison stays)
  *   -DTP_NAN              writes NaN to dW[1][2]
@@ -59,6 +61,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #include "crnn_port.h"
 
@@ -192,6 +195,14 @@ int32_t crnn_linear_forward(const float *x, const float *W, const float *b,
     for (int64_t t = 0; t < T; t++)
         for (int64_t o = 0; o < O; o++)
             y[t * O + o] = dot16s(x + t * I, 1, W + o * I, 1, I) + b[o];
+#ifdef TP_ULP_AT_THREADS
+    if (T > 0 && O > 0 && g_threads == (TP_ULP_AT_THREADS)) {
+        uint32_t u;
+        memcpy(&u, y, 4);
+        u ^= 1u;
+        memcpy(y, &u, 4);
+    }
+#endif
 #ifdef TP_OOB_Y
     if (trigger) y[(TP_OOB_Y) > 0 ? (int64_t)T * O - 1 + (TP_OOB_Y) : (TP_OOB_Y)] = 1.0f;
 #endif
