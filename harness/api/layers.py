@@ -39,7 +39,7 @@ def _exact(*arrays):
 
 def _atol(e: Err) -> np.ndarray:
     """The model's per-element Atol of an Err (what the gate's allowance module stores)."""
-    return np.asarray(e.allowance(_params.lam), np.float64)
+    return np.asarray(e.allowance(_params.lam()), np.float64)
 
 
 def _ctc_errors(z, t, scale) -> dict:

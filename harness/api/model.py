@@ -96,7 +96,7 @@ def _model_errors(config, P, images, targets, scale) -> dict:
     from ..allowance.errors import Err
     E = step.batch(config, {k: Err.exact(np.asarray(v, np.float64)) for k, v in P.items()},
                    [np.asarray(im, np.float64) for im in images], targets, scale)
-    return {k: np.asarray(v.allowance(params.lam), np.float64) for k, v in E.items()}
+    return {k: np.asarray(v.allowance(params.lam()), np.float64) for k, v in E.items()}
 
 
 def _step64_line(config, P, image, target, scale):
