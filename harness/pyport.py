@@ -120,7 +120,11 @@ def load(spec: str, layers) -> "PyPort":
     """abi.load for a Python port: imports it, checks its configs, ABI version and (for the
     layers asked for) that every method they need exists. Raises abi.PortError."""
     port = PyPort(load_object(spec), spec)
-    version = port.crnn_abi_version()
+    try:
+        version = port.crnn_abi_version()
+        advertised(port)
+    except abi.PortCallError as e:       # (a PortException: raised, or not an int)
+        raise abi.PortError(f"python port {spec}: {str(e).split(' (the port', 1)[0]}") from None
     if version != abi.ABI_VERSION:
         raise abi.PortError(f"port {spec} has ABI version {version}; this harness speaks "
                             f"version {abi.ABI_VERSION} (crnn_port.h)")
@@ -132,9 +136,42 @@ def load(spec: str, layers) -> "PyPort":
     return port
 
 
-def _names(obj, attr, default):
+def advertised(port: "PyPort") -> list[str]:
+    """The configs isa_available() advertises, as crnn_isa_available's mask: an int in
+    0..0xffffffff with bit 0 (the first config, the base run) set, as a C port's must have
+    bit 0 (scalar). Raises abi.PortError, or PortException when the method raises."""
+    mask = port.crnn_isa_available()
+    if not 0 <= mask <= 0xFFFFFFFF:
+        raise abi.PortError(f"python port {port.spec}: isa_available() returned {mask}; it "
+                            "returns a bit mask, an int in 0..0xffffffff")
+    if not mask & 1:
+        raise abi.PortError(f"python port {port.spec}: isa_available() returned 0x{mask:x}, "
+                            f"without bit 0 (its first config, {port.isa_names[0]}: the base "
+                            "run), which every port must set")
+    return [n for i, n in enumerate(port.isa_names) if mask >> i & 1]
+
+
+def _names(obj, attr, default, spec):
     value = getattr(obj, attr, None)
-    return list(default) if value is None else list(value)
+    if value is None:
+        return list(default)
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+        raise abi.PortError(f"python port {spec}: {attr} must be a list (got {value!r})")
+    return list(value)
+
+
+def _thread_counts(obj, spec):
+    """The declared `threads`: a list of ints in 1..256; None (undeclared) with set_threads,
+    else [1]."""
+    declared = getattr(obj, "threads", None)
+    if declared is None:
+        return None if callable(getattr(obj, "set_threads", None)) else [1]
+    counts = _names(obj, "threads", (), spec)
+    if not counts or not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool)
+                             and 1 <= t <= 256 for t in counts):
+        raise abi.PortError(f"python port {spec}: threads must be a list of thread counts, "
+                            f"ints in 1..256 (got {declared!r})")
+    return [int(t) for t in counts]
 
 
 class PyPort:
@@ -144,7 +181,7 @@ class PyPort:
 
     def __init__(self, obj, spec: str):
         self._obj, self.spec = obj, spec
-        self.isa_names = [str(c) for c in _names(obj, "configs", [DEFAULT_CONFIG])]
+        self.isa_names = [str(c) for c in _names(obj, "configs", [DEFAULT_CONFIG], spec)]
         bad = [c for c in self.isa_names if not _CONFIG_NAME.match(c)]
         if not self.isa_names or bad or len(set(self.isa_names)) != len(self.isa_names):
             raise abi.PortError(f"python port {spec}: configs must be distinct names of 1-32 "
@@ -152,11 +189,7 @@ class PyPort:
         if len(self.isa_names) > 1 and not callable(getattr(obj, "set_config", None)):
             raise abi.PortError(f"python port {spec} declares configs {self.isa_names} but no "
                                 "set_config(name) method")
-        declared = getattr(obj, "threads", None)
-        if declared is not None:
-            self.thread_counts = [int(t) for t in declared]
-        else:
-            self.thread_counts = None if callable(getattr(obj, "set_threads", None)) else [1]
+        self.thread_counts = _thread_counts(obj, spec)
         self._isa, self._threads = 0, 1
 
     def __getattr__(self, name):
@@ -230,7 +263,7 @@ class PyPort:
             return abi.E_UNSUPPORTED
         except CrnnError as e:
             return e.code
-        except (Exception, SystemExit) as e:  # noqa: BLE001
+        except BaseException as e:  # noqa: BLE001 (SystemExit, KeyboardInterrupt too)
             raise self._raised(what, e) from None
         if rc is None and what.startswith("set_"):
             return 0
@@ -277,7 +310,7 @@ class PyPort:
             return abi.E_UNSUPPORTED
         except CrnnError as e:
             return e.code
-        except (Exception, SystemExit) as e:  # noqa: BLE001
+        except BaseException as e:  # noqa: BLE001 (SystemExit, KeyboardInterrupt too)
             raise self._raised(name[5:], e) from None
         if isinstance(result, int) and not isinstance(result, bool):
             return result                 # an error code (0: done in place)

@@ -201,6 +201,21 @@ def test_a_zero_d_value_fills_a_one_element_buffer():
     ("class Port:\n    def dot16(self, a, b, n, out):\n        return 0\n", "Port",
      ["missing 2 method(s)", "linear: linear_forward, linear_backward",
       "--layers available"]),
+    # (before: an IndexError in the gate, or "crashed while loading (exited with status 1)")
+    ("class Port:\n    def isa_available(self):\n        return 0\n", "Port",
+     ["isa_available() returned 0x0, without bit 0 (its first config, python"]),
+    ("class Port:\n    def isa_available(self):\n        return -1\n", "Port",
+     ["isa_available() returned -1; it returns a bit mask"]),
+    ("class Port:\n    def abi_version(self):\n        return True\n", "Port",
+     ["abi_version returned True; it returns an int"]),
+    ("class Port:\n    def abi_version(self):\n        return 1.0\n", "Port",
+     ["abi_version returned 1.0; it returns an int"]),
+    ("class Port:\n    def abi_version(self):\n        raise KeyboardInterrupt\n", "Port",
+     ["abi_version raised KeyboardInterrupt"]),
+    ("class Port:\n    threads = ['x']\n", "Port",
+     ["threads must be a list of thread counts, ints in 1..256 (got ['x'])"]),
+    ("class Port:\n    threads = 5\n", "Port", ["threads must be a list (got 5)"]),
+    ("class Port:\n    configs = 'cpu'\n", "Port", ["configs must be a list (got 'cpu')"]),
 ])
 def test_a_port_that_cannot_be_loaded_is_one_line_and_exit_2(tmp_path, source, obj, fragments):
     path = tmp_path / "port.py" if source is None else port_file(tmp_path, source)
@@ -253,6 +268,21 @@ def test_an_exception_fails_the_case_with_its_traceback(tmp_path):
     assert "T16 is unlucky" in html and "Traceback (most recent call last)" in html
     assert "PASS" not in r.stdout.splitlines()[-1]
     assert any(t["passed"] for t in doc["tensors"])          # the other cases still ran
+
+
+@pytest.mark.parametrize("raised", ["KeyboardInterrupt", "GeneratorExit", "SystemExit",
+                                    "Boom"])
+def test_a_base_exception_fails_the_case_like_any_other(tmp_path, raised):
+    """Before: KeyboardInterrupt, GeneratorExit and BaseException subclasses escaped the
+    adapter and ended the worker ("the port crashed ... exited with status 1")."""
+    source = ("class Boom(BaseException):\n    pass\n\n" + LINEAR).replace(
+        "return dY @ W, dY.T @ x, dY.sum(axis=0)",
+        f"if T == 16:\n            raise {raised}('from the port')\n"
+        "        return dY @ W, dY.T @ x, dY.sum(axis=0)")
+    r = linear_gate(tmp_path, source)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"linear_backward raised {raised}: from the port (the port's traceback" in r.stdout
+    assert "crashed" not in r.stdout
 
 
 def test_the_traceback_is_kept_when_sys_stderr_is_replaced(tmp_path, monkeypatch):
@@ -364,6 +394,20 @@ CONFIGS = LINEAR.replace("class Port:", """class Port:
         if self.shift and T == 16:
             y = np.nextafter(y, np.float32(np.inf))   # one ulp: a legal value, other bits
         return y""")
+
+
+@pytest.mark.skipif(__import__("platform").machine() not in ("x86_64", "aarch64"),
+                    reason="x86-64 or aarch64")
+def test_a_config_named_for_another_architectures_isa_is_left_out(tmp_path):
+    """As a C port's ISA bit (tests/test_worker_hardening.py): a config named neon on x86-64
+    (avx2 on aarch64) is not run, and stderr says so. Before: it was gated under that name."""
+    other = "neon" if __import__("platform").machine() == "x86_64" else "avx2"
+    source = LINEAR.replace("class Port:\n", f"class Port:\n    configs = ['cpu', '{other}']\n\n"
+                            "    def set_config(self, name):\n        pass\n\n")
+    r = linear_gate(tmp_path, source)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ISA cpu;" in r.stdout.splitlines()[-1]
+    assert f"cannot execute: {other} (an " in r.stderr
 
 
 def test_configs_are_the_identity_tiers_isas(tmp_path):

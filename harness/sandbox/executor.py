@@ -23,18 +23,27 @@ The floating-point environment is checked in the worker before the port is loade
 after every port call: finding flush-to-zero, denormals-are-zero, another rounding mode or
 unmasked exceptions is an error of the run (abi.PortError, gate exit 2), not a failure of a
 tensor (harness/sandbox/fpenv.py).
+
+Every message from the worker is read by channel.receive: within the timeout, at most
+channel.MAX_MESSAGE bytes, decoded without running anything it names. Bytes the port wrote
+into the channel fail the run in progress (_garbled) and the worker is restarted. The ISA
+paths run are those the port advertises that this machine can execute (runnable()).
 """
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import platform
 import signal
+import stat
+import sys
 import time
 from collections import deque
 from pathlib import Path
 
 from ...ctypes_kernels import abi
-from . import guard
+from . import channel, guard
+from .channel import ChannelError
 from .fpenv import fpenv_helper
 from .worker import OUTPUT_LIMIT, _Shared, _worker, same_bytes
 
@@ -80,12 +89,20 @@ class Executor:
         self.shared = _Shared(self.ctx)
         self.info = self._start()           # {"isas", "abi_version", "fpenv"}
         self.load_output = self.last_output  # what the port printed while being loaded
-        self.isas = self.info["isas"]
+        self.isas, self.left_out = runnable(self.info["isas"])
+        if not self.isas:
+            self.close(force=True)
+            raise abi.PortError(f"port {self.port_path} advertises no ISA path this machine can "
+                                f"execute ({_left_out(self.left_out)})")
+        if self.left_out:
+            _tell(f"crnn-conformance: left out the ISA path(s) the port advertises that this "
+                  f"machine cannot execute: {_left_out(self.left_out)}")
 
     def _start(self) -> dict:
         self.shared.fault[0] = self.shared.fault[1] = 0
         self.shared.progress[0] = -1
         self.conn, child = self.ctx.Pipe()
+        self.shared.gate_pipes = _pipes(keep=child.fileno())
         os.ftruncate(self.shared.out_fd, 0)
         self.proc = self.ctx.Process(target=_worker, args=(child, self.port_path, self.layers,
                                                            self.helper_path, self.shared,
@@ -96,11 +113,15 @@ class Executor:
             self.close(force=True)
             raise abi.PortError(f"port {self.port_path} did not load within {self.timeout:.0f} s")
         try:
-            kind, payload = self.conn.recv()
+            kind, payload = self._recv(2)
         except EOFError:
             code = self._reap()
             raise abi.PortError(f"port {self.port_path} crashed while loading ({_describe(code)}"
                                 f"{self._fault(code)})") from None
+        except ChannelError as e:
+            self.close(force=True)
+            raise abi.PortError(f"port {self.port_path} wrote into the gate's channel with the "
+                                f"worker while loading: {e}") from None
         finally:
             self.last_output = self.shared.output()
         if kind == "porterror":
@@ -188,10 +209,12 @@ class Executor:
             self._lost(key, runs[0] if runs else None, message)
             return
         try:
-            msg = self.conn.recv()
-        except (EOFError, ConnectionResetError):
-            message = self._crash()
-            self._recover(entry)
+            msg = _fitting(self._recv(batch=True), entry, bool(self._settling))
+        except (EOFError, ConnectionResetError, ChannelError) as e:
+            garbled = isinstance(e, ChannelError)
+            message = self._garbled(e) if garbled else self._crash()
+            if not garbled or entry is None:    # (after garbage, the answers still unread
+                self._recover(entry)            # may differ: no held run is taken as passed)
             self._lost(key, runs[0] if runs else None, message)
             return
         if msg[0] == "late":                    # a batch's check after its last run
@@ -268,6 +291,21 @@ class Executor:
                           "of the port still running?)")
         return f"the port crashed{where}: {_describe(code)}{self._fault(code)}"
 
+    def _garbled(self, error: ChannelError) -> str:
+        """Something not the worker's came on its channel: the port wrote into it. Its
+        framing is lost, so the worker is killed (and restarted for the rest)."""
+        now = bytes(self.shared.current.value).decode(errors="replace")
+        last = bytes(self.shared.last.value).decode(errors="replace")
+        when = (f" (found while the worker was in {now})" if now else
+                f" (found after {last} returned)" if last else "")
+        if self.proc is not None:
+            self.proc.kill()
+            self._reap()
+        self.proc = None
+        self._lost_why = "the port wrote into the gate's channel with the worker"
+        return (f"the port wrote into the gate's channel with the worker{when}: {error}; "
+                "worker killed")
+
     def drop(self, layer: str, fixture_path, case_name: str) -> None:
         """Forgets a batch's answers that no run() took (e.g. a case whose base run failed)."""
         key = (layer, str(fixture_path), case_name)
@@ -332,9 +370,12 @@ class Executor:
                     answers.append(("crash", self._hang()))
                     break
                 try:
-                    answers.append(self.conn.recv())
+                    answers.append(self._recv())
                 except (EOFError, ConnectionResetError):
                     answers.append(("crash", self._crash()))
+                    break
+                except ChannelError as e:
+                    answers.append(("crash", self._garbled(e)))
                     break
         self.last_output = self.shared.output()
         return answers
@@ -343,10 +384,22 @@ class Executor:
         if not self.conn.poll(self.timeout):
             raise PortCrash(self._hang(self._single))
         try:
-            kind, payload = self.conn.recv()
+            kind, payload = self._recv(2)
         except (EOFError, ConnectionResetError):
             raise PortCrash(self._crash()) from None
+        except ChannelError as e:
+            raise PortCrash(self._garbled(e)) from None
         return self._reply(kind, payload)
+
+    def _recv(self, arity: int | None = None, batch: bool = False):
+        """The worker's next message, bounded in length and time (channel.receive), with
+        `arity` items, or (`batch`) one of a batch's kinds with its number of items."""
+        msg = channel.receive(self.conn, self.timeout)
+        want = channel.BATCH_ARITY.get(msg[0], -1) if batch else arity
+        if want is not None and len(msg) != want:
+            raise ChannelError(f"a message ({msg[0][:20]!r}, {len(msg)} items) the worker "
+                               "never sends")
+        return msg
 
     def _reply(self, kind, payload) -> dict:
         if kind == "ok":
@@ -403,6 +456,79 @@ class Executor:
 
     def __exit__(self, *exc):
         self.close(force=exc[0] is not None)
+
+
+def _pipes(keep: int) -> list[int]:
+    """The gate's pipes and sockets (fds above 2) but `keep`: its ends of every worker's
+    channel, the allowance pool's queues, the resource tracker's pipe. A new worker points its
+    copies at /dev/null (worker._isolate), so a port can write into none of them."""
+    try:
+        fds = [int(f) for f in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = range(3, 1024)
+    found = []
+    for fd in fds:
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError:
+            continue
+        if fd > 2 and fd != keep and (stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode)):
+            found.append(fd)
+    return found
+
+
+def _fitting(msg, entry, settling: bool):
+    """A batch's message that fits the batch in progress (`entry`, None: none; `settling`:
+    a batch awaits its check), or ChannelError: a message forged well enough to be decoded
+    must not stop the gate."""
+    kind, runs = msg[0], entry[1] if entry else []
+    held = msg[1] if kind in ("same", "done") else ()
+    if (not settling if kind == "late" else entry is None or (kind == "run" and not runs)) \
+            or not isinstance(held, (list, tuple)) or len(held) > len(runs):
+        raise ChannelError(f"a {kind!r} message that fits no run in progress")
+    return msg
+
+
+# the ISA paths of each architecture (abi.ISA_NAMES), with the CPU flags a path of that name
+# needs there (its instructions; how a port gets its fma on them is the port's)
+_X86 = {"scalar": (), "sse": (), "avx2": ("avx2",), "avx512": ("avx512f",)}
+_ARM = {"scalar": (), "neon": ()}
+_MACHINES = {**dict.fromkeys(("x86_64", "amd64", "x64", "i686", "i386"), ("x86-64", _X86)),
+             **dict.fromkeys(("aarch64", "arm64"), ("aarch64", _ARM))}
+_TOLD: set = set()
+
+
+def runnable(names, machine: str | None = None, flags=None) -> tuple[list, dict]:
+    """(the advertised paths `names` this machine can execute, {left-out path: why}). A name
+    that is no ISA path (a Python port's config) is kept. `machine` (platform.machine()) and
+    `flags` (the CPU's, /proc/cpuinfo; empty: unknown, the port's word is taken) are this
+    machine's unless given."""
+    from ..provenance import cpu_info
+    machine = (machine or platform.machine()).lower()
+    flags = set(cpu_info()["flags"] if flags is None else flags)
+    arch, paths = _MACHINES.get(machine, (machine or "unknown", {"scalar": ()}))
+    kept, left = [], {}
+    for name in names:
+        if name not in abi.ISA_NAMES or (name in paths and (not flags or
+                                                            flags.issuperset(paths[name]))):
+            kept.append(name)
+        elif name not in paths:
+            home = "aarch64" if name == "neon" else "x86-64"
+            left[name] = f"an {home} path; this machine is {arch}"
+        else:
+            left[name] = f"this CPU has no {', '.join(f for f in paths[name] if f not in flags)}"
+    return kept, left
+
+
+def _left_out(left: dict) -> str:
+    return ", ".join(f"{name} ({why})" for name, why in left.items())
+
+
+def _tell(line: str) -> None:
+    """One line on stderr, once per process (every worker of a gate finds the same)."""
+    if line not in _TOLD:
+        _TOLD.add(line)
+        print(line, file=sys.stderr, flush=True)
 
 
 def _describe(code) -> str:

@@ -8,7 +8,9 @@ exceptions would change results: abi.PortError, gate exit 2), the arena's guard 
 const inputs, and the entry point in progress is written to memory shared with the gate, so
 a crash or hang names it. The worker's stdout and stderr are a file the gate reads after
 each run. The worker ignores SIGINT (the gate handles it and kills the worker) and dies with
-the gate (PR_SET_PDEATHSIG), so no worker outlives it.
+the gate (PR_SET_PDEATHSIG), so no worker outlives it. Its copies of the gate's pipes and
+sockets point at /dev/null (_blind), and a child of a fork() the port made in a call exits as soon as the
+call returns (_only_the_worker): only the worker answers the gate.
 """
 from __future__ import annotations
 
@@ -46,12 +48,14 @@ class _Shared:
 
     def __init__(self, ctx):
         self.current = ctx.RawArray("c", 128)
+        self.last = ctx.RawArray("c", 128)      # the entry point called last (kept after it)
         # [run index (-1: none), its start (time.monotonic), seconds of held run i at 2 + i]
         self.progress = ctx.RawArray(ctypes.c_double, 2 + MAX_HELD)
         self.progress[0] = -1
         self.fault = ctx.RawArray(ctypes.c_uint64, 2)
         self.table = ctx.RawArray("c", 4096)
         self.parent = os.getpid()
+        self.gate_pipes: list[int] = []          # the gate's pipes, /dev/null in the worker
         fd, path = tempfile.mkstemp(prefix="crnn-port-output-")
         os.unlink(path)
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
@@ -84,6 +88,7 @@ class _Traced:
         self.fp_ok = fp_checker(helper)
         self.where = ""                      # the run in progress, for the messages
         self.table = b""                     # the guard-page table last written to shared
+        self.last = b""                      # the entry point last written to shared.last
         python = isinstance(lib, pyport.PyPort)
         self.isa_names = lib.isa_names if python else abi.ISA_NAMES   # crnn_set_isa's indices
         # the repeat runs of a batch replayed in C (harness/sandbox/replay.py); CRNN_NO_REPLAY=1: not.
@@ -129,7 +134,10 @@ class _TracedFn:
         if arena is not None and arena.tape is not None:
             arena.tape.call(arena, self._name, args, touched)
         shared.current.value = self._bname
+        if t.last is not self._bname:
+            shared.last.value = t.last = self._bname
         rc = self._fn(*args)
+        _only_the_worker()
         shared.current.value = b""
         if not t.fp_ok():
             t.fp_failed(f"after {self._name} returned ({t.where})",
@@ -140,6 +148,17 @@ class _TracedFn:
 
     def __getattr__(self, name):
         return getattr(self._fn, name)
+
+
+_WORKER_PID = None     # the worker's pid (set by _worker): a port's fork() child has another
+
+
+def _only_the_worker() -> None:
+    """Ends at once (os._exit) a child of a fork() made by the port in a call: it returned
+    from the call in a copy of the worker, which must never answer the gate or run the
+    worker loop (the parent's answers are the run's)."""
+    if _WORKER_PID is not None and os.getpid() != _WORKER_PID:
+        os._exit(0)
 
 
 def _isolate(shared) -> None:
@@ -155,6 +174,7 @@ def _isolate(shared) -> None:
         pass
     if os.getppid() != shared.parent:
         os._exit(1)
+    _blind(shared.gate_pipes)
     os.dup2(shared.out_fd, 1)
     os.dup2(shared.out_fd, 2)
     # Python-level output (a Python port's print and tracebacks) to the same file descriptors,
@@ -171,8 +191,26 @@ def _isolate(shared) -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_FILE_LIMIT, hard))
 
 
+def _blind(fds) -> None:
+    """The gate's pipes and sockets the worker inherited (executor._pipes: the gate's ends of
+    the workers' channels, the allowance pool's queues, ...) point at /dev/null: the port can
+    write into none of them. (Not closed: a number freed would be reused, and what Python
+    still writes there at exit, e.g. concurrent.futures' wakeup, would land in another file.)"""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in fds:
+        if fd != null:
+            try:
+                os.dup2(null, fd)
+            except OSError:
+                pass
+    if null not in fds:
+        os.close(null)
+
+
 def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, shared,
             cases: dict) -> None:
+    global _WORKER_PID
+    _WORKER_PID = os.getpid()
     _isolate(shared)
     helper = load_helper(helper_path) if helper_path else None
     if helper is not None:
@@ -187,8 +225,10 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
         lib = (pyport.load(port_path, layers) if pyport.is_python_port(port_path)
                else abi.load(port_path, layers))
     except abi.PortError as e:
+        _only_the_worker()
         conn.send(("porterror", str(e)))
         return
+    _only_the_worker()              # (a fork() in the port's initialisation)
     problem = fp_problem(fpenv(helper), f"right after loading the port {port_path}")
     if problem:
         conn.send(("porterror", problem + " (its initialisation enables it: was it built or "
@@ -196,8 +236,7 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
         return
     ctypes.CDLL(None).fflush(None)
     python = isinstance(lib, pyport.PyPort)
-    isas = ([n for i, n in enumerate(lib.isa_names) if lib.crnn_isa_available() >> i & 1]
-            if python else abi.available_isas(lib))
+    isas = pyport.advertised(lib) if python else abi.available_isas(lib)
     conn.send(("ok", {"isas": isas, "abi_version": int(lib.crnn_abi_version()),
                       "fpenv": fpenv(helper), "symbols": abi.exported(lib),
                       "threads": lib.thread_counts if python else None}))
@@ -254,6 +293,7 @@ class _Locked:
         self._conn, self._lock = conn, threading.Lock()
 
     def send(self, msg) -> None:
+        _only_the_worker()
         with self._lock:
             self._conn.send(msg)
 
@@ -344,6 +384,7 @@ def _serve_batch(conn, traced, shared, cases, settling, layer, fixture_path, cas
         settling.release()
         if tape is not None:
             done, _, _ = tape.run(i, runs[:MAX_HELD])
+            _only_the_worker()          # (the replayed calls are the port's too)
             held += [progress[2 + j] for j in range(i, i + done)]
             i, tape = i + done, None
             last_arena = first_arena if done else last_arena
@@ -423,7 +464,9 @@ def _serve_symbolic(conn, traced, shared, case, runs, symbolic):
         tape = None
     compiled = _compiled(tape, arena, traced, shared) if tape is not None else None
     t0 = time.perf_counter()
-    if compiled is None or compiled.run(0, runs[:1], compare=False)[0] != 1:
+    ran = compiled is not None and compiled.run(0, runs[:1], compare=False)[0] == 1
+    _only_the_worker()
+    if not ran:
         arena.release()
         return None, None, None
     compiled.keep_first()
