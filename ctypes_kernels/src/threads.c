@@ -176,17 +176,20 @@ void crnn_parallel_for(int64_t n, crnn_range_fn fn, void *ctx)
     job.fpcsr = _mm_getcsr();
 #endif
     atomic_store(&pending, t - 1);
-    int wake = 0;
     for (int c = 1; c < t; c++) {
         slots[c].chunk = c;
         atomic_fetch_add(&slots[c].posted, 1);
-        wake |= atomic_load(&slots[c].sleeping);
     }
-    if (wake) {
-        pthread_mutex_lock(&wake_lock);
-        pthread_cond_broadcast(&wake_cond);
-        pthread_mutex_unlock(&wake_lock);
-    }
+    /* The flags are read under wake_lock, which a worker holds from setting its flag until
+     * its wait: either it takes the lock after us and sees its chunk posted, or we see its
+     * flag and wake it. (Read outside the lock, it relied on a store-load fence between a
+     * flag and `posted` on both sides, which an emulator's translation may not give: a run
+     * under qemu-user hung once at 2 threads.) */
+    pthread_mutex_lock(&wake_lock);
+    int wake = 0;
+    for (int c = 1; c < t; c++) wake |= atomic_load(&slots[c].sleeping);
+    if (wake) pthread_cond_broadcast(&wake_cond);
+    pthread_mutex_unlock(&wake_lock);
     in_chunk = 1;
     run_chunk(&job, 0);
     in_chunk = 0;
