@@ -25,7 +25,9 @@ def fuzz_rates(port=None, seconds: float = 2.0, jobs: int = 2, layers=None, prog
                 progress(f"fuzz {layer}")
             opts = F.FuzzOptions(port=str(port) if port else None, layers=[layer],
                                  seconds=seconds, seed=1, out=Path(tmp), database=False)
-            s = F.run(opts, jobs).stats[layer]
+            result = F.run(opts, jobs)
+            s = result.stats[layer]
             out[layer] = {"cases": s.cases, "seconds": round(s.seconds, 2),
-                          "per_s": round(s.rate, 1), "found": s.finding is not None}
+                          "per_s": round(s.rate, 1), "found": s.finding is not None,
+                          "threads": list(result.threads)}
     return out

@@ -92,8 +92,10 @@ def render(res: BenchResult) -> str:
                      f"{res.gate['wall_s']:.1f} s (exit {res.gate['exit_code']})")
     if res.fuzz:
         fz = res.fuzz
+        threads = sorted({t for v in fz["layers"].values() for t in v.get("threads", (1, 2, 3, 7))})
         lines += ["", f"fuzz throughput (crnn-conformance fuzz, {fz['jobs']} processes, "
-                      f"{fz['seconds_per_layer']:g} s a layer, every ISA x threads 1,2,3,7 per case):"]
+                      f"{fz['seconds_per_layer']:g} s a layer, every ISA x threads "
+                      f"{','.join(map(str, threads))} per case, a process its own extra count):"]
         lines.append("  " + "  ".join(f"{k} {v['per_s']:.0f}/s" + (" (FOUND)" if v["found"] else "")
                                       for k, v in fz["layers"].items()))
         met, missed = against_target(fz["layers"])
