@@ -11,7 +11,8 @@ hang, a missing symbol, a failed check) raises at the call where it ended what t
 worker raises there. ResultsSource answers case_checks._run_case as an Executor does.
 
 Runs are named by machine and ISA ("x86_64:avx2"): identity compares every run of every
-results file with the base run (the first file's first ISA, 1 thread), bit for bit.
+results file with the base run (the first file's first ISA at 1 thread, or at its fewest
+threads when the file has no 1-thread run), bit for bit.
 """
 from __future__ import annotations
 
