@@ -14,6 +14,23 @@ from . import layer_table
 
 ABI_VERSION = 1
 ISA_NAMES = ("scalar", "sse", "avx2", "avx512", "neon")
+# The ISA paths of each architecture, by the names its machines go by (platform.machine(), a
+# results file's arch, lowercase), with the CPU flags a path of that name needs there (its
+# instructions; how a port gets its fma on them is the port's).
+ARCHITECTURES = {
+    "x86-64": ({"x86_64", "amd64", "x64", "x86", "i386", "i486", "i586", "i686"},
+               {"scalar": (), "sse": (), "avx2": ("avx2",), "avx512": ("avx512f",)}),
+    "aarch64": ({"aarch64", "arm64", "armv7", "armv7l", "armv8", "armv8l"},
+                {"scalar": (), "neon": ()}),
+}
+
+
+def architecture(machine) -> tuple[str, dict] | None:
+    """(the architecture's name, {ISA path: CPU flags it needs}) of a machine name, or None for
+    a name no architecture here goes by."""
+    m = machine.lower() if isinstance(machine, str) else None
+    return next(((name, paths) for name, (names, paths) in ARCHITECTURES.items() if m in names),
+                None)
 ERRORS = {0: "CRNN_OK", -1: "CRNN_E_ARG", -2: "CRNN_E_ISA", -3: "CRNN_E_NOMEM",
           -4: "CRNN_E_UNSUPPORTED"}
 E_UNSUPPORTED = -4

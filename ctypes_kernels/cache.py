@@ -71,7 +71,8 @@ def clean_orphans(parent: Path) -> None:
                 d.unlink(missing_ok=True)
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path) -> str:
+    """The SHA-256 of a file's bytes, hex (OSError when it cannot be read)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -88,7 +89,7 @@ def valid(entry: Path, files) -> bool:
             sums[name] = (digest, int(size))
         for name in files:
             digest, size = sums[name]
-            if (entry / name).stat().st_size != size or _sha256(entry / name) != digest:
+            if (entry / name).stat().st_size != size or file_sha256(entry / name) != digest:
                 return False
     except (OSError, ValueError, KeyError):
         return False
@@ -98,7 +99,7 @@ def valid(entry: Path, files) -> bool:
 def publish(tmp: Path, entry: Path, files) -> None:
     """Moves the finished directory `tmp` (holding `files`) into place as `entry`, replacing
     an invalid one; when another builder published a valid entry first, keeps theirs."""
-    (tmp / SUMS).write_text("".join(f"{_sha256(tmp / n)} {(tmp / n).stat().st_size} {n}\n"
+    (tmp / SUMS).write_text("".join(f"{file_sha256(tmp / n)} {(tmp / n).stat().st_size} {n}\n"
                                     for n in files))
     umask = os.umask(0)
     os.umask(umask)

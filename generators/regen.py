@@ -22,6 +22,7 @@ import click
 
 from .. import fixtures
 from ..ctypes_kernels import layer_table
+from ..ctypes_kernels.cache import atomic_write, file_sha256
 from . import draw
 from .fixture_compare import differences, torch_env_change
 from .h5io import FixtureError, write_fixture
@@ -165,7 +166,6 @@ def drawn(seed: int, layers=None, progress=None) -> Path:
 
     This guards against a damaged or mixed-up cache, not against someone who can write the
     cache: they could as well draw `seed` themselves (docs/fixtures.md, "A fresh draw")."""
-    from ..ctypes_kernels.cache import atomic_write
     root = draws_dir() / _generator_key() / str(seed)
     say = progress or (lambda m: print(m, file=sys.stderr))
     missing = []
@@ -190,7 +190,7 @@ def drawn(seed: int, layers=None, progress=None) -> Path:
                          f"(once; about 35 s for all of them)")
         for name in missing:
             path = regenerate(name, root, seed)
-            atomic_write(_sum_path(path), _sha256(path))
+            atomic_write(_sum_path(path), file_sha256(path))
     except OSError as e:
         raise DrawError(f"cannot write draw {seed} into {os.fsdecode(draws_dir())} "
                         f"({e.strerror or e}); set CRNN_DRAWS_DIR to a writable directory") from None
@@ -217,17 +217,9 @@ def _sum_path(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _whole(path: Path) -> bool:
     try:
-        return _sum_path(path).read_text() == _sha256(path)
+        return _sum_path(path).read_text() == file_sha256(path)
     except OSError:
         return False
 

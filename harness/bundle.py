@@ -473,7 +473,7 @@ def read_results(path, bundle: Bundle) -> Results:
             raise
         raise BundleError(f"results file {p}: its header cannot be read ({e})") from None
     res = Results(p, platform)
-    family = _arch_family(platform.get("arch"))
+    family = abi.architecture(platform.get("arch"))
     seen = {}                 # (case, isa, threads) -> the run recorded for it
     while not r.done:
         run = _run(r, bundle, p, version)
@@ -487,30 +487,15 @@ def read_results(path, bundle: Bundle) -> Results:
     return res
 
 
-# The ISA paths of each architecture family an `arch` names (lowercase). An `arch` not listed
-# here names no family and may go with any ISA: a runner on another machine names it as it
-# likes (docs/case-bundle.md, "The results file").
-ARCH_FAMILIES = {
-    "x86": ({"x86_64", "amd64", "x64", "i386", "i486", "i586", "i686", "x86"},
-            {"scalar", "sse", "avx2", "avx512"}),
-    "arm": ({"aarch64", "arm64", "armv7l", "armv8l", "armv7", "armv8"}, {"scalar", "neon"}),
-}
-
-
-def _arch_family(arch):
-    a = arch.lower() if isinstance(arch, str) else None
-    return next((f for f, (names, _) in ARCH_FAMILIES.items() if a in names), None)
-
-
 def _check_isa(p, arch, family, run: Run) -> None:
     """A run's ISA must be one of its file's architecture (an x86_64 file's neon run, an
     aarch64 file's avx2 run: relabelled or mixed-up records)."""
-    if family is None or run.isa in ARCH_FAMILIES[family][1]:
+    if family is None or run.isa in family[1]:
         return
     raise BundleError(f"results file {p}: its platform's arch is {arch}, but the run at byte "
                       f"{run.at} (case {run.case}, {run.threads} thread(s)) is on ISA "
                       f"{run.isa}, which {arch} does not have (it has "
-                      f"{', '.join(i for i in abi.ISA_NAMES if i in ARCH_FAMILIES[family][1])})"
+                      f"{', '.join(i for i in abi.ISA_NAMES if i in family[1])})"
                       ": a relabelled or mixed-up file")
 
 

@@ -2,7 +2,6 @@
 tool (results.json's meta)."""
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import shlex
@@ -10,14 +9,12 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
+from ..ctypes_kernels.cache import file_sha256
+
 
 def sha256(path) -> str | None:
     try:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        return h.hexdigest()
+        return file_sha256(path)
     except OSError:
         return None
 

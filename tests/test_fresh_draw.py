@@ -15,6 +15,7 @@ import pytest
 from testports import ROOT, build_port, gate  # noqa: E402
 
 from crnn_conformance import fixtures
+from crnn_conformance.ctypes_kernels.cache import file_sha256
 from crnn_conformance.generators.regen import BUILDERS, DRAWABLE
 
 REPLAY = str(ROOT / "tests" / "ports" / "replayport.py") + ":Port"
@@ -201,7 +202,7 @@ def test_a_file_of_another_draw_in_the_cache_is_drawn_again(tmp_path, monkeypatc
     else:
         src, words = regen.drawn(10, ["linear"]) / "linear.h5", "records draw 10 (another draw's file?)"
     path.write_bytes(src.read_bytes())
-    (root / "linear.h5.sha256").write_text(regen._sha256(path))   # a matching sidecar
+    (root / "linear.h5.sha256").write_text(file_sha256(path))   # a matching sidecar
     said = []
     assert regen.drawn(9, ["linear"], progress=said.append) == root
     assert said and f"{path} {words}, not draw 9: not trusted, drawn again" in said[0]

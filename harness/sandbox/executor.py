@@ -489,12 +489,6 @@ def _fitting(msg, entry, settling: bool):
     return msg
 
 
-# the ISA paths of each architecture (abi.ISA_NAMES), with the CPU flags a path of that name
-# needs there (its instructions; how a port gets its fma on them is the port's)
-_X86 = {"scalar": (), "sse": (), "avx2": ("avx2",), "avx512": ("avx512f",)}
-_ARM = {"scalar": (), "neon": ()}
-_MACHINES = {**dict.fromkeys(("x86_64", "amd64", "x64", "i686", "i386"), ("x86-64", _X86)),
-             **dict.fromkeys(("aarch64", "arm64"), ("aarch64", _ARM))}
 _TOLD: set = set()
 
 
@@ -506,14 +500,14 @@ def runnable(names, machine: str | None = None, flags=None) -> tuple[list, dict]
     from ..provenance import cpu_info
     machine = (machine or platform.machine()).lower()
     flags = set(cpu_info()["flags"] if flags is None else flags)
-    arch, paths = _MACHINES.get(machine, (machine or "unknown", {"scalar": ()}))
+    arch, paths = abi.architecture(machine) or (machine or "unknown", {"scalar": ()})
     kept, left = [], {}
     for name in names:
         if name not in abi.ISA_NAMES or (name in paths and (not flags or
                                                             flags.issuperset(paths[name]))):
             kept.append(name)
         elif name not in paths:
-            home = "aarch64" if name == "neon" else "x86-64"
+            home = next(a for a, (_, isas) in abi.ARCHITECTURES.items() if name in isas)
             left[name] = f"an {home} path; this machine is {arch}"
         else:
             left[name] = f"this CPU has no {', '.join(f for f in paths[name] if f not in flags)}"
