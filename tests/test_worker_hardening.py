@@ -130,6 +130,59 @@ def test_a_forged_pickle_runs_no_code(tmp_path):
     assert not marker.exists()
 
 
+def c_bytes(data: bytes) -> str:
+    """`data` as a C string literal (octal escapes), for -DH_BYTES."""
+    return '"' + "".join(f"\\{b:03o}" for b in data) + '"'
+
+
+def framed(msg) -> bytes:
+    data = pickle.dumps(msg, protocol=2)
+    return len(data).to_bytes(4, "big") + data
+
+
+@pytest.mark.parametrize("forged", [
+    ("run", ("nonsense", {}), "", 0.5),                     # a run's answer of no kind
+    ("run", ("ok", {"dot": "not an array"}), "", 0.5),      # an output that is no array
+    ("run", ("callerror", ("no", "code", {})), "", 0.5),    # a code that is no int
+    ("same", ["0.1"]),                                      # seconds that are no float
+])
+def test_a_decodable_message_of_no_kind_fails_the_run(tmp_path, forged):
+    """Before: a pickle of builtin values that decoded, but was no message of the worker's,
+    ended the gate with "internal error ... harness error in the worker" (exit 2)."""
+    r = dot16_gate(hostile(tmp_path, f"-DH_BYTES={c_bytes(framed(forged))}"),
+                   "--case", "order_n0_100", "--timeout", "2")
+    assert "the worker never sends" in channel_failure(r)
+
+
+def test_check_knows_each_kind_and_its_items():
+    from crnn_conformance.harness.sandbox import channel
+    y = np.zeros(3, np.float32)
+    good = {"single": [("ok", {"y": y}), ("fpenv", "ftz"), ("exception", "tb"),
+                       ("callerror", ("bad n", -2, {"y": y})), ("callerror", ("raised", None, {}))],
+            "batch": [("run", ("ok", {"y": y}), "", 0.1), ("run", ("same", None), "x", 0.1),
+                      ("same", [0.1, 0.2]), ("done", []), ("late", 0, None), ("late", 1, "w")],
+            "contract": [("ok", 0, []), ("ok", None, ["raised"]), ("skip", "why")],
+            "load": [("porterror", "no symbol"),
+                     ("ok", {"isas": ["scalar"], "abi_version": 1, "fpenv": {},
+                             "symbols": ["crnn_dot16"], "threads": None})]}
+    bad = {"single": [("ok", {"y": [1.0]}), ("ok", {3: y}), ("ok",), ("crash", "x"),
+                      ("callerror", ("x", 1, {}, 4)), ("callerror", ["x", 1, {}]),
+                      ("late", ("x", {}))],
+           "batch": [("run", ("ok", {"y": y}), "", 1), ("run", "ok", "", 0.1),
+                     ("late", "0", None), ("done", None), ("same", (0.1,))],
+           "contract": [("ok", True, []), ("ok", 0, [1]), ("crash", "x")],
+           "load": [("ok", {"isas": ["scalar"]}), ("ok", {"isas": "scalar", "abi_version": 1,
+                                                          "fpenv": {}, "symbols": [],
+                                                          "threads": None})]}
+    for reading, msgs in good.items():
+        for msg in msgs:
+            assert channel.check(msg, reading) is msg
+    for reading, msgs in bad.items():
+        for msg in msgs:
+            with pytest.raises(channel.ChannelError, match="the worker never sends"):
+                channel.check(msg, reading)
+
+
 SEES = """
 import os, stat
 import numpy as np

@@ -7,9 +7,9 @@ mistake (or on purpose) must fail its run, never hang the gate, stop it with an 
 error or run code in it. So receive() reads the frame itself with a deadline (the call's
 timeout), refuses a length above MAX_MESSAGE, and decodes with _Restricted, whose
 find_class knows only the NumPy constructors an array or a NumPy scalar needs; anything else
-(or a frame that does not decode, or a value that is not a tuple starting with a kind name)
-is a ChannelError, which the executor reports as the port's failure and ends the worker
-(the channel's framing is lost).
+(or a frame that does not decode, or a value that is not one of the worker's messages:
+check() knows each kind's items and their types) is a ChannelError, which the executor
+reports as the port's failure and ends the worker (the channel's framing is lost).
 """
 from __future__ import annotations
 
@@ -20,14 +20,91 @@ import select
 import struct
 import time
 
+import numpy as np
+
 MAX_MESSAGE = 1 << 30        # bytes: far above any case's outputs (docs/port-abi.md)
 
 # the globals a worker's message may name: an ndarray and a NumPy scalar (NumPy 1 and 2)
 _ALLOWED = {(m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray")
             for n in ("_reconstruct", "scalar")} | {("numpy", "ndarray"), ("numpy", "dtype")}
 
-# the kinds of message a batch's answers come as (worker._serve_batch), with their items
-BATCH_ARITY = {"run": 4, "same": 2, "done": 2, "late": 3}
+
+def _text(v) -> bool:
+    return isinstance(v, str)
+
+
+def _arrays(v) -> bool:
+    """A run's outputs: tensor name -> array (or a NumPy scalar)."""
+    return isinstance(v, dict) and all(isinstance(k, str) and isinstance(a, (np.ndarray,
+                                                                            np.generic))
+                                       for k, a in v.items())
+
+
+def _seconds(v) -> bool:
+    return isinstance(v, list) and all(isinstance(x, float) for x in v)
+
+
+def _code(v) -> bool:
+    return v is None or (isinstance(v, int) and not isinstance(v, bool))
+
+
+def _call_error(v) -> bool:
+    return (isinstance(v, tuple) and len(v) == 3 and _text(v[0]) and _code(v[1])
+            and _arrays(v[2]))
+
+
+def _names(v) -> bool:
+    return isinstance(v, list) and all(map(_text, v))
+
+
+def _loaded(v) -> bool:
+    """The loaded port's description (worker._worker)."""
+    return (isinstance(v, dict) and set(v) == {"isas", "abi_version", "fpenv", "symbols",
+                                               "threads"}
+            and _names(v["isas"]) and _code(v["abi_version"])
+            and v["abi_version"] is not None and isinstance(v["fpenv"], dict)
+            and _names(v["symbols"])
+            and (v["threads"] is None or (isinstance(v["threads"], list)
+                                          and all(_code(t) and t is not None
+                                                  for t in v["threads"]))))
+
+
+# one run's answer (worker._run_one; "same": the batch's first run's outputs again)
+_ANSWER = {"ok": (_arrays,), "fpenv": (_text,), "callerror": (_call_error,),
+           "exception": (_text,), "same": (lambda v: v is None,)}
+
+
+def _answer(v) -> bool:
+    return isinstance(v, tuple) and bool(v) and _fits(v, _ANSWER)
+
+
+# the worker's messages by what the gate is reading: the port's load, one run's answer, a
+# batch's messages (worker._serve_batch), a contract call's answer (contract.run)
+KINDS = {
+    "load": {"ok": (_loaded,), "porterror": (_text,)},
+    "single": _ANSWER,
+    "batch": {"run": (_answer, _text, lambda v: isinstance(v, float)), "same": (_seconds,),
+              "done": (_seconds,),
+              "late": (lambda v: isinstance(v, int), lambda v: v is None or _text(v))},
+    "contract": {"ok": (_code, _names),
+                 "skip": (_text,), "fpenv": (_text,), "setup": (_text,), "exception": (_text,)},
+}
+
+
+def _fits(msg: tuple, kinds: dict) -> bool:
+    items = kinds.get(msg[0]) if isinstance(msg[0], str) else None
+    return (items is not None and len(msg) == 1 + len(items)
+            and all(ok(v) for ok, v in zip(items, msg[1:])))
+
+
+def check(msg: tuple, reading: str) -> tuple:
+    """`msg` if it is one of the worker's messages where the gate is `reading` (a key of
+    KINDS), each item of the type the worker sends; else ChannelError (a forged message must
+    end the run, not the gate)."""
+    if not _fits(msg, KINDS[reading]):
+        raise ChannelError(f"a message ({str(msg[0])[:20]!r}, {len(msg)} items) the worker "
+                           "never sends")
+    return msg
 
 
 class ChannelError(Exception):

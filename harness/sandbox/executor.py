@@ -113,7 +113,7 @@ class Executor:
             self.close(force=True)
             raise abi.PortError(f"port {self.port_path} did not load within {self.timeout:.0f} s")
         try:
-            kind, payload = self._recv(2)
+            kind, payload = self._recv("load")
         except EOFError:
             code = self._reap()
             raise abi.PortError(f"port {self.port_path} crashed while loading ({_describe(code)}"
@@ -209,7 +209,7 @@ class Executor:
             self._lost(key, runs[0] if runs else None, message)
             return
         try:
-            msg = _fitting(self._recv(batch=True), entry, bool(self._settling))
+            msg = _fitting(self._recv("batch"), entry, bool(self._settling))
         except (EOFError, ConnectionResetError, ChannelError) as e:
             garbled = isinstance(e, ChannelError)
             message = self._garbled(e) if garbled else self._crash()
@@ -370,7 +370,7 @@ class Executor:
                     answers.append(("crash", self._hang()))
                     break
                 try:
-                    answers.append(self._recv())
+                    answers.append(self._recv("contract"))
                 except (EOFError, ConnectionResetError):
                     answers.append(("crash", self._crash()))
                     break
@@ -384,22 +384,17 @@ class Executor:
         if not self.conn.poll(self.timeout):
             raise PortCrash(self._hang(self._single))
         try:
-            kind, payload = self._recv(2)
+            kind, payload = self._recv("single")
         except (EOFError, ConnectionResetError):
             raise PortCrash(self._crash()) from None
         except ChannelError as e:
             raise PortCrash(self._garbled(e)) from None
         return self._reply(kind, payload)
 
-    def _recv(self, arity: int | None = None, batch: bool = False):
-        """The worker's next message, bounded in length and time (channel.receive), with
-        `arity` items, or (`batch`) one of a batch's kinds with its number of items."""
-        msg = channel.receive(self.conn, self.timeout)
-        want = channel.BATCH_ARITY.get(msg[0], -1) if batch else arity
-        if want is not None and len(msg) != want:
-            raise ChannelError(f"a message ({msg[0][:20]!r}, {len(msg)} items) the worker "
-                               "never sends")
-        return msg
+    def _recv(self, reading: str):
+        """The worker's next message, bounded in length and time (channel.receive), checked
+        as one of those it sends where the gate is `reading` (channel.KINDS)."""
+        return channel.check(channel.receive(self.conn, self.timeout), reading)
 
     def _reply(self, kind, payload) -> dict:
         if kind == "ok":
