@@ -1,11 +1,13 @@
 """The CTC loss's error model (docs/tolerances.md, "CTC").
 
-The port computes in binary64 and rounds the gradient to binary32 once. Against the float64
-reference (libm exp/log, exact logaddexp) the binary64 work errs by at most a few ulps of the
-largest |alpha|, |beta| per step of the recursion (DetMath's exp and log are within one ulp,
-logadd's cut at -40 drops at most log(1 + e^-40) = 4.3e-18): a deterministic bound E64 on the
-log-domain quantities, evaluated per case. The gradient scale*(p - occ) then carries
-scale*(p + occ)*E64 (occ = exp(acc - lp - logP), p = exp(lp)) and its own binary32 rounding.
+The port computes in binary64 and rounds the gradient to binary32 once. Its binary64 work
+errs by at most a few roundings (or DetMath ulps) per entry and step of the recursions, each
+relative to the magnitudes involved, and logadd's cut at -40 drops at most
+log(1 + e^-40) = 4.3e-18 a logadd: binary64_bounds() carries that bound entry by entry
+through the recursions, as the errors themselves travel, and gives one for the loss and one
+per gradient element, evaluated per case. The float64 reference's own binary64 work (exact
+logaddexp, libm exp and log) errs within the same bounds, so the allowance is twice them. The
+gradient also carries its own binary32 rounding.
 
 In the whole model (step) the logits carry binary32 errors; the gradient moves with them
 through the CTC's Jacobian (the Hessian of the loss in the logits, times scale), computed here
@@ -19,29 +21,94 @@ from ...generators.float64 import ctc as ctc64
 from .errors import TINY2, U2, ULP, ULP_TINY, Err
 
 U64 = 2.0 ** -53
+ULP64 = 2 * U64           # one binary64 rounding (or DetMath ulp), relative
 OPS_PER_STEP = 6          # binary64 roundings (and DetMath ulps) per entry per step
 CUT = 3 * 4.3e-18         # logadd's cut at -40, three logadds per entry per step
-CUT_RANGE = 41.0          # entries further below a step's largest do not reach logP's roundings
 
 
-def binary64_bound(logits, target) -> float:
-    """E64: a bound on the binary64 error of alpha, beta, logP and lp (absolute, log domain).
-    Per step, the entries that matter are those within CUT_RANGE of the step's largest (the
-    others enter logadd's sum below e^-40 of it): their |alpha| (|beta|) and their emission's
-    |lp|, plus 1 for log(s) of the softmax's sum s >= 1 (an absolute error of s's rounding),
-    each with OPS_PER_STEP binary64 roundings; z - max(z) is exact."""
+def _recursion_bound(v, e, E_e, preds):
+    """B[t][s]: a bound on the binary64 error of the log-domain recursion's entries v (alpha
+    or beta, with t the order of visiting), each entry a logadd of its predecessors at the
+    step before (`preds(t)`: [(shift, allowed[S])]) plus its emission e (error E_e). A logadd
+    is a weighted mean in its arguments' errors (weights >= 0 summing to 1), so an entry errs
+    by at most its largest predecessor's bound plus its own roundings: OPS_PER_STEP of them,
+    relative to |v| + |e| + 1, and the cut."""
+    T, S = v.shape
+    fin = np.isfinite(v)
+    own = np.where(fin, OPS_PER_STEP * ULP64 * (np.abs(np.where(fin, v, 0.0)) + np.abs(e) + 1.0)
+                   + CUT + E_e, 0.0)
+    B = np.zeros((T, S))
+    B[0] = own[0]
+    for t in range(1, T):
+        prev = np.where(fin[t - 1], B[t - 1], 0.0)
+        worst = prev.copy()
+        for shift, allowed in preds:
+            moved = np.zeros(S)
+            if shift > 0:
+                moved[shift:] = prev[:-shift]
+            else:
+                moved[:shift] = prev[-shift:]
+            worst = np.maximum(worst, np.where(allowed, moved, 0.0))
+        B[t] = np.where(fin[t], worst + own[t], 0.0)
+    return B
+
+
+def binary64_bounds(logits, target):
+    """-> (E_loss, E_grad[T][K]): bounds on the binary64 error of one implementation of the
+    CTC (absolute, log domain for the loss; of p - occ, the gradient at scale 1), in any of
+    the recursions' legal orders: logP from alpha's last step or from beta's first.
+
+    lp = (z - m) - log(s): z - m is exact, s (K exps within an ulp, K - 1 additions) errs by
+    at most (K + 1) ulps relatively, log(s) by one ulp more, the subtraction by one of |lp|.
+    alpha and beta: _recursion_bound. acc[k], a logadd over the n_k entries labelled k of
+    alpha + beta: the largest entry's bound plus n_k logadds' roundings. The occupancy
+    exp((acc - lp) - logP) then errs relatively by the exponent's error plus exp's ulp, p =
+    exp(lp) by lp's plus an ulp, p - occ by those and its own rounding."""
     z = np.asarray(logits, np.float64)
     lp = ctc64.log_softmax(z)
-    T = lp.shape[0]
+    T, K = lp.shape
     ext = ctc64._extend(np.asarray(target, np.int64).ravel())
+    S = len(ext)
     alpha, beta = ctc64.alpha_beta(lp, ext)
-    big = 0.0
-    for a in (alpha, beta):
-        top = np.max(np.where(np.isfinite(a), a, -np.inf), 1, keepdims=True)
-        near = np.isfinite(a) & (a >= top - CUT_RANGE)
-        mag = np.where(near, np.abs(a) + np.abs(lp[:, ext]), 0.0).max(1) + 1.0
-        big = max(big, float(mag.max()) if mag.size else 0.0)
-    return T * (OPS_PER_STEP * 2 * U64 * big + CUT)
+    log_s = -lp.max(1, keepdims=True)
+    E_lp = ULP64 * ((K + 2) + np.abs(log_s) + np.abs(lp))                    # [T][K]
+    e, E_e = lp[:, ext], E_lp[:, ext]
+    skip = ctc64._skip_allowed(ext)
+    skip_from = np.zeros(S, bool)
+    skip_from[:-2] = skip[2:]
+    every = np.ones(S, bool)
+    Ba = _recursion_bound(alpha, e, E_e, [(1, every), (2, skip)])
+    Bb = _recursion_bound(beta[::-1], e[::-1], E_e[::-1], [(-1, every), (-2, skip_from)])[::-1]
+    ends = []
+    for v, B, at in ((alpha, Ba, T - 1), (beta, Bb, 0)):
+        cells = [s for s in ((S - 2, S - 1) if v is alpha else (0, 1)) if 0 <= s < S]
+        fin = [s for s in cells if np.isfinite(v[at, s])]
+        if fin:
+            ends.append(max(B[at, s] for s in fin))
+    logP = np.logaddexp.reduce(alpha[T - 1, max(0, S - 2):])
+    if not np.isfinite(logP):
+        return 0.0, np.zeros((T, K))
+    E_loss = max(ends) + OPS_PER_STEP * ULP64 * (abs(logP) + 1.0) + CUT
+    ab = alpha + beta
+    fin = np.isfinite(ab)
+    acc = np.full((T, K), -np.inf)
+    E_acc, n = np.zeros((T, K)), np.zeros(K)
+    for s in range(S):
+        k = ext[s]
+        acc[:, k] = np.logaddexp(acc[:, k], ab[:, s])
+        E_acc[:, k] = np.maximum(E_acc[:, k], np.where(fin[:, s], Ba[:, s] + Bb[:, s] + ULP64 *
+                                                       np.abs(np.where(fin[:, s], ab[:, s], 0.0)),
+                                                       0.0))
+        n[k] += 1
+    live = np.isfinite(acc)
+    a = np.where(live, acc, 0.0)
+    x = (a - lp) - logP
+    E_x = (E_acc + n * (OPS_PER_STEP * ULP64 * (np.abs(a) + 1.0) + CUT) + E_lp + E_loss
+           + ULP64 * (np.abs(a - lp) + np.abs(x)))
+    occ = np.exp(np.where(live, x, -np.inf))
+    p = np.exp(lp)
+    E_grad = p * (E_lp + ULP64) + occ * np.where(live, E_x + ULP64, 0.0) + ULP64 * np.abs(p - occ)
+    return float(E_loss), E_grad
 
 
 def jacobian(logits, target):
@@ -124,19 +191,18 @@ def gradient(logits: Err, target, scale: float):
     if not np.isfinite(loss):
         zero = Err.exact(np.zeros((T, K)))
         return Err.exact(np.array(np.inf)), zero
-    E64 = binary64_bound(logits.v, target)
+    E_loss, E_grad = binary64_bounds(logits.v, target)
     Jf = J.reshape(T * K, T * K) * scale
     J2, Ja = Jf * Jf, np.abs(Jf)
     flat = lambda a: np.broadcast_to(a, (T, K)).reshape(-1)
     dv = scale * v
-    occ_p = np.abs(scale) * (np.abs(v) + 2.0 * np.exp(ctc64.log_softmax(logits.v)))
     a = np.abs(dv)
     d = Err(dv, (J2 @ flat(logits.g)).reshape(T, K) + U2 * a * a + TINY2,
-            (Ja @ flat(logits.s)).reshape(T, K) + occ_p * E64,
+            (Ja @ flat(logits.s)).reshape(T, K) + 2.0 * abs(scale) * E_grad,
             (Ja @ flat(logits.w)).reshape(T, K) + ULP * a + ULP_TINY)
     gl = v.reshape(-1)                                            # d loss / d logits
     L = Err(np.array(loss), np.array(gl * gl @ flat(logits.g)),
-            np.array(np.abs(gl) @ flat(logits.s) + E64), np.array(np.abs(gl) @ flat(logits.w)))
+            np.array(np.abs(gl) @ flat(logits.s) + 2.0 * E_loss), np.array(np.abs(gl) @ flat(logits.w)))
     return L, d
 
 
@@ -149,10 +215,8 @@ def case_errors(case) -> dict:
     T, K = z.shape
     if not np.isfinite(loss):
         return {"loss": Err.exact(np.array([loss])), "dlogits": Err.exact(np.zeros((T, K)))}
-    E64 = binary64_bound(z, target)
-    p = np.exp(ctc64.log_softmax(z))
+    E_loss, E_grad = binary64_bounds(z, target)
     a = np.abs(d)
-    dl = Err(d, U2 * a * a + TINY2, np.abs(scale) * (a / abs(scale) + 2 * p) * E64,
-             ULP * a + ULP_TINY)
+    dl = Err(d, U2 * a * a + TINY2, 2.0 * abs(scale) * E_grad, ULP * a + ULP_TINY)
     z1 = np.zeros(1)
-    return {"loss": Err(np.array([loss]), z1, np.array([E64]), z1), "dlogits": dl}
+    return {"loss": Err(np.array([loss]), z1, np.array([2.0 * E_loss]), z1), "dlogits": dl}
