@@ -378,6 +378,56 @@ def test_an_error_code_fails_the_case(tmp_path, code):
     assert "crnn_linear_forward returned -3 (CRNN_E_NOMEM)" in r.stdout
 
 
+# ---- a wrong pool winner or a failed conv: the comparisons judge them, never crash -----------
+
+WINNERS = f"""
+import sys
+sys.path.insert(0, {str(ROOT / 'examples')!r})
+import numpy as np
+import numpy_port
+
+
+class Port(numpy_port.Port):
+    def conv_forward(self, x, H, W, C, Wt, b, Out, kh, kw, padH, padW, poolH, poolW,
+                     conv, pooled, winners):
+        conv[...], pooled[...], w = numpy_port.conv_forward(x, Wt, b, kh, kw, padH, padW,
+                                                            poolH, poolW)
+        w.reshape(-1)[1] = WINNER   # window [0, 0, 1]
+        winners[...] = w
+"""
+
+
+@pytest.mark.parametrize("winner", ["2 ** 31 - 1", "-2", "0", "Out * (W + 2) + 1"])
+@pytest.mark.parametrize("layer, tiers", [("conv", "float64,pytorch"), ("step", "pytorch")])
+def test_a_winner_that_is_no_cell_of_its_window_fails_the_winners(tmp_path, winner, layer,
+                                                                   tiers):
+    """Window [0, 0, 1]'s winner past the conv output, below -1, in channel 0, or a cell of
+    the window below it: none is a pool decision. Before, the float64 and pytorch tiers read
+    the conv value at the index: an out-of-range one ended the gate with an internal error
+    (IndexError, exit 2), an in-range one was judged as if a decision."""
+    source = WINNERS.replace("WINNER", winner)
+    r = gate("--port", port_file(tmp_path, source) + ":Port", "--layers", layer, "--tiers",
+             tiers, "--threads", "1", "--case", "b1_*W[67]?" if layer == "conv" else
+             "crnn_v0_trained_b4")
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr
+    failed = [x for x in r.stdout.splitlines() if x.startswith("FAIL ") and "/winners " in x]
+    assert failed and all("whose winner is neither -1 nor a cell of the window" in x
+                          and "usage=inf" in x for x in failed), r.stdout[-3000:]
+    assert "internal error" not in r.stderr
+
+
+def test_a_failed_conv_forward_in_the_step_fails_the_case(tmp_path):
+    """The pytorch_step case calls the port's conv forward for its pool decisions; when that
+    call fails, the gradients are judged without any flip. Before: KeyError 'winners', an
+    internal error (exit 2)."""
+    source = WINNERS.replace("""        conv[...], pooled[...], w""", """        return -1
+        conv[...], pooled[...], w""")
+    r = gate("--port", port_file(tmp_path, source) + ":Port", "--layers", "step", "--tiers",
+             "pytorch", "--threads", "1", "--case", "crnn_v0_trained_b4", "-q")
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr
+    assert "crnn_conv_forward returned -1" in r.stdout and "internal error" not in r.stderr
+
+
 # ---- identity: configs and threads, every run through Python ---------------------------------
 
 CONFIGS = LINEAR.replace("class Port:", """class Port:

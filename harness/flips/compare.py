@@ -8,13 +8,16 @@ from dataclasses import replace
 import numpy as np
 from ..allowance import allowances
 from ..compare import Comparison, compare, within
-from .rule import DEAD, NEAR, TWIN, Verdict, analyse_step, classify_block, excused_mask, legal_fn
+from .rule import (DEAD, NEAR, TWIN, Verdict, analyse_step, classify_block, excused_mask,
+                   foreign_described, foreign_note, foreign_windows, legal_fn)
 
 
 def step_verdict(case, ours: dict, ref: dict, arrays=None) -> Verdict:
     """The verdict of a pytorch_step case under the error model's `arrays` (the case's
     allowances: each conv value's Atol and the legal pool decisions). Every tensor of the
     case is judged against it, so the caller that compares them all computes it once."""
+    if "winners" not in ours or "conv_out" not in ours:   # the port's conv forward failed:
+        return Verdict()                                 # no decision of its to excuse
     arrays = arrays or {}
     return analyse_step(case, ours, ref, arrays.get("conv_out"), arrays)
 
@@ -44,7 +47,12 @@ def winners_comparison(case, ref: dict, v: Verdict) -> Comparison:
     if f:   # the schema's worst: the window, both winners; the note and meta say the rest
         d = f[0]
         worst = {"index": d.window, "ours": d.ours, "ref": d.pytorch, "allowance": d.bound}
-    return Comparison(usage, max((d.margin for d in f), default=0.0), 0 if v.passed else len(f),
+    if v.foreign:       # the first window no decision can have chosen: its flat index
+        k, ours, theirs, _ = v.foreign[0]
+        usage, worst = float("inf"), {"index": [k], "ours": ours, "ref": theirs,
+                                      "allowance": 0.0}
+    return Comparison(usage, max((d.margin for d in f), default=0.0),
+                      0 if v.passed else len(f) + len(v.foreign),
                       int(np.size(ref["winners"])), v.passed, None, worst, v.note(),
                       flips=v.to_meta("step", case.name))
 
@@ -86,6 +94,9 @@ def compare_layer_winners(case, ours: dict, ref: dict, arrays=None) -> Compariso
     ow, pw = np.asarray(ours["winners"]), np.asarray(ref["winners"])
     if ow.shape != pw.shape:
         return compare(ow, pw, "exact")
+    bad = _foreign(case, ow)
+    if bad.size:
+        return foreign_comparison(ow, pw, bad)
     v = _layer_verdict(case, ours, ref, arrays)
     f, c = v.flips, v.counts
     note = (f"{c[TWIN]} twin tie(s) and {c[DEAD]} dead window(s) differ in index only "
@@ -101,6 +112,26 @@ def compare_layer_winners(case, ours: dict, ref: dict, arrays=None) -> Compariso
                       {"index": d.window, "ours": d.ours, "ref": d.pytorch, "allowance": 0.0},
                       f"{len(f)} decision flip(s) against PyTorch (a per-layer fixture permits "
                       f"none): {shown}; " + note)
+
+
+def _foreign(case, winners) -> np.ndarray:
+    """The conv case's windows whose winner no pool decision can have chosen (foreign_windows)."""
+    from ..layers.conv import sizes
+    p = case.params
+    x = np.asarray(case.inputs["x"])
+    s = sizes(*x.shape[:2], x.shape[2] if x.ndim == 3 else 1, np.shape(winners)[-1],
+              *(int(p[k]) for k in ("kh", "kw", "padH", "padW", "poolH", "poolW")))
+    return foreign_windows(winners, s["Hc"], s["Wc"], int(p["poolH"]), int(p["poolW"]))
+
+
+def foreign_comparison(ow, rw, bad) -> Comparison:
+    """A failing winners record: the windows whose winner is no cell of theirs (first one the
+    worst element), judged no further."""
+    k = int(bad[0])
+    window = [int(i) for i in np.unravel_index(k, ow.shape)]
+    return Comparison(float("inf"), float("inf"), int(bad.size), int(ow.size), False, None,
+                      {"index": window, "ours": int(ow.flat[k]), "ref": int(rw.flat[k]),
+                       "allowance": 0.0}, foreign_note(foreign_described(ow, rw, bad)))
 
 
 def _layer_verdict(case, ours: dict, ref: dict, arrays=None) -> Verdict:

@@ -94,6 +94,7 @@ class Verdict:
     so every tensor of the case is judged against this one verdict)."""
     diffs: list = field(default_factory=list)   # every differing window: twins and flips one
                                                 # by one, each block's dead ones as DeadWindows
+    foreign: list = field(default_factory=list)  # windows whose winner is no cell of theirs
 
     @property
     def flips(self) -> list:
@@ -109,13 +110,14 @@ class Verdict:
     @property
     def passed(self) -> bool:
         f = self.flips
-        return len(f) == 0 or (len(f) == 1 and f[0].margin <= f[0].bound)
+        return not self.foreign and (len(f) == 0 or (len(f) == 1 and f[0].margin <= f[0].bound))
 
     @property
     def used(self) -> WindowDiff | None:
         """The one permitted flip, when the verdict uses it."""
         f = self.flips
-        return f[0] if len(f) == 1 and f[0].margin <= f[0].bound else None
+        return (f[0] if not self.foreign and len(f) == 1 and f[0].margin <= f[0].bound
+                else None)
 
     def note(self) -> str:
         """The verdict in words, for the records it decides: the flips (the used one, or why
@@ -125,6 +127,8 @@ class Verdict:
                 "differ in index only" + (f", {c[NEAR]} near-tie(s) decided within rounding"
                                           if c[NEAR] else "") + " (not flips)")
         f = self.flips
+        if self.foreign:
+            return f"FAIL: {foreign_note(self.foreign)}; " + head
         if not f:
             return "no flip; " + head
         if self.used is not None:
@@ -144,6 +148,39 @@ class Verdict:
             m["used"] = d is used
             out.append(m)
         return out
+
+
+# ------------------------------------------------------------------ the port's indices
+
+
+def foreign_windows(winners, Hc: int, Wc: int, poolH: int, poolW: int) -> np.ndarray:
+    """Flat indices of the windows of `winners` [Hp][Wp][Out] whose winner is neither -1 nor
+    a cell p*Out + o of that window (p = y*Wc + x inside it) and channel o: an index the pool
+    rule cannot have chosen, so there is no decision to judge (and no cell to read)."""
+    w = np.asarray(winners, np.int64)
+    Hp, Wp, Out = w.shape
+    oy, ox, o = np.meshgrid(np.arange(Hp), np.arange(Wp), np.arange(Out), indexing="ij")
+    p, ch = np.divmod(w, Out)
+    y, x = np.divmod(p, Wc)
+    inside = ((w >= 0) & (w < Hc * Wc * Out) & (ch == o) & (y // poolH == oy)
+              & (x // poolW == ox))
+    return np.flatnonzero(~(inside | (w == -1)))
+
+
+def foreign_described(winners, ref, windows, label: str = "", at: int = 0) -> list[tuple]:
+    """(flat index + at, the port's winner, the reference's, 'window [oy, ox, o]: winner N')
+    for each flat window of `windows`."""
+    w, r = np.asarray(winners), np.asarray(ref)
+    return [(int(k) + at, int(w.flat[k]), int(r.flat[k]),
+             f"{label}window {[int(i) for i in np.unravel_index(int(k), w.shape)]}: winner "
+             f"{int(w.flat[k])}") for k in windows]
+
+
+def foreign_note(described: list[tuple]) -> str:
+    shown = "; ".join(d[3] for d in described[:5]) + (f"; +{len(described) - 5} more"
+                                                     if len(described) > 5 else "")
+    return (f"{len(described)} window(s) whose winner is neither -1 nor a cell of the window "
+            f"in its channel (p*Out + o): {shown}")
 
 
 # ------------------------------------------------------------------ classification
@@ -309,6 +346,12 @@ def analyse_step(case, ours: dict, ref: dict, conv_atol=None, arrays=None) -> Ve
             cells = slice(g["c_at"], g["c_at"] + g["c_n"])
             cv = conv[cells].reshape(-1, g["out"])
             wn = ow[sl].reshape(shp)
+            bad = foreign_windows(wn, g["Hc"], g["Wc"], g["poolH"], g["poolW"])
+            if bad.size:    # judged no further: the reference's winner stands in
+                v.foreign += foreign_described(wn, pw[sl], bad, f"line {line}, block {n + 1}, ",
+                                               g["w_at"])
+                wn = wn.copy()
+                wn.flat[bad] = pw[sl].reshape(shp).flat[bad]
             v.diffs += classify_block(wn, pw[sl].reshape(shp), pp[sl].reshape(shp), cv, x, g,
                                       line, n, conv_bound_fn(float(floors[n]), conv_atol[cells]),
                                       legal_fn(arrays, conv.size, g["w_at"], g["c_at"]))

@@ -132,6 +132,10 @@ def compare_winners(case, ours, ref, arrays=None) -> Comparison:
     ow, rw = np.asarray(ours["winners"]), np.asarray(ref["winners"])
     if ow.shape != rw.shape:
         return c
+    from ..flips.compare import _foreign, foreign_comparison
+    bad = _foreign(case, ow)
+    if bad.size:
+        return foreign_comparison(ow, rw, bad)
     conv = np.asarray(ours["conv"])
     own = own_first_max(case, conv)
     unruly = np.flatnonzero((ow != own).ravel())
