@@ -133,14 +133,25 @@ class GateSession:
         return self
 
     def _declared_threads(self, declared) -> None:
-        """A Python port runs only the thread counts it declares (harness/pyport.py)."""
+        """A Python port runs only the thread counts it declares (harness/pyport.py); without
+        1 among them its base run is its first config at the fewest it runs."""
         if declared is None:
+            return
+        only = (f"no checks selected: port {self.port_path} runs thread count(s) "
+                f"{', '.join(map(str, declared))} only")
+        if self.opts.runs:
+            bad = [f"{i}:{t}" for i, t in self.opts.runs if t not in declared]
+            if bad:
+                raise ValueError(f"{only} (--runs {','.join(bad)})")
             return
         keep = tuple(t for t in self.opts.threads if t in declared)
         if not keep:
-            raise ValueError(f"no checks selected: port {self.port_path} runs thread count(s) "
-                             f"{', '.join(map(str, declared))} only (--threads)")
+            raise ValueError(f"{only} (--threads)")
         self.opts = replace(self.opts, threads=keep)
+        if 1 not in keep:
+            base = (self.isas[0], min(keep))
+            self.opts = replace(self.opts, runs=[base] + [(i, t) for i in self.isas for t in keep
+                                                          if (i, t) != base])
 
     def _drop_missing(self, symbols) -> None:
         for layer in self.layer_names:
@@ -286,7 +297,8 @@ class GateSession:
             "build": build_info() if self.opts.port is None else None,
             "fpenv": ex.info.get("fpenv") if ex else None,
             "isas": self.isas, "isas_available": ex.isas if ex else [],
-            "threads": list(self.opts.threads), "tiers": list(self.opts.tiers),
+            "threads": sorted({t for _, t in self.runs()}) if self.isas else
+                       list(self.opts.threads), "tiers": list(self.opts.tiers),
             **({"runs": [list(r) for r in self.opts.runs]} if self.opts.runs else {}),
             "workers": len(self.executors),
             "layers": self.layer_names, "case": self.opts.case, "timeout_s": self.opts.timeout,

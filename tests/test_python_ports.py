@@ -480,6 +480,34 @@ def test_configs_are_the_identity_tiers_isas(tmp_path):
                "runs thread count(s) 1, 2 only")
 
 
+def test_a_port_without_one_thread_has_its_base_run_at_its_fewest(tmp_path):
+    """threads = [2, 4] (a BLAS pool fixed at 2 or 4): the tiers judge config ref at 2 threads
+    and identity compares the rest with it; --runs takes the port's config names. Before:
+    the base run was always 1 thread, which the port refuses, so every case failed
+    (crnn_set_threads(1) returned -1), and --runs refused any name but the C ISA paths."""
+    path = port_file(tmp_path, CONFIGS.replace("threads = [1, 2]", "threads = [2, 4]")) + ":Port"
+    r = gate("--port", path, "--layers", "linear", "--tiers", "float64,identity", "--isa", "ref", "--threads", "1,2,4",
+             "--json", str(tmp_path / "r.json"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert {(t["tier"], t["threads"]) for t in doc["tensors"]} == {("float64", 2),
+                                                                  ("identity", 4)}
+    assert doc["meta"]["threads"] == [2, 4]
+    runs = gate("--port", path, "--layers", "linear", "--tiers", "float64", "--runs",
+                "shifted:4", "-q")
+    assert runs.returncode == 0, runs.stdout + runs.stderr
+    cannot_run(gate("--port", path, "--layers", "linear", "--runs", "ref:1", "-q"),
+               "runs thread count(s) 2, 4 only (--runs ref:1)")
+
+
+def test_the_summary_names_the_base_runs_threads(tmp_path):
+    """gate --threads 3 runs the base run at 1 thread and the 3-thread runs against it: the
+    summary and meta name both (they said "threads 3" alone)."""
+    r = gate("--layers", "dot16", "--threads", "3", "--json", str(tmp_path / "r.json"), "-q")
+    assert r.returncode == 0 and "threads 1,3;" in r.stdout, r.stdout + r.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["meta"]["threads"] == [1, 3]
+
+
 def test_the_c_replay_is_off_for_a_python_port(monkeypatch):
     from crnn_conformance.harness.sandbox import worker
     from crnn_conformance.harness.sandbox.fpenv import fpenv_helper

@@ -102,9 +102,10 @@ def _select_runs(opts: GateOptions, text: str, isa) -> None:
     runs = []
     for item in _split(text, None, "run"):
         name, _, count = item.partition(":")
-        if name not in abi.ISA_NAMES or not count.isdigit() or not 1 <= int(count) <= 256:
+        if not name or not count.isdigit() or not 1 <= int(count) <= 256:
             raise click.BadParameter(f"--runs: {item!r} is not ISA:THREADS (ISA one of "
-                                     f"{', '.join(abi.ISA_NAMES)}, THREADS 1 to 256)")
+                                     f"{', '.join(abi.ISA_NAMES)}, or a Python port's config; "
+                                     "THREADS 1 to 256)")
         if (name, int(count)) in runs:
             raise click.BadParameter(f"--runs names {item} twice")
         runs.append((name, int(count)))
