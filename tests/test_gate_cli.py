@@ -312,7 +312,7 @@ def test_runs_option_errors_are_exit_2():
     cannot_run(gate("--layers", "dot16", "--runs", "scalar:1", "--threads", "1"), "--runs")
     cannot_run(gate("--layers", "dot16", "--runs", "scalar:1,scalar:1"), "twice")
     cannot_run(gate("--layers", "dot16", "--runs", "scalar:0"), "ISA:THREADS")
-    cannot_run(gate("--layers", "dot16", "--runs", "avx9:1"), "ISA:THREADS")
+    cannot_run(gate("--layers", "dot16", "--runs", "avx9:1"), "ISA path(s) avx9 not available")
     cannot_run(gate("--layers", "dot16", "--runs", "scalar:2", "--tiers", "identity"),
                "only scalar x 2 is selected")
 

@@ -498,6 +498,10 @@ def test_a_port_without_one_thread_has_its_base_run_at_its_fewest(tmp_path):
     assert runs.returncode == 0, runs.stdout + runs.stderr
     cannot_run(gate("--port", path, "--layers", "linear", "--runs", "ref:1", "-q"),
                "runs thread count(s) 2, 4 only (--runs ref:1)")
+    colon = port_file(tmp_path, CONFIGS.replace('"shifted"', '"cuda:0"'), "colon.py") + ":Port"
+    runs = gate("--port", colon, "--layers", "linear", "--tiers", "float64", "--runs",
+                "cuda:0:2", "-q")      # a config name with a colon: the count is after the last
+    assert runs.returncode == 0 and "runs cuda:0:2" in runs.stdout, runs.stdout + runs.stderr
 
 
 def test_the_summary_names_the_base_runs_threads(tmp_path):

@@ -101,7 +101,7 @@ def _select_runs(opts: GateOptions, text: str, isa) -> None:
         raise click.BadParameter("--runs names the runs itself: give it without --isa and --threads")
     runs = []
     for item in _split(text, None, "run"):
-        name, _, count = item.partition(":")
+        name, _, count = item.rpartition(":")
         if not name or not count.isdigit() or not 1 <= int(count) <= 256:
             raise click.BadParameter(f"--runs: {item!r} is not ISA:THREADS (ISA one of "
                                      f"{', '.join(abi.ISA_NAMES)}, or a Python port's config; "
