@@ -26,9 +26,9 @@ ARCHITECTURES = {
 
 
 def architecture(machine) -> tuple[str, dict] | None:
-    """(the architecture's name, {ISA path: CPU flags it needs}) of a machine name, or None for
-    a name no architecture here goes by."""
-    m = machine.lower() if isinstance(machine, str) else None
+    """(the architecture's name, {ISA path: CPU flags it needs}) of a machine name (any case,
+    `-` for `_`), or None for a name no architecture here goes by."""
+    m = machine.lower().replace("-", "_") if isinstance(machine, str) else None
     return next(((name, paths) for name, (names, paths) in ARCHITECTURES.items() if m in names),
                 None)
 ERRORS = {0: "CRNN_OK", -1: "CRNN_E_ARG", -2: "CRNN_E_ISA", -3: "CRNN_E_NOMEM",

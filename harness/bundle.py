@@ -24,6 +24,7 @@ import ctypes as C
 import hashlib
 import json
 import math
+import re
 import struct
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -44,6 +45,10 @@ A_I32, A_I64, A_F64, A_PTR, A_NULL = range(5)
 STATUSES = ("ok", "a call returned non-zero", "crashed", "timed out", "not implemented",
             "a check failed")
 OK, RC, CRASH, TIMEOUT, MISSING, CHECK = range(6)
+ARCH_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,32}")
+# a call's flags: the runner's checks around it (bits 0-2), poison it saw left (bit 3)
+CANARY, CONST_INPUT, FP_ENV, POISON = 1, 2, 4, 8
+FLAG_BITS = CANARY | CONST_INPUT | FP_ENV | POISON
 FLAGS = ("canary broken", "const input modified", "fp env changed", "poison left")
 _F64_POISON = struct.pack("<Q", 0x7FFDA5A5A5A5A5A5)
 POISON = {1: struct.pack("<I", 0x7FE5A5A5), 2: _F64_POISON, 3: struct.pack("<I", 0x5A5A5A5A),
@@ -457,6 +462,10 @@ def read_results(path, bundle: Bundle) -> Results:
             raise BundleError(f"results file {p} has version {version}; this version reads "
                               f"{', '.join(map(str, RESULTS_VERSIONS))}")
         digest = r.take(64).decode("ascii", "replace")
+        if digest != bundle.digest and digest.lower() == bundle.digest:
+            raise BundleError(f"results file {p} writes the bundle's digest in upper case "
+                              f"({digest[:12]}...): it is bundle.json's 64 hex digits as "
+                              "written there, in lower case")
         if digest != bundle.digest:
             raise BundleError(f"results file {p} is for another bundle (digest {digest[:12]}...; "
                               f"{bundle.path} is {bundle.digest[:12]}...)")
@@ -468,6 +477,10 @@ def read_results(path, bundle: Bundle) -> Results:
                              f"{e.pos}") from None
         if not isinstance(platform, dict):
             raise ValueError("its platform record is not a JSON object")
+        arch = platform.get("arch")
+        if arch is not None and not (isinstance(arch, str) and ARCH_NAME.fullmatch(arch)):
+            raise ValueError(f"its platform's arch is {json.dumps(arch)[:40]}: a machine name "
+                             "is 1-32 letters, digits or _.+- (e.g. x86_64, aarch64)")
     except (EOFError, UnicodeDecodeError, ValueError) as e:
         if isinstance(e, BundleError):
             raise
@@ -535,11 +548,16 @@ def _run(r: _Reader, bundle: Bundle, p: Path, version: int) -> Run:
                               f"run at byte {start} records {n}")
         for k in range(n):
             rc, flags, nw = r.unpack("<iII")
+            if flags & ~FLAG_BITS:
+                raise BundleError(f"results file {p}: call {k} of case {bc.name} in the run at "
+                                  f"byte {start} has flags 0x{flags:x}; only bits 0 to 3 are "
+                                  "defined")
             written = []
             for _ in range(nw):
                 b, offset, nbytes = r.unpack("<IQQ") if version == 2 else (
                     r.unpack("<I"), 0, r.unpack("<Q"))
                 _check_written(p, bc, calls[k], k, b, offset, nbytes, whole=version == 1)
+                _check_apart(p, bc, k, written, b, offset, nbytes)
                 written.append((b, offset, r.take(nbytes)))
             run.calls.append((rc, flags, written))
         status, msg = r.unpack("<I"), r.text()
@@ -575,6 +593,16 @@ def _check_written(p, bc: BundleCase, call: Call, k: int, b: int, offset: int,
                           f"{bc.buffers[b].nbytes} "
                           f"({bc.buffers[b].n} x {bc.buffers[b].dtype}): sizes that do not "
                           "match the bundle's buffers")
+
+
+def _check_apart(p, bc: BundleCase, k: int, written, b: int, offset: int, nbytes: int) -> None:
+    """A call's records of one buffer hold disjoint bytes: two records of the same byte are two
+    answers for it."""
+    for other, at, data in written:
+        if other == b and offset < at + len(data) and at < offset + nbytes:
+            raise BundleError(f"results file {p}: call {k} of case {bc.name} records bytes "
+                              f"{at}..{at + len(data)} and {offset}..{offset + nbytes} of "
+                              f"buffer {b}: a call's records of a buffer do not overlap")
 
 
 def _check_status(p, bc, n, status, calls, start) -> None:

@@ -59,6 +59,16 @@ class GradeOptions(GateOptions):
         return " ".join(map(_shell_quote, cmd))
 
 
+def _flagged(flags: int) -> str:
+    """What a call's flag bits 0 to 2 say, for a runner that gave no message."""
+    said = [what for bit, what in ((B.CANARY, "a canary zone next to a buffer was overwritten "
+                                              "(a write out of bounds)"),
+                                   (B.CONST_INPUT, "a const input was modified"),
+                                   (B.FP_ENV, "the floating-point environment changed"))
+            if flags & bit]
+    return "the runner flagged the call: " + "; ".join(said)
+
+
 class _Diverged(abi.PortCallError):
     """The layer module asked for another call than the bundle's next one."""
 
@@ -90,11 +100,12 @@ class _Shim:
         touched = self._arena.before(name, args)
         for b, offset, data in written:
             C.memmove(self._arena.buffers[b].lo + offset, data, len(data))
-        if k == len(run.calls) - 1 and run.complete and run.status == B.CHECK and flags & 7:
-            if flags & 4:
+        if flags & (B.CANARY | B.CONST_INPUT | B.FP_ENV):   # whatever the run's status
+            said = run.msg if run.status == B.CHECK and run.msg else _flagged(flags)
+            if flags & B.FP_ENV:
                 raise abi.PortError(f"the floating-point environment changed in {name} "
-                                    f"({self._where()}): {run.msg}")
-            raise guard.Violation(f"{name}: {run.msg} (the runner's check after the call)")
+                                    f"({self._where()}): {said}")
+            raise guard.Violation(f"{name}: {said} (the runner's check after the call)")
         self._arena.after(name, touched, rc)
         return rc
 

@@ -269,6 +269,8 @@ def _first_written(data: bytes) -> int:
 @pytest.mark.parametrize("name,edit,words", [
     ("magic", lambda d: d.__setitem__(slice(0, 8), b"CRNNXX01"), "bad magic"),
     ("digest", lambda d: d.__setitem__(slice(12, 16), b"0000"), "for another bundle"),
+    ("upper", lambda d: d.__setitem__(slice(12, 76), bytes(d[12:76]).upper()),
+     "writes the bundle's digest in upper case"),
     ("header", lambda d: d.__delitem__(slice(40, None)), "header cannot be read"),
     ("end", lambda d: d.__setitem__(slice(len(d) - 4, len(d)), b"XXXX"), "bad magic"),
     ("size", lambda d: struct.pack_into("<Q", d, _first_written(d), 1 << 40), "sizes that do not "
@@ -350,6 +352,49 @@ def test_a_run_recorded_twice_complete_is_refused(work, small):
     assert struct.unpack_from("<I", data, at[1] + 4)[0] == first.case
 
 
+@pytest.mark.parametrize("flags, exit_code, words", [
+    (1, 1, "a canary zone next to a buffer was overwritten"),
+    (2, 1, "a const input was modified"),
+    (4, 2, "the floating-point environment changed in crnn_linear_forward"),
+])
+def test_a_flagged_call_is_the_event_whatever_the_status(work, small, flags, exit_code, words):
+    """Flag bits 0 to 2 fail the run (bit 2: exit 2, as the gate stops on a changed floating-
+    point environment) also when the runner wrote status 0 and no message. Before, grade
+    read them only with status 5 on the last call: a flagged run with status 0 passed."""
+    bundle, res = small
+    bc = B.read_bundle(bundle)
+    ok = B.read_results(res, bc)
+    first = ok.runs[0]
+    rc, _, written = first.calls[0]
+    flagged = replace(first, calls=[(rc, flags, written)] + first.calls[1:])
+    out = work / f"flag{flags}.res"
+    _write_results(out, bc, ok, [flagged] + ok.runs[1:])
+    r = cli("grade", str(bundle), str(out), "-q")
+    assert r.returncode == exit_code and words in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_undefined_flags_and_overlapping_records_are_refused(work, small):
+    """Flag bits above 3 and two records of the same bytes in one call (two answers for them:
+    which one the port wrote?) make a file grade cannot read. Before, both were accepted, the
+    later record of the bytes silently winning."""
+    bundle, res = small
+    bc = B.read_bundle(bundle)
+    ok = B.read_results(res, bc)
+    first = ok.runs[0]
+    rc, flags, written = first.calls[0]
+    high = replace(first, calls=[(rc, 16, written)] + first.calls[1:])
+    _write_results(work / "flag16.res", bc, ok, [high] + ok.runs[1:])
+    cannot_run(cli("grade", str(bundle), str(work / "flag16.res")),
+               "has flags 0x10; only bits 0 to 3 are defined")
+    b, o, d = written[0]
+    twice = replace(first, calls=[(rc, flags, [(b, o, bytes(len(d))), *written])]
+                    + first.calls[1:])
+    _write_results(work / "overlap.res", bc, ok, [twice] + ok.runs[1:])
+    cannot_run(cli("grade", str(bundle), str(work / "overlap.res")),
+               f"of buffer {b}: a call's records of a buffer do not overlap")
+
+
 def test_a_run_cut_short_is_replaced_by_a_later_record():
     """The one record a later one may replace: an earlier run cut short (no END_)."""
     c = B.BundleCase(0, "linear", "linear", "c", [], [])
@@ -363,7 +408,7 @@ def test_a_run_cut_short_is_replaced_by_a_later_record():
 
 @pytest.mark.parametrize("arch,isa,refused", [
     ("x86_64", "neon", True), ("aarch64", "avx2", True), ("arm64", "sse", True),
-    ("AArch64", "avx512", True), ("i686", "neon", True),
+    ("AArch64", "avx512", True), ("i686", "neon", True), ("x86-64", "neon", True),
     ("x86_64", "avx512", False), ("aarch64", "neon", False), ("armv7l", "neon", False),
     ("riscv64", "neon", False), ("riscv64", "avx2", False), (None, "neon", False),
 ])
@@ -388,6 +433,21 @@ def test_a_run_on_an_isa_its_arch_lacks_is_refused(work, small, arch, isa, refus
     assert f"is on ISA {isa}, which {arch} does not have" in str(e.value)
     if (arch, isa) == ("x86_64", "neon"):                # the command: exit 2, one line
         cannot_run(cli("grade", str(bundle), str(path)), "ISA neon, which x86_64 does not have")
+
+
+@pytest.mark.parametrize("arch", [5, ["x86_64"], "aarch64 ", "", "x" * 33, "arm/v8"])
+def test_an_arch_that_is_no_machine_name_is_refused(work, small, arch):
+    """arch is a string of 1-32 letters, digits or _.+-. Before, 5 was taken (the machine
+    shown as 5) and "aarch64 " (a trailing space) named no architecture, so its runs could
+    claim any ISA."""
+    bundle, res = small
+    bc = B.read_bundle(bundle)
+    ok = B.read_results(res, bc)
+    ok.platform = {**ok.platform, "arch": arch}
+    path = work / "arch-bad.res"
+    _write_results(path, bc, ok, ok.runs)
+    with pytest.raises(B.BundleError, match="a machine name is 1-32 letters, digits or"):
+        B.read_results(path, bc)
 
 
 def test_another_bundles_results_and_edited_bundle(work, small, lin):
