@@ -114,6 +114,8 @@ def grade(bundle_dir, results, fixtures, draw, layers, case, tiers, isa, threads
             isa_filter=_split(isa), thread_filter=_split(threads, None, "thread count", int))
     except click.BadParameter as e:
         cannot_run(e.message)
+    if any(t < 1 or t > 256 for t in opts.thread_filter or ()):
+        cannot_run("thread counts must be between 1 and 256")
     index = _bundle_index(bundle_dir)
     draw = _bundle_draw(index, draw)
     opts.fixtures, opts.draw = fixture_dir(fixtures, draw, _bundle_layers(index)), draw
