@@ -96,4 +96,6 @@ def build():
         _case("empty_tensors", [np.zeros(0), rng.normal(0, 2, 5), np.zeros(0)], 1.0, True,
               "tensors of 0 elements"),
         many(rng, 1000),
+        _case("limit_zero", [np.array([3.0, -4.0]), np.array([-0.0, 0.5])], 0.0, True,
+              "limit 0: factor 0, every element a zero of its own sign"),
     ]

@@ -199,6 +199,40 @@ def build():
     cases.append(pool_ties(geo, "tall_ties_pool3x2_C1_O70", 13, 6, 1, 70,
                            "one channel on an image taller than wide, 70 channels out (past a "
                            "64-channel block, 70 mod 4 = 2)"))
+    cases += small_kernels(draw.rng(SEED + 4))
+    return cases
+
+
+def small_kernels(rng) -> list:
+    """Geometries where a kernel's or a pool's height and width differ and one of them is 1,
+    and the first block's short dots (K <= 16) with a NaN padding column."""
+    cases = []
+    for name, H, Wd, C, kh, kw in (("k1x2_H1_C1", 1, 6, 1, 1, 2), ("k2x1_W1_C1", 6, 1, 1, 2, 1),
+                                   ("k1x2_H1_C16_zero_x", 1, 6, 16, 1, 2),
+                                   ("k1x3_H2_C3", 2, 7, 3, 1, 3)):
+        g = dict(kh=kh, kw=kw, padH=0, padW=0, poolH=1, poolW=1)
+        x = rng.uniform(-1, 1, (H, Wd, C)).astype(F32)
+        if "zero_x" in name:
+            x[rng.random((H, Wd, C)) < 0.4] = 0.0
+        Hp, Wp = pooled_shape(H, Wd, g)
+        cases.append(_case(name, x, weights(rng, C, 4, g), rng.uniform(-0.3, 0.3, 4),
+                           rng.uniform(-1, 1, (Hp, Wp, 4)), g,
+                           f"a {kh} x {kw} kernel on a {H} x {Wd} image: kh and kw apart"))
+    for Out in (16, 24):
+        g = dict(kh=1, kw=1, padH=0, padW=0, poolH=3, poolW=1)
+        x = rng.uniform(0, 1, (6, 2, 1)).astype(F32)
+        cases.append(_case(f"pool3x1_O{Out}", x, weights(rng, 1, Out, g, 1.0),
+                           rng.uniform(-0.2, 0.2, Out), rng.uniform(-1, 1, (2, 2, Out)), g,
+                           "a 3 x 1 pool (poolW = 1, poolH not 2) over full registers"))
+    for name, kh, pad in (("k_padding_nan_k1x1_C1", 1, 0), ("k_padding_nan_k3x3_C1", 3, 1)):
+        g = dict(kh=kh, kw=kh, padH=pad, padW=pad, poolH=2, poolW=2)
+        x = rng.uniform(0, 1, (4, 6, 1)).astype(F32)
+        W = weights(rng, 1, 3, g, 1.0)
+        W[1, kh * kh:] = qnan32()
+        Hp, Wp = pooled_shape(4, 6, g)
+        cases.append(_case(name, x, W, rng.uniform(-0.1, 0.3, 3), rng.uniform(-1, 1, (Hp, Wp, 3)),
+                           g, f"K = {kh * kh} real taps, channel 1's padding columns NaN: its "
+                           "conv values are NaN (+0 * NaN is a term of every dot)"))
     return cases
 
 

@@ -51,4 +51,16 @@ def build():
     cases.append(_case("saturated_b60", x, W_ih, W_hh, b, dOut, "gates exactly 0 or 1"))
     for T, I, H in ((1, 1, 1), (2, 3, 1), (1, 17, 3), (3, 5, 5)):
         cases.append(_case(f"T{T}_I{I}_H{H}", *random_layer(rng, T, I, H), "small shapes"))
+    cases.append(first_step_neg_zero())
     return cases
+
+
+def first_step_neg_zero():
+    """x = 0, weights 0, biases i = -200, f = 0, g = -1, o = 1: i = sigmoid(-200) underflows to
+    +0 and i*g = -0, so the first step's c = (f*cPrev) + (i*g) = +0 + -0 = +0 (and tc, h +0); a
+    port that starts c from i*g alone (cPrev is zero) returns -0."""
+    T, I, H = 2, 1, 2
+    b = np.repeat(np.array([-200.0, 0.0, -1.0, 1.0]), H)
+    return _case("first_step_neg_zero_ig", np.zeros((T, I)), np.zeros((2, 4 * H, I)),
+                 np.zeros((2, 4 * H, H)), np.stack([b, b]), np.full((T, 2 * H), 0.5),
+                 "i = +0, g < 0: the first step's c is +0 + -0 = +0")

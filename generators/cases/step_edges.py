@@ -11,6 +11,9 @@ that sums from +0 (or loses a zero's sign on the way) returns +0.
 
   neg_zero_fc_b2   two lines (T = 16, 20), classes 3 and 4 in neither target
   neg_zero_fc_b1   one line (T = 18): g = g_0 with no addition at all
+
+and configs no other fixture has (shapes()): odd conv heights, a dead unit feeding a second
+LSTM layer.
 """
 from __future__ import annotations
 
@@ -70,4 +73,46 @@ def _case(name, rng, widths, targets):
 def build():
     rng = draw.rng(SEED)
     return [_case("neg_zero_fc_b2", rng, [32, 40], [[1, 2], [2, 1, 2]]),
-            _case("neg_zero_fc_b1", rng, [36], [[2, 1]])]
+            _case("neg_zero_fc_b1", rng, [36], [[2, 1]]),
+            *shapes(draw.rng(SEED + 1))]
+
+
+def _plain(name, cfg, params, rng, widths, targets, note):
+    """A step case of `cfg` with its `params` and random lines."""
+    H, C = cfg["input_height"], cfg["input_channels"]
+    specs = model.param_specs(cfg)
+    images = [rng.uniform(0, 1, (H, w, C)).astype(F32) for w in widths]
+    inputs = {"cfg": model.cfg_array(cfg), "params": model.flatten(cfg, params),
+              "widths": np.array(widths, np.int32),
+              "images": np.concatenate([im.ravel() for im in images]),
+              "target_lens": np.array([len(t) for t in targets], np.int32),
+              "targets": np.array([v for t in targets for v in t], np.int32)}
+    meta = {"config": cfg, "names": [s.name for s in specs], "shapes": [list(s.shape) for s in specs],
+            "B": len(widths), "widths": list(widths), "target_lens": [len(t) for t in targets],
+            "steps": [model.steps_for_width(cfg, w) for w in widths], "note": note}
+    return exact.case(LAYER, name, meta, inputs)
+
+
+def shapes(rng) -> list:
+    """odd_height_H7: conv outputs of odd height (7, then 3) under 2 x 2 pools, the partial
+    row dropped at each block: the sequence's features are 1 x 3 channels, not 2 or 4.
+    dead_lstm0_unit_nl2: two BiLSTM layers, the first one's unit 0 with its g rows zero in
+    both directions, so that unit's h is +0 at every step of every line: the second layer's
+    inputs hold columns of +0, whose gradient (the first layer's dOut) is still live."""
+    blk = lambda out, pool: {"out": out, "kh": 3, "kw": 3, "padH": 1, "padW": 1,
+                             "poolH": pool, "poolW": pool}
+    odd = {"name": "odd-height", "input_height": 7, "input_channels": 1,
+           "blocks": [blk(2, 2), blk(3, 2)], "lstm_layers": 1, "hidden": 3, "classes": 4,
+           "alphabet": "abc"}
+    cases = [_plain("odd_height_H7", odd, model.init_params(odd, rng), rng, [17, 23],
+                    [[1, 2], [3]], "heights 7 -> 3 -> 1: a partial pool row dropped per block")]
+    two = {"name": "two-layers", "input_height": 4, "input_channels": 1, "blocks": [blk(2, 2)],
+           "lstm_layers": 2, "hidden": 2, "classes": 4, "alphabet": "abc"}
+    p = model.init_params(two, rng)
+    for d in ("fwd", "rev"):
+        g0 = 2 * two["hidden"]                       # rows [i|f|g|o]: g's first unit
+        for k in ("W_ih", "W_hh", "b"):
+            p[f"lstm0.{d}.{k}"][g0] = 0.0
+    cases.append(_plain("dead_lstm0_unit_nl2", two, p, rng, [12, 12, 9], [[1, 2], [2], [3, 1]],
+                        "lstm0's unit 0 is +0 at every step: lstm1's dx there still matters"))
+    return cases
