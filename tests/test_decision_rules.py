@@ -201,8 +201,10 @@ def test_pytorch_layer_winners_allow_the_models_near_tie():
     c = hconv.compare_tier(case, "pytorch", "winners", ours, ref, None, None)
     assert c.passed, c.note
     assert "1 near-tie(s) decided within rounding" in c.note
-    Out = case.params["Out"]
-    other = cell + Out if (cell // Out) % 2 == 0 else cell - Out   # the window's other column
+    Out, x = case.params["Out"], np.asarray(case.inputs["x"])
+    Wc = x.shape[1] + 2 * case.params["padW"] - case.params["kw"] + 1
+    col = (cell // Out) % Wc                       # the window's other column (pool 2 x 2)
+    other = cell + Out if col % 2 == 0 else cell - Out
     ours["conv"].flat[other] = F32(1.0)
     ours["winners"][idx] = other
     c = hconv.compare_tier(case, "pytorch", "winners", ours, ref, None, None)
