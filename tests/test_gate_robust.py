@@ -185,6 +185,33 @@ def test_a_signal_ends_the_worker_and_exits_128_plus_n(sig, ports):
     assert all(_gone(k) for k in kids), kids
 
 
+def test_a_signal_whose_raise_python_drops_still_ends_the_command():
+    """A signal taken while a weakref callback runs: Python prints the handler's exception as
+    'ignored' and goes on, and the gate used to finish with PASS and exit 0 (10 of 18 signals
+    sent early in a full gate). The signal is kept and ends the command with 128 + N, with
+    nothing printed for the dropped raise."""
+    import io
+    import weakref
+    from contextlib import redirect_stderr
+    from crnn_conformance.harness.cli import common
+
+    class Obj:
+        pass
+
+    def verdict():
+        o = Obj()
+        keep = weakref.ref(o, lambda r: common._raise(signal.SIGTERM, None))  # noqa: F841
+        del o                                # the raise happens in the callback, and is dropped
+        raise SystemExit(0)                  # what a passing gate ends with
+
+    err = io.StringIO()
+    with redirect_stderr(err), pytest.raises(SystemExit) as e:
+        with common.last_resort("gate"):
+            verdict()
+    assert e.value.code == 128 + signal.SIGTERM
+    assert "Traceback" not in err.getvalue() and "interrupted by SIGTERM" in err.getvalue()
+
+
 def test_a_killed_gate_takes_its_worker_with_it(ports):
     p, kids = _hanging_gate(ports("-DTP_HANG"))
     p.kill()

@@ -135,6 +135,7 @@ def finish(doc, passed: bool, report_dir, junit_path, json_path, quiet, verbose)
     """gate's and grade's end: the console table, the reports, the exit code (0 pass, 1 fail;
     2 when a report cannot be written and everything passed: a FAIL stays exit 1)."""
     from ...reports import console
+    check_interrupted()              # no verdict printed for a run a signal ended
     click.echo(console.render(doc, quiet, verbose))
     code = EXIT_PASS if passed else EXIT_FAIL
     try:
@@ -170,8 +171,19 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
+_PENDING: list = []     # the signals taken: kept, in case the raise lands where Python drops it
+
+
 def _raise(signum, frame):
+    _PENDING.append(signum)
     raise Interrupted(signum)
+
+
+def check_interrupted() -> None:
+    """Raises Interrupted for a signal taken earlier whose raise was lost: one that arrived
+    while a weakref callback or __del__ ran, where Python prints the exception and goes on."""
+    if _PENDING:
+        raise Interrupted(_PENDING[0])
 
 
 @contextmanager
@@ -179,9 +191,17 @@ def last_resort(command: str):
     """Every command runs under this: a signal exits 128 + N after cleaning up; an unexpected
     exception (a bug: every expected problem has its own message) becomes one line and exit 2,
     the traceback going to a log file under the cache directory."""
+    _PENDING.clear()
     previous = {s: signal.signal(s, _raise) for s in SIGNALS}
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda u: None if isinstance(u.exc_value, Interrupted) else hook(u)
     try:
-        yield
+        try:
+            yield
+        except SystemExit:
+            check_interrupted()      # a lost signal outranks the verdict
+            raise
+        check_interrupted()
     except Interrupted as e:
         click.echo(f"crnn-conformance: {command}: interrupted by {signal.Signals(e.signum).name}",
                    err=True)
@@ -199,6 +219,7 @@ def last_resort(command: str):
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+        sys.unraisablehook = hook
 
 
 def _log_traceback(command: str) -> str | None:

@@ -45,9 +45,9 @@ from ...ctypes_kernels import abi
 from . import channel, guard
 from .channel import ChannelError
 from .fpenv import fpenv_helper
-from .worker import OUTPUT_LIMIT, _Shared, _worker, same_bytes
+from .worker import OUTPUT_LIMIT, _Shared, _worker, full_output, same_bytes
 
-__all__ = ["OUTPUT_LIMIT", "Executor", "PortCrash", "fpenv_helper", "same_bytes"]
+__all__ = ["OUTPUT_LIMIT", "Executor", "PortCrash", "fpenv_helper", "probe", "same_bytes"]
 
 MAX_QUEUED = 3       # batches a worker may have waiting (each request a few hundred bytes)
 
@@ -63,7 +63,8 @@ class Executor:
     `last_output` holds what the port printed during it."""
 
     def __init__(self, port_path: Path, layers: list[str], timeout: float | None = 120.0,
-                 cases: dict | None = None, settle: float | None = None):
+                 cases: dict | None = None, settle: float | None = None,
+                 every_isa: bool = False):
         self.port_path = str(port_path)
         self.layers = list(layers)
         self.timeout = timeout
@@ -89,6 +90,9 @@ class Executor:
         self.shared = _Shared(self.ctx)
         self.info = self._start()           # {"isas", "abi_version", "fpenv"}
         self.load_output = self.last_output  # what the port printed while being loaded
+        if every_isa:                       # (probe(): the port's word, nothing run)
+            self.isas, self.left_out = list(self.info["isas"]), {}
+            return
         self.isas, self.left_out = runnable(self.info["isas"])
         if not self.isas:
             self.close(force=True)
@@ -108,6 +112,10 @@ class Executor:
                                                            self.helper_path, self.shared,
                                                            self.cases), daemon=True)
         self.proc.start()
+        try:
+            os.setpgid(self.proc.pid, self.proc.pid)   # (the worker sets it too: either may be first)
+        except OSError:
+            pass
         child.close()
         if not self.conn.poll(self.timeout):
             self.close(force=True)
@@ -145,9 +153,9 @@ class Executor:
         key = (layer, str(fixture_path), case_name)
         if case is not None:
             self.cases[str(fixture_path)] = {case_name: case}
-        if self.proc is None or not self.proc.is_alive():
+        if not self._alive():
             self.collect()          # a dead worker's queue: what it answered, then its crash
-            self._start()
+            self._restart()
         try:
             self.conn.send(("batch", layer, str(fixture_path), case_name, list(runs), case,
                             symbolic, self.settle))
@@ -277,7 +285,6 @@ class Executor:
         where = self._where()
         if key is not None and where:
             self.hangs.append((key, where[len(" in "):]))
-        self.proc.kill()
         self._reap()
         self.proc = None
         self._lost_why = f"the worker did not answer within {self.timeout:g} s (--timeout)"
@@ -287,9 +294,10 @@ class Executor:
         code = self._reap()
         where = self._where()
         self.proc = None
+        full = f"; {full_output()}" if self.shared.full() else ""
         self._lost_why = (f"the port crashed: {_describe(code)}{self._fault(code)} (a thread "
-                          "of the port still running?)")
-        return f"the port crashed{where}: {_describe(code)}{self._fault(code)}"
+                          f"of the port still running?){full}")
+        return f"the port crashed{where}: {_describe(code)}{self._fault(code)}{full}"
 
     def _garbled(self, error: ChannelError) -> str:
         """Something not the worker's came on its channel: the port wrote into it. Its
@@ -298,9 +306,7 @@ class Executor:
         last = bytes(self.shared.last.value).decode(errors="replace")
         when = (f" (found while the worker was in {now})" if now else
                 f" (found after {last} returned)" if last else "")
-        if self.proc is not None:
-            self.proc.kill()
-            self._reap()
+        self._reap()
         self.proc = None
         self._lost_why = "the port wrote into the gate's channel with the worker"
         return (f"the port wrote into the gate's channel with the worker{when}: {error}; "
@@ -343,8 +349,8 @@ class Executor:
             (kind, payload), self.last_output, self.last_seconds = hit
             return self._reply(kind, payload)
         self.collect()                        # the pipe must be clear for a single request
-        if self.proc is None or not self.proc.is_alive():
-            self._start()
+        if not self._alive():
+            self._restart()
         t0 = time.perf_counter()
         self._single = key
         self.conn.send((layer, str(fixture_path), case_name, isa, threads))
@@ -361,8 +367,8 @@ class Executor:
         self.collect()
         answers: list = []
         while len(answers) < len(calls):
-            if self.proc is None or not self.proc.is_alive():
-                self._start()
+            if not self._alive():
+                self._restart()
             rest = calls[len(answers):]
             self.conn.send(("contract", rest, base_isa))
             for _ in rest:
@@ -425,24 +431,45 @@ class Executor:
         table = bytes(self.shared.table.value).decode(errors="replace")
         return f" ({kind} {guard.fault_report(int(self.shared.fault[0]), table)})"
 
-    def _reap(self) -> int | None:
+    def _alive(self) -> bool:
+        """Whether the worker runs (not collecting it if it ended: _reap does)."""
+        return self.proc is not None and _exited(self.proc) is False
+
+    def _restart(self) -> None:
+        """A new worker, what is left of the old one's process group killed first."""
         if self.proc is not None:
-            self.proc.join(5)
-            return self.proc.exitcode
-        return None
+            self._reap()
+            self.proc = None
+        self._start()
+
+    def _reap(self) -> int | None:
+        """Kills the worker's process group (the worker, if it still runs, and every process
+        the port started in it) and collects the worker's exit status. The group is killed
+        before the worker is collected: until then its number names no other group. (Not
+        proc.join: a process the port started keeps the worker's sentinel open.)"""
+        if self.proc is None:
+            return None
+        _kill_group(self.proc.pid)
+        if self.proc.is_alive():
+            self.proc.kill()
+        _gone(self.proc, 5.0)
+        return self.proc.exitcode
 
     def close(self, force: bool = False) -> None:
-        """Ends the worker: asks it to exit (force: kills it at once, e.g. on a signal)."""
-        if self.proc is not None and self.proc.is_alive():
-            if not force:
+        """Ends the worker: asks it to exit (force: kills it at once, e.g. on a signal), then
+        kills what is left of its process group (_reap)."""
+        if self.proc is not None and self.proc.pid is not None:
+            if not force and _exited(self.proc) is False:
                 try:
                     self.conn.send(None)
                 except (BrokenPipeError, OSError):
                     pass
-                self.proc.join(5)
-            if self.proc.is_alive():
-                self.proc.kill()
-                self.proc.join(5)
+                deadline = time.monotonic() + 5.0
+                pause = 0.001
+                while _exited(self.proc) is False and time.monotonic() < deadline:
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.05)
+            self._reap()
         self.proc = None
         self.shared.close()
 
@@ -451,6 +478,45 @@ class Executor:
 
     def __exit__(self, *exc):
         self.close(force=exc[0] is not None)
+
+
+def probe(port_path, layers=(), timeout: float | None = 120.0) -> dict:
+    """Loads the port in a worker, as the gate does, and ends it: {"isas": the paths (a
+    Python port's configs) the port advertises, "abi_version", "fpenv", "symbols", "threads",
+    "load_output"}. A port that crashes, exits or hangs (`timeout` seconds) while loading is
+    abi.PortError (one line), not the end of the caller (`info --port`, `bench --port`)."""
+    with Executor(port_path, list(layers), timeout=timeout, every_isa=True) as ex:
+        return {**ex.info, "load_output": ex.load_output}
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL to the process group the worker `pid` leads (none: nothing)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def _exited(proc) -> bool | None:
+    """Whether the worker ended, without collecting it (None: already collected). Where
+    waitid is missing it is collected."""
+    if proc._popen is None or proc._popen.returncode is not None:
+        return None
+    if hasattr(os, "waitid"):
+        try:
+            return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return None
+    return not proc.is_alive()
+
+
+def _gone(proc, seconds: float) -> None:
+    """Collects the (killed) worker, waiting up to `seconds`."""
+    deadline = time.monotonic() + seconds
+    pause = 0.001
+    while proc.is_alive() and time.monotonic() < deadline:
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def _pipes(keep: int) -> list[int]:

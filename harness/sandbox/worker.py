@@ -8,9 +8,11 @@ exceptions would change results: abi.PortError, gate exit 2), the arena's guard 
 const inputs, and the entry point in progress is written to memory shared with the gate, so
 a crash or hang names it. The worker's stdout and stderr are a file the gate reads after
 each run. The worker ignores SIGINT (the gate handles it and kills the worker) and dies with
-the gate (PR_SET_PDEATHSIG), so no worker outlives it. Its copies of the gate's pipes and
-sockets point at /dev/null (_blind), and a child of a fork() the port made in a call exits as soon as the
-call returns (_only_the_worker): only the worker answers the gate.
+the gate (PR_SET_PDEATHSIG), so no worker outlives it. It leads a process group of its own,
+which the gate kills whole when it ends or replaces the worker (executor._reap): the processes
+the port started (a fork(), subprocess.Popen) go with it. Its copies of the gate's pipes and
+sockets point at /dev/null (_blind), and a child of a fork() the port made in a call exits as
+soon as the call returns or raises (_only_the_worker): only the worker answers the gate.
 """
 from __future__ import annotations
 
@@ -38,6 +40,12 @@ _LIBC = ctypes.CDLL(None)
 OUTPUT_LIMIT = 4096              # bytes of a run's port output kept for its records
 MAX_HELD = 1024                  # runs of a batch whose answers may be held back
 OUTPUT_FILE_LIMIT = 256 << 20    # RLIMIT_FSIZE of the worker: a port printing forever stops here
+
+
+def full_output() -> str:
+    """What a run that printed without end is told."""
+    return (f"the port's output reached the worker's limit of {OUTPUT_FILE_LIMIT >> 20} MiB "
+            "in this run; its writes after that failed (a print without end?)")
 
 
 class _Shared:
@@ -71,7 +79,16 @@ class _Shared:
         text = data.decode("utf-8", "replace")
         if size > OUTPUT_LIMIT:
             text += f"\n[... {size - OUTPUT_LIMIT} more byte(s) not kept]"
+        if size >= OUTPUT_FILE_LIMIT:
+            text += f"\n[{full_output()}]"
         return text
+
+    def full(self) -> bool:
+        """Whether the worker's output reached OUTPUT_FILE_LIMIT (its writes then fail)."""
+        try:
+            return os.fstat(self.out_fd).st_size >= OUTPUT_FILE_LIMIT
+        except (OSError, TypeError):
+            return False
 
     def close(self) -> None:
         if self.out_fd is not None:
@@ -136,8 +153,10 @@ class _TracedFn:
         shared.current.value = self._bname
         if t.last is not self._bname:
             shared.last.value = t.last = self._bname
-        rc = self._fn(*args)
-        _only_the_worker()
+        try:
+            rc = self._fn(*args)
+        finally:
+            _only_the_worker()        # (also when the call raised: a Python port's)
         shared.current.value = b""
         if not t.fp_ok():
             t.fp_failed(f"after {self._name} returned ({t.where})",
@@ -167,11 +186,19 @@ def _isolate(shared) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+    try:
+        os.setpgid(0, 0)    # its own process group, which the gate kills whole (the gate sets it too)
+    except OSError:
+        pass
     libc = ctypes.CDLL(None)
     try:
         libc.prctl(1, int(signal.SIGKILL))   # PR_SET_PDEATHSIG (Linux)
     except AttributeError:
         pass
+    else:
+        # a child of os.fork() in a Python port dies with the worker too (the flag is not
+        # inherited; a port's process started by exec is killed with the group, executor._reap)
+        os.register_at_fork(after_in_child=lambda: libc.prctl(1, int(signal.SIGKILL)))
     if os.getppid() != shared.parent:
         os._exit(1)
     _blind(shared.gate_pipes)
@@ -227,6 +254,13 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
     except abi.PortError as e:
         _only_the_worker()
         conn.send(("porterror", str(e)))
+        return
+    except BaseException as e:      # noqa: BLE001 (a Python port's import or object raised)
+        _only_the_worker()
+        if not pyport.is_python_port(port_path):
+            raise
+        conn.send(("porterror", f"python port {port_path} failed while loading: "
+                                f"{pyport._first_line(e)}"))
         return
     _only_the_worker()              # (a fork() in the port's initialisation)
     problem = fp_problem(fpenv(helper), f"right after loading the port {port_path}")
@@ -518,5 +552,8 @@ def _run_one(lib, arena, cases, layer, fixture_path, case_name, isa, threads, ta
     finally:
         arena.tape = None
         guard.activate(None)
-        sys.stdout.flush()                # what a Python port printed belongs to this run
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):   # what a Python port printed belongs to this run
+            try:
+                stream.flush()
+            except (OSError, ValueError):         # (the output file full: OUTPUT_FILE_LIMIT)
+                pass
