@@ -281,6 +281,10 @@ def grade(opts: GradeOptions, progress=None) -> GateResult:
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     bundle = B.read_bundle(opts.bundle)
     results = [B.read_results(p, bundle) for p in opts.results]
+    empty = [str(r.path) for r in results if not r.runs]
+    if empty:
+        raise ValueError(f"results file(s) {', '.join(empty)} hold no run at all (the runner "
+                         "stopped before its first run?): nothing of that machine to judge")
     runs, isas, threads, base = collect_runs(results, opts)
     if not isas:
         raise ValueError("no checks selected: the results hold no run"
@@ -334,17 +338,19 @@ def _records(opts, jobs, source, runs, isas, threads, base, not_implemented, pro
     """Every job's records through the gate's per-case path, `base` (label, threads) the
     base run."""
     order = {name: i for i, name in enumerate(isas)}
+    # every case on every configuration the results hold: a case a file lacks a run of is
+    # that run's failure ("the results hold no run of ..."), as a case the gate could not run
+    others = sorted({(i, t) for (_, i, t) in runs} - {base},
+                    key=lambda r: (order[r[0]], threads.index(r[1])))
     records, skip = [], set(not_implemented)   # (as the gate: a layer found unsupported
     for n, (m, path, case, bc) in enumerate(jobs):   # by one case still runs its others)
         if progress:
             progress(n, len(jobs), f"{m.LAYER} {case.name}")
         if m.LAYER in skip:
             continue
-        mine = sorted({(i, t) for (c, i, t) in runs if c == bc.index and (i, t) != base},
-                      key=lambda r: (order[r[0]], threads.index(r[1])))
         try:
             recs = case_checks._run_case(opts, source, m, path, case,
-                                         [base] + (mine if "identity" in opts.tiers else []),
+                                         [base] + (others if "identity" in opts.tiers else []),
                                          Path(path).stem)
         except case_checks.NotImplementedByPort as e:
             not_implemented.setdefault(m.LAYER, str(e))

@@ -14,6 +14,7 @@ C port gets. The worker's C replay cannot play Python calls: it is off for a PyP
 from __future__ import annotations
 
 import ctypes
+import errno
 import importlib
 import importlib.util
 import os
@@ -100,20 +101,29 @@ def load_object(spec: str):
         where = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
         at = f" ({where.filename}, line {where.lineno})" if where else ""
         raise abi.PortError(f"python port {spec} cannot be imported: "
-                            f"{type(e).__name__}: {e}{at}") from None
+                            f"{_first_line(e)}{at}") from None
     obj = module
     for part in name.split("."):
-        if not hasattr(obj, part):
+        obj = _attribute(obj, part, spec)
+        if obj is None:
             raise abi.PortError(f"python port {spec}: module {module.__name__} has no object "
                                 f"{name!r}")
-        obj = getattr(obj, part)
     if isinstance(obj, type):
         try:
             obj = obj()
         except BaseException as e:   # noqa: BLE001
-            raise abi.PortError(f"python port {spec}: {name}() raised {type(e).__name__}: "
-                                f"{e}") from None
+            raise abi.PortError(f"python port {spec}: {name}() raised {_first_line(e)}") from None
     return obj
+
+
+def _attribute(obj, name: str, spec: str):
+    """getattr(obj, name, None), the port's: a lookup that raises (a property, __getattr__)
+    is abi.PortError, one line."""
+    try:
+        return getattr(obj, name, None)
+    except BaseException as e:   # noqa: BLE001
+        raise abi.PortError(f"python port {spec}: looking up its attribute {name!r} raised "
+                            f"{_first_line(e)}") from None
 
 
 def load(spec: str, layers) -> "PyPort":
@@ -152,25 +162,29 @@ def advertised(port: "PyPort") -> list[str]:
 
 
 def _names(obj, attr, default, spec):
-    value = getattr(obj, attr, None)
+    value = _attribute(obj, attr, spec)
     if value is None:
         return list(default)
     if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
-        raise abi.PortError(f"python port {spec}: {attr} must be a list (got {value!r})")
-    return list(value)
+        raise abi.PortError(f"python port {spec}: {attr} must be a list (got {_repr(value)})")
+    try:
+        return list(value)
+    except BaseException as e:   # noqa: BLE001
+        raise abi.PortError(f"python port {spec}: reading its {attr} raised "
+                            f"{_first_line(e)}") from None
 
 
 def _thread_counts(obj, spec):
     """The declared `threads`: a list of ints in 1..256; None (undeclared) with set_threads,
     else [1]."""
-    declared = getattr(obj, "threads", None)
+    declared = _attribute(obj, "threads", spec)
     if declared is None:
-        return None if callable(getattr(obj, "set_threads", None)) else [1]
+        return None if callable(_attribute(obj, "set_threads", spec)) else [1]
     counts = _names(obj, "threads", (), spec)
     if not counts or not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool)
                              and 1 <= t <= 256 for t in counts):
         raise abi.PortError(f"python port {spec}: threads must be a list of thread counts, "
-                            f"ints in 1..256 (got {declared!r})")
+                            f"ints in 1..256 (got {_repr(declared)})")
     return [int(t) for t in counts]
 
 
@@ -181,12 +195,13 @@ class PyPort:
 
     def __init__(self, obj, spec: str):
         self._obj, self.spec = obj, spec
-        self.isa_names = [str(c) for c in _names(obj, "configs", [DEFAULT_CONFIG], spec)]
+        self.isa_names = [_config_name(c, spec)
+                          for c in _names(obj, "configs", [DEFAULT_CONFIG], spec)]
         bad = [c for c in self.isa_names if not _CONFIG_NAME.match(c)]
         if not self.isa_names or bad or len(set(self.isa_names)) != len(self.isa_names):
             raise abi.PortError(f"python port {spec}: configs must be distinct names of 1-32 "
                                 f"letters, digits or _.:+- (got {self.isa_names!r})")
-        if len(self.isa_names) > 1 and not callable(getattr(obj, "set_config", None)):
+        if len(self.isa_names) > 1 and not callable(_attribute(obj, "set_config", spec)):
             raise abi.PortError(f"python port {spec} declares configs {self.isa_names} but no "
                                 "set_config(name) method")
         self.thread_counts = _thread_counts(obj, spec)
@@ -195,7 +210,7 @@ class PyPort:
     def __getattr__(self, name):
         if not name.startswith("crnn_") or name not in abi.SIGNATURES:
             raise AttributeError(name)
-        method = getattr(self._obj, name[5:], None)
+        method = _attribute(self._obj, name[5:], self.spec)
         if not callable(method):
             if name in _CORE_DEFAULTS:
                 return self._ranged(name, getattr(self, "_default_" + name[5:]))
@@ -217,7 +232,10 @@ class PyPort:
 
     def _default_set_isa(self, isa: int) -> int:
         self._isa = isa
-        set_config = getattr(self._obj, "set_config", None)
+        try:
+            set_config = getattr(self._obj, "set_config", None)
+        except BaseException as e:   # noqa: BLE001 (a failure of the call, as set_config's own)
+            raise self._raised("set_config", e) from None
         if callable(set_config):
             return self._call_core("set_config", set_config, self.isa_names[isa])
         return 0
@@ -268,14 +286,24 @@ class PyPort:
         if rc is None and what.startswith("set_"):
             return 0
         if not isinstance(rc, (int, np.integer)) or isinstance(rc, bool):
-            raise PortException(f"{what} returned {rc!r}; it returns an int")
-        return int(rc)
+            raise PortException(f"{what} returned {_repr(rc)}; it returns an int")
+        try:
+            return int(rc)
+        except BaseException as e:   # noqa: BLE001 (an int subclass of the port's)
+            raise PortException(f"{what} returned an int that int() cannot read: "
+                                f"{_first_line(e)}") from None
 
     def _raised(self, what: str, e: BaseException) -> PortException:
         """The port's traceback goes to the worker's output, which the gate attaches to the
         case's records; the failure itself is one line."""
-        traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
-        sys.stderr.flush()
+        try:
+            traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+            sys.stderr.flush()
+        except BaseException:   # noqa: BLE001 (the output full, or a str() that raises)
+            pass
+        if isinstance(e, OSError) and e.errno == errno.EFBIG:    # (RLIMIT_FSIZE in the worker)
+            from .sandbox.worker import full_output
+            return PortException(f"{what} raised {_first_line(e)}: {full_output()}")
         return PortException(f"{what} raised {_first_line(e)} (the port's traceback is in this "
                              "case's output)")
 
@@ -315,7 +343,13 @@ class PyPort:
         if isinstance(result, int) and not isinstance(result, bool):
             return result                 # an error code (0: done in place)
         if result is not None:
-            _store(name[5:], [b for b in bufs if b.role != "in"], views, result)
+            try:
+                _store(name[5:], [b for b in bufs if b.role != "in"], views, result)
+            except PortException:
+                raise
+            except BaseException as e:   # noqa: BLE001 (what it returned misbehaved when read)
+                raise PortException(f"{name[5:]} returned a value that raised "
+                                    f"{_first_line(e)} when read") from None
         return 0
 
 
@@ -386,8 +420,39 @@ def _store(what: str, written: list, views: dict, result) -> None:
 
 
 def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return type(e).__name__ + (f": {text.splitlines()[0]}" if text else "")
+    """'TypeName: the first line of str(e)', for an exception of the port's: its str() (or
+    its type's name) may raise too, which is said instead."""
+    try:
+        kind = str(type(e).__name__)
+    except BaseException:   # noqa: BLE001
+        kind = "an exception"
+    try:
+        text = str(e).strip()
+    except BaseException as inner:   # noqa: BLE001
+        try:
+            what = str(type(inner).__name__)
+        except BaseException:   # noqa: BLE001
+            what = "an exception"
+        return f"{kind} (whose str() raised {what})"
+    return kind + (f": {text.splitlines()[0]}" if text else "")
+
+
+def _repr(value) -> str:
+    """repr(value) of a port's object, or what its repr() raised."""
+    try:
+        return repr(value)
+    except BaseException as e:   # noqa: BLE001
+        return f"a {type(value).__name__} (whose repr() raised {_first_line(e)})"
+
+
+def _config_name(c, spec) -> str:
+    if isinstance(c, str):
+        return str.__str__(c)
+    try:
+        return str(c)
+    except BaseException as e:   # noqa: BLE001
+        raise abi.PortError(f"python port {spec}: a config's str() raised "
+                            f"{_first_line(e)}") from None
 
 
 def _kind(a) -> str:

@@ -4,7 +4,9 @@ Checks (records) are matched on (layer, fixture:case, tensor, tier, isa, threads
 named with its fixture where the fixture is not the layer's own (pytorch_adamw:conv0.W and
 adamw's conv0.W are different cases). A change is new usage minus
 old usage (unbounded usage, a crash or NaN, counts as infinite); the table is sorted by the
-largest increase first. Records present in only one run are counted and listed after it.
+largest increase first. Records present in only one run are counted and listed after it; a
+check of OLD that NEW lacks is lost coverage, which `fails(threshold)` counts as a failure
+as it counts an increase beyond the threshold.
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ class Change:
 
     @property
     def delta(self) -> float:
+        if math.isnan(self.old) or math.isnan(self.new):
+            return math.inf
         if self.old == self.new:
             return 0.0
         if math.isinf(self.new):
@@ -41,6 +45,19 @@ class Diff:
     def max_increase(self) -> float:
         return max((c.delta for c in self.changes), default=0.0)
 
+    def increased(self, threshold: float) -> list:
+        """The changes whose usage grew by more than `threshold` (a NaN change counts)."""
+        return [c for c in self.changes if not c.delta <= threshold]
+
+    def fails(self, threshold: float) -> bool:
+        """`--fail-on-increase threshold`: some usage grew by more than it, or some check of
+        OLD is missing from NEW."""
+        return bool(self.increased(threshold) or self.removed)
+
+
+class DuplicateCheck(ValueError):
+    """A results document that holds one check twice: the runs cannot be matched."""
+
 
 def _key(r: dict) -> tuple:
     fixture = r.get("fixture") or r["layer"]
@@ -49,14 +66,35 @@ def _key(r: dict) -> tuple:
 
 
 def _u(r: dict) -> float:
-    return math.inf if r.get("usage") is None else float(r["usage"])
+    """Usage as a float: null (unbounded), NaN and anything beyond range are infinite."""
+    u = r.get("usage")
+    try:
+        u = math.inf if u is None else float(u)
+    except (TypeError, ValueError, OverflowError):
+        return math.inf
+    return math.inf if math.isnan(u) else u
+
+
+def _checks(doc: dict, keep, which: str) -> dict:
+    out = {}
+    for i, r in enumerate(doc.get("tensors", [])):
+        if not keep(r):
+            continue
+        k = _key(r)
+        if k in out:
+            raise DuplicateCheck(f"{which} holds the check {'/'.join(map(str, k[:3]))} tier={k[3]} "
+                                 f"isa={k[4]} threads={k[5]} twice (tensors[{out[k][0]}] and "
+                                 f"tensors[{i}]): its records cannot be matched")
+        out[k] = (i, r)
+    return {k: r for k, (_, r) in out.items()}
 
 
 def diff(old: dict, new: dict, tiers=None) -> Diff:
-    """`tiers`: only records of these tiers (None: all)."""
+    """`tiers`: only records of these tiers (None: all). Raises DuplicateCheck when a
+    document holds a check twice."""
     keep = (lambda r: True) if not tiers else (lambda r: r["tier"] in tiers)
-    a = {_key(r): r for r in old.get("tensors", []) if keep(r)}
-    b = {_key(r): r for r in new.get("tensors", []) if keep(r)}
+    a = _checks(old, keep, "OLD")
+    b = _checks(new, keep, "NEW")
     changes = [Change(k, _u(a[k]), _u(b[k]), a[k]["passed"], b[k]["passed"]) for k in b if k in a]
     changes.sort(key=lambda c: (-c.delta, c.key))
     return Diff(changes, [k for k in b if k not in a], [k for k in a if k not in b])
@@ -98,7 +136,7 @@ def render(d: Diff, show_all: bool = False, limit: int | None = None) -> str:
                          f"{_fmt(c.new):>10} {_delta(c.delta):>10}  {_status(c)}".rstrip())
         if len(rows) > len(shown):
             lines.append(f"... {len(rows) - len(shown)} more change(s)")
-    for label, keys in (("only in NEW", d.added), ("only in OLD", d.removed)):
+    for label, keys in (("only in NEW", d.added), ("only in OLD (missing from NEW)", d.removed)):
         for k in keys[:20]:
             lines.append(f"{label}: {'/'.join(map(str, k[:3]))} tier={k[3]} isa={k[4]} threads={k[5]}")
         if len(keys) > 20:

@@ -141,32 +141,58 @@ def write_file(result_or_doc, path) -> Path:
     return path
 
 
-def load(path) -> dict:
-    """Reads a results.json, checking its schema version and the keys the reports need."""
+def load(path, notes: list | None = None) -> dict:
+    """Reads a results.json: its schema version, then every field against the schema
+    (reports/validate.py; a ReportError names the first bad field, `tensors[3].usage`). The
+    verdict, `summary` and `layers` are then worked out from the records alone, as the gate
+    works them out; where the file's own differ, the file's are replaced and `notes` (a list,
+    when given) gets a sentence saying what the file claimed."""
+    from . import validate
     path = Path(path)
     try:
-        doc = json.loads(path.read_text())
+        doc = validate.parse(path.read_text())
     except FileNotFoundError:
         raise ReportError(f"results file not found: {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ReportError(f"{path} is not a readable JSON file ({e})") from None
     if not isinstance(doc, dict) or "schema_version" not in doc:
         raise ReportError(f"{path} is not a crnn-conformance results file (no schema_version)")
-    if doc["schema_version"] != REPORT_SCHEMA_VERSION:
-        raise ReportError(f"{path} has results schema version {doc['schema_version']}; this "
+    version = doc["schema_version"]
+    if type(version) is not int or version != REPORT_SCHEMA_VERSION:
+        raise ReportError(f"{path} has results schema version {validate.show(version)}; this "
                           f"version of crnn-conformance reads version {REPORT_SCHEMA_VERSION}")
-    tensors = doc.get("tensors")
-    if not isinstance(tensors, list):
-        raise ReportError(f"{path} has no `tensors` list")
-    for i, r in enumerate(tensors):
-        missing = [k for k in REQUIRED_RECORD_KEYS if not isinstance(r, dict) or k not in r]
-        if missing:
-            raise ReportError(f"{path}: tensors[{i}] lacks {', '.join(missing)}")
-    doc.setdefault("meta", {})
-    doc.setdefault("passed", all(r["passed"] for r in tensors))
-    doc.setdefault("summary", summary(tensors))
-    doc.setdefault("layers", layer_status(tensors, doc["meta"]))
+    try:
+        validate.check(doc)
+    except validate.Invalid as e:
+        raise ReportError(f"{path}: {e} (docs/report-schema.md)") from None
+    doc = _clean(doc)
+    tensors = doc["tensors"]
+    meta = doc.setdefault("meta", {})
+    derived = {"passed": all(r["passed"] for r in tensors), "summary": summary(tensors),
+               "layers": layer_status(tensors, meta)}
+    for key, value in derived.items():
+        if key in doc and doc[key] != value and notes is not None:
+            notes.append(f"{path}: {_contradiction(key, doc[key], value, derived['summary'])}")
+        doc[key] = value
     return doc
+
+
+def _contradiction(key: str, claimed, found, counts: dict) -> str:
+    """A sentence: what the file claims that its records do not say."""
+    if key == "passed":
+        n, bad = counts["checks"], counts["failed"]
+        records = (f"{bad} of its {n} checks failed" if bad else
+                   f"every one of its {n} checks passed")
+        return (f"the file says passed: {json.dumps(claimed)}, but {records}; the verdict "
+                f"shown is the records' ({'PASS' if found else 'FAIL'})")
+    if key == "summary":
+        diffs = [f"{k} {json.dumps(claimed.get(k))} where the records give {json.dumps(found[k])}"
+                 for k in ("checks", "failed", "tensors", "tiers") if claimed.get(k) != found[k]]
+        return "its summary says " + "; ".join(diffs) + "; the records' counts are shown"
+    diffs = [layer for layer in dict.fromkeys([*claimed, *found])
+             if claimed.get(layer) != found.get(layer)]
+    return ("its `layers` do not match its records for " + ", ".join(diffs)
+            + "; the status worked out from the records is shown")
 
 
 def _default(o):

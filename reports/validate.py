@@ -4,13 +4,15 @@ report touches it (docs/report-schema.md, "Reading a results file").
 The checker reads the schema file itself (the subset of JSON Schema 2020-12 it uses: type,
 const, enum, required, properties, additionalProperties, propertyNames, items, prefixItems,
 minItems, maxItems, minimum, maximum, exclusiveMinimum, minLength, pattern, anyOf, oneOf,
-allOf, if/then, $ref), so every field the schema describes is checked the same way, and a
+allOf, $ref), so every field the schema describes is checked the same way, and a
 problem is named by its path in the document: `tensors[3].usage`, `meta.threads[0]`.
 
 A reader is more lenient than the schema in two ways: it requires only the keys the reports
 need (READER_REQUIRED: `schema_version` and `tensors` at the top, the record keys of
 json_report.REQUIRED_RECORD_KEYS, nothing in `meta`), and it ignores keys it does not know
-(a later version may add optional fields). Every field that is present must have the type
+(a later version may add optional fields), and it leaves out the schema's if/then rules,
+which tie one field to another as the gate writes them (a failed record's `repro` is not
+empty; a bit tier's `resolution` is null) without changing what a report can show. Every field that is present must have the type
 and range the schema gives it. On top of the schema: no NaN or Infinity (JSON has neither;
 the gate writes null), no number beyond binary64's range, at most MAX_DEPTH levels of
 nesting, and a histogram's and heat map's sizes that agree with each other."""
@@ -167,8 +169,6 @@ class _Checker:
         for key in ("anyOf", "oneOf"):
             if key in s:
                 self._any(v, s[key], path)
-        if "if" in s and "then" in s and self._passes(v, s["if"], path):
-            self.check(v, s["then"], path)
 
     def _number(self, v, s, path):
         try:
@@ -212,13 +212,6 @@ class _Checker:
                 self.check(x, props[k], join(path, k))
             elif isinstance(extra, dict):
                 self.check(x, extra, join(path, k))
-
-    def _passes(self, v, s, path) -> bool:
-        try:
-            self.check(v, s, path)
-        except Invalid:
-            return False
-        return True
 
     def _any(self, v, branches, path):
         errors = []

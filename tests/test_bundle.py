@@ -316,6 +316,27 @@ def test_thread_and_isa_selection_keep_the_base_run(work, small):
     assert doc["tensors"] and {x["threads"] for x in doc["tensors"]} == {2}
 
 
+def test_a_run_missing_from_one_case_fails_it(work, small):
+    """Every case is judged on every configuration the results hold: a case whose 2-thread
+    run is missing fails that run with 'the results hold no run' (the summary names 2 threads,
+    so a pass would claim a check never made). A file with no run at all cannot be graded.
+    Before, both passed."""
+    bundle, res = small
+    bc = B.read_bundle(bundle)
+    ok = B.read_results(res, bc)
+    assert len(bc.cases) >= 2
+    gone = next(x for x in ok.runs if x.threads == 2)
+    _write_results(work / "gap.res", bc, ok, [x for x in ok.runs if x is not gone])
+    r = cli("grade", str(bundle), str(work / "gap.res"), "-q")
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr
+    failed = [x for x in r.stdout.splitlines() if x.startswith("FAIL ")]
+    assert len(failed) == 1 and f"the results hold no run of {bc.cases[gone.case].name} at " \
+        "x86_64:scalar x 2 thread(s)" in failed[0], r.stdout
+    _write_results(work / "none.res", bc, ok, [])
+    cannot_run(cli("grade", str(bundle), str(res), str(work / "none.res")),
+               "none.res hold no run at all")
+
+
 def test_run_cut_short_is_a_crash(work, small):
     """A results file that ends inside a run (the runner was killed): that run is reported as
     a crash, the runs before it graded."""

@@ -56,6 +56,13 @@ def bench(isa, threads, width, batch, reps, warmup, rounds, port, cc, opt, again
         cannot_run("need --width >= 4, --batch >= 1, --reps >= 1, --warmup >= 0, "
                    "1 <= --rounds <= --reps")
     progress = (lambda label: click.echo(f"  ... {label}", err=True)) if sys.stderr.isatty() else None
+    if against and not Path(against).is_file():
+        cannot_run(f"--against: {against} not found")
+    # bench times the port in this process; a port that crashes, exits or hangs while being
+    # loaded is first found in a worker, as the gate loads it (one line, exit 2)
+    for given in (port, against):
+        if given:
+            _probe(given)
     if against:
         if not Path(against).is_file():
             cannot_run(f"--against: {against} not found")
@@ -91,3 +98,16 @@ def bench(isa, threads, width, batch, reps, warmup, rounds, port, cc, opt, again
             Path(json_path).write_text(json.dumps(res.to_json(), indent=1) + "\n")
         except OSError as e:
             cannot_run(f"cannot write {json_path}: {e}")
+
+
+PROBE_TIMEOUT = 120.0    # seconds a port may take to load (the gate's default --timeout)
+
+
+def _probe(port) -> None:
+    """Loads `port` in a worker process first (harness/sandbox/executor.probe): its crash,
+    exit or hang while loading is one line and exit 2."""
+    from ..sandbox.executor import probe
+    try:
+        probe(port, (), timeout=PROBE_TIMEOUT)
+    except abi.PortError as e:
+        cannot_run(str(e))

@@ -1,6 +1,7 @@
 """`crnn-conformance report` and `diff`: re-render and compare saved results."""
 from __future__ import annotations
 
+import math
 import sys
 
 import click
@@ -20,12 +21,11 @@ from .common import EXIT_FAIL, EXIT_PASS, _split, cannot_run, write_reports
 @click.option("-v", "--verbose", is_flag=True, help="table: a row per tensor, with each check's resolution")
 def report(results, html_dir, junit_path, quiet, verbose):
     """Re-render the reports from a saved results.json: the console table when no output is
-    asked for, else index.html and/or JUnit XML; exit 0 whatever the verdict."""
+    asked for, else index.html and/or JUnit XML; exit 0 whatever the verdict, 2 when the file
+    cannot be read or does not follow the schema. The verdict and counts are the records':
+    where the file's `passed`, `summary` or `layers` say otherwise, a warning says so."""
     from ...reports import console, json_report
-    try:
-        doc = json_report.load(results)
-    except json_report.ReportError as e:
-        cannot_run(str(e))
+    doc = _load([results])[0]
     if not html_dir and not junit_path:
         click.echo(console.render(doc, quiet, verbose))
         return
@@ -50,20 +50,46 @@ def diff(old, new, fail_on_increase, tiers, show_all, limit):
 
     Usage is |diff| / allowance for the float64 and pytorch tiers and the max ulp distance for
     exact and identity. Exit 0, or 1 with --fail-on-increase X when any usage grew by more
-    than X; 2 when a file cannot be read."""
+    than X or when a check of OLD is missing from NEW (lost coverage); 2 when a file cannot be
+    read or does not follow the schema."""
     from ...reports import diff as D
-    from ...reports import json_report
     try:
         wanted = _split(tiers, TIERS, "tier")
     except click.BadParameter as e:
         cannot_run(e.message)
+    if fail_on_increase is not None and not (math.isfinite(fail_on_increase)
+                                             and fail_on_increase >= 0):
+        cannot_run(f"--fail-on-increase wants a finite number at least 0, not {fail_on_increase:g}")
+    if limit is not None and limit < 1:
+        cannot_run(f"--limit wants a number of records at least 1, not {limit}")
+    a, b = _load([old, new])
     try:
-        a, b = json_report.load(old), json_report.load(new)
-    except json_report.ReportError as e:
+        d = D.diff(a, b, wanted)
+    except D.DuplicateCheck as e:
         cannot_run(str(e))
-    d = D.diff(a, b, wanted)
     click.echo(D.render(d, show_all, limit))
-    if fail_on_increase is not None and d.max_increase > fail_on_increase:
-        click.echo(f"usage increased by more than {fail_on_increase:g}", err=True)
+    if fail_on_increase is not None and d.fails(fail_on_increase):
+        grew = d.increased(fail_on_increase)
+        if grew:
+            click.echo(f"usage increased by more than {fail_on_increase:g} in {len(grew)} "
+                       f"check(s)", err=True)
+        if d.removed:
+            click.echo(f"{len(d.removed)} check(s) of OLD are missing from NEW (lost coverage)",
+                       err=True)
         sys.exit(EXIT_FAIL)
     sys.exit(EXIT_PASS)
+
+
+def _load(paths) -> list:
+    """The results documents, validated (exit 2 naming the bad field); a warning on stderr for
+    each claim of a file (`passed`, `summary`, `layers`) that its records contradict."""
+    from ...reports import json_report
+    docs, notes = [], []
+    for path in paths:
+        try:
+            docs.append(json_report.load(path, notes))
+        except json_report.ReportError as e:
+            cannot_run(str(e))
+    for note in notes:
+        click.echo(f"crnn-conformance: warning: {note}", err=True)
+    return docs

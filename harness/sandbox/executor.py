@@ -64,11 +64,12 @@ class Executor:
 
     def __init__(self, port_path: Path, layers: list[str], timeout: float | None = 120.0,
                  cases: dict | None = None, settle: float | None = None,
-                 every_isa: bool = False):
+                 every_isa: bool = False, check_fpenv: bool = True):
         self.port_path = str(port_path)
         self.layers = list(layers)
         self.timeout = timeout
         self.cases = {str(k): v for k, v in (cases or {}).items()}
+        self.check_fpenv = check_fpenv      # (probe(): off, the caller only loads the port)
         self.proc = None
         self.conn = None
         self.last_output = ""
@@ -110,7 +111,8 @@ class Executor:
         os.ftruncate(self.shared.out_fd, 0)
         self.proc = self.ctx.Process(target=_worker, args=(child, self.port_path, self.layers,
                                                            self.helper_path, self.shared,
-                                                           self.cases), daemon=True)
+                                                           self.cases, self.check_fpenv),
+                                 daemon=True)
         self.proc.start()
         try:
             os.setpgid(self.proc.pid, self.proc.pid)   # (the worker sets it too: either may be first)
@@ -484,8 +486,11 @@ def probe(port_path, layers=(), timeout: float | None = 120.0) -> dict:
     """Loads the port in a worker, as the gate does, and ends it: {"isas": the paths (a
     Python port's configs) the port advertises, "abi_version", "fpenv", "symbols", "threads",
     "load_output"}. A port that crashes, exits or hangs (`timeout` seconds) while loading is
-    abi.PortError (one line), not the end of the caller (`info --port`, `bench --port`)."""
-    with Executor(port_path, list(layers), timeout=timeout, every_isa=True) as ex:
+    abi.PortError (one line), not the end of the caller (`info --port`, `bench --port`). The
+    floating-point environment the port's initialisation leaves is reported in "fpenv", not
+    refused (the gate refuses it)."""
+    with Executor(port_path, list(layers), timeout=timeout, every_isa=True,
+                  check_fpenv=False) as ex:
         return {**ex.info, "load_output": ex.load_output}
 
 

@@ -235,7 +235,7 @@ def _blind(fds) -> None:
 
 
 def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, shared,
-            cases: dict) -> None:
+            cases: dict, check_fpenv: bool = True) -> None:
     global _WORKER_PID
     _WORKER_PID = os.getpid()
     _isolate(shared)
@@ -264,7 +264,7 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
         return
     _only_the_worker()              # (a fork() in the port's initialisation)
     problem = fp_problem(fpenv(helper), f"right after loading the port {port_path}")
-    if problem:
+    if problem and check_fpenv:
         conn.send(("porterror", problem + " (its initialisation enables it: was it built or "
                                 "linked with -ffast-math / -Ofast?)"))
         return
