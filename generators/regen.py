@@ -81,6 +81,10 @@ def main(only, check, out_dir, quiet, retrain, seed):
         click.echo(f"regen-fixtures: unknown fixture(s) {', '.join(unknown)}; "
                    f"known: {', '.join(BUILDERS)}", err=True)
         sys.exit(2)
+    if out_dir is not None and not out_dir.strip():
+        click.echo("regen-fixtures: --out names no directory (an empty string: an unset "
+                   "variable?); without --out the checked-in fixtures/ are written", err=True)
+        sys.exit(2)
     if seed is not None:
         _check_draw(names, out_dir, check, retrain)
     if retrain:
@@ -88,9 +92,9 @@ def main(only, check, out_dir, quiet, retrain, seed):
             click.echo("regen-fixtures: --retrain writes a new model; it cannot be combined "
                        "with --check", err=True)
             sys.exit(2)
-        _retrain(Path(out_dir) if out_dir else None, quiet)
+        _retrain(Path(out_dir) if out_dir is not None else None, quiet)
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) if check else Path(out_dir or FIXTURES_DIR)
+        root = Path(tmp) if check else Path(out_dir if out_dir is not None else FIXTURES_DIR)
         _writable(root)             # before minutes of generation, not after
         stale = []
         with click.progressbar(names, label="regen-fixtures", file=sys.stderr,

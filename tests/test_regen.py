@@ -61,6 +61,17 @@ def test_unknown_fixture_name():
     assert r.returncode == 2 and "unknown fixture" in r.stderr
 
 
+@pytest.mark.parametrize("args", [("--seed", "5"), ()])
+def test_an_empty_out_writes_nothing(args):
+    """--out "" (an unset variable) used to fall back to fixtures/: with --seed, a fresh draw
+    was written over the checked-in fixtures."""
+    from crnn_conformance.generators.regen import FIXTURES_DIR
+    before = {p.name: p.stat().st_mtime_ns for p in FIXTURES_DIR.glob("*.h5")}
+    r = regen(*args, "--out", "", "--only", "dot16")
+    assert r.returncode == 2 and "--out names no directory" in r.stderr, r.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in FIXTURES_DIR.glob("*.h5")} == before
+
+
 def test_every_builder_is_importable():
     import importlib
     for mod in BUILDERS.values():
