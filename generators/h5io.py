@@ -239,6 +239,9 @@ def _check_manifest(f, path: Path) -> _Contents:
 def read_fixture(path) -> Fixture:
     path = Path(path)
     if not path.exists():
+        if path.is_symlink():
+            raise FixtureError(f"fixture {path} is a symbolic link that leads to no file "
+                               "(its target is missing, or a loop)")
         raise FixtureError(f"fixture not found: {path} (run `regen-fixtures`)")
     try:
         # the whole file in memory at once (the core driver): HDF5's many small reads of

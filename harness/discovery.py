@@ -36,7 +36,8 @@ def fixture_paths(opts, module, optional: bool = False) -> list[Path]:
         raise FixtureError(f"fixture directory not found: {root}")
     if root.resolve() == Path(FIXTURES_DIR).resolve():
         return [root / f"{name}.h5" for name in _standard(module)]
-    paths = [root / f"{name}.h5" for name in _standard(module) if (root / f"{name}.h5").exists()]
+    paths = [root / f"{name}.h5" for name in _standard(module)
+             if (root / f"{name}.h5").exists() or (root / f"{name}.h5").is_symlink()]
     paths += [p for p in _other_fixtures(root) if _layer_attr(p) == module.LAYER]
     if not paths and not optional:
         raise FixtureError(f"no fixtures for layer {module.LAYER} in {root} (expected "

@@ -370,3 +370,13 @@ def test_keep_going_runs_every_case_of_a_hanging_layer(ports, tmp_path):
     assert not any(t["note"].startswith("not run:") for t in data["tensors"])
     assert {t["case"] for t in data["tensors"] if t["note"].startswith("hang:")} == set(names)
     assert "not_run" not in data["layers"]["linear"] and "not_run" not in data["meta"]
+
+
+@pytest.mark.parametrize("target", ["/nonexistent/linear.h5", "linear.h5"])
+def test_a_fixture_that_is_a_broken_link_is_exit_2(tmp_path, target):
+    """--fixtures DIR with linear.h5 a dangling link or a loop: the layer's fixture is there
+    and unreadable. Before, it was skipped and the gate passed on the other files."""
+    (tmp_path / "linear.h5").symlink_to(target)
+    cannot_run(gate("--fixtures", str(tmp_path), "--layers", "linear", "-q"),
+               "is a symbolic link that leads to no file")
+
