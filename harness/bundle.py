@@ -451,6 +451,9 @@ def read_results(path, bundle: Bundle) -> Results:
     threads (a later record replaces an earlier one only when that one was cut short)."""
     p = Path(path)
     try:
+        if p.exists() and not p.is_file():
+            raise BundleError(f"results file {p} is not a regular file (a directory, a device "
+                              "or a pipe: a results file is read whole)")
         data = p.read_bytes()
     except OSError as e:
         raise BundleError(f"results file {p} cannot be read ({e.strerror or e})") from None
@@ -475,6 +478,8 @@ def read_results(path, bundle: Bundle) -> Results:
         except json.JSONDecodeError as e:
             raise ValueError(f"its platform record is not JSON: {e.msg} at character "
                              f"{e.pos}") from None
+        except RecursionError:
+            raise ValueError("its platform record is nested too deeply") from None
         if not isinstance(platform, dict):
             raise ValueError("its platform record is not a JSON object")
         arch = platform.get("arch")
@@ -566,6 +571,11 @@ def _run(r: _Reader, bundle: Bundle, p: Path, version: int) -> Run:
         if run is None:
             raise BundleError(f"results file {p} ends inside a run header at byte {start} "
                               "(truncated)") from None
+        if r.data.endswith(b"END_"):          # it ends with a whole record: no run cut short
+            raise BundleError(f"results file {p}: the run at byte {start} (case "
+                              f"{bundle.cases[run.case].name}) claims more bytes than the file "
+                              "holds, yet the file ends with a complete record: a length in "
+                              "it is damaged") from None
         r.at = len(r.data)                    # (the rest is this run's, cut short)
         run.msg = ("the runner stopped during this run: the results file ends inside its "
                    "record (killed, or out of memory?)")

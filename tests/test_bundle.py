@@ -282,11 +282,29 @@ def _first_written(data: bytes) -> int:
     ("buffer", lambda d: struct.pack_into("<I", d, _first_written(d) - 12, 99),
      "records buffer 99, but the case has buffers 0 to"),
     ("platform", lambda d: d.__setitem__(80, ord("!")), "its platform record is not JSON"),
+    ("msglen", lambda d: struct.pack_into("<I", d, d.find(b"END_") - 4, 1 << 20),
+     "claims more bytes than the file holds, yet the file ends with a complete record"),
 ])
 def test_damaged_results_cannot_run(work, small, name, edit, words):
     bundle, res = small
     r = cli("grade", str(bundle), str(_damaged(work, res, f"bad-{name}.res", edit)))
     cannot_run(r, words)
+
+
+def test_a_deep_platform_record_and_a_device_are_refused(work, small):
+    """A platform record nested 100 000 deep was an internal error (RecursionError); a path
+    such as /dev/zero was read without end (MemoryError, or the machine out of memory)."""
+    bundle, res = small
+    bc = B.read_bundle(bundle)
+    ok = B.read_results(res, bc)
+    deep = work / "deep.res"
+    _write_results(deep, bc, ok, ok.runs)
+    data = deep.read_bytes()
+    n = struct.unpack_from("<I", data, 76)[0]
+    nest = b"[" * 100_000 + b"]" * 100_000
+    deep.write_bytes(data[:76] + struct.pack("<I", len(nest)) + nest + data[80 + n:])
+    cannot_run(cli("grade", str(bundle), str(deep)), "its platform record is nested too deeply")
+    cannot_run(cli("grade", str(bundle), "/dev/zero"), "/dev/zero is not a regular file")
 
 
 def test_thread_and_isa_selection_keep_the_base_run(work, small):

@@ -26,6 +26,7 @@
 #if defined(__linux__)
 #define _GNU_SOURCE 1          /* fegetexcept (glibc) */
 #endif
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -46,6 +47,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/prctl.h>         /* PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER */
+#endif
 #include "crnn_port.h"
 
 #define RUNNER_VERSION "1"
@@ -77,14 +81,25 @@ enum { F_CANARY = 1, F_CONST = 2, F_FPENV = 4, F_POISON = 8 };
 
 /* ---- small utilities ---------------------------------------------------------------- */
 
+/* In a child of crnn-run (the port's trial load, a run): its shared flag saying that the
+ * runner itself gave up there (its one line is on stderr), not the port. */
+static volatile int32_t *g_child_failed;
+/* The port while crnn-run loads it into its own process (after a child loaded it). */
+static const char *volatile g_loading;
+
 static void cannot_run(const char *fmt, ...)
 {
     va_list ap;
+    g_loading = NULL;
     va_start(ap, fmt);
     fputs("crnn-run: cannot run: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
+    if (g_child_failed) {
+        *g_child_failed = 1;
+        _exit(2);
+    }
     exit(2);
 }
 
@@ -487,6 +502,11 @@ typedef struct {
     volatile int32_t header_done, calls_done;
     volatile uint64_t fault;       /* the address of the fault that killed the child */
     volatile int32_t faulted, n_spans;
+    volatile int32_t recorded;     /* the child wrote its run's record up to END_ (it exits 0) */
+    volatile int32_t write_failed; /* the child could not write the results file */
+    volatile int32_t runner_failed;/* crnn-run itself gave up in the child (cannot_run) */
+    volatile int32_t loaded;       /* the trial load: the port loaded and passed load_port */
+    volatile uint32_t isa_mask;    /* ... and its crnn_isa_available() */
     uint64_t span[MAX_SPANS][2];   /* each buffer's [first byte, end) in the child */
 } progress_t;
 
@@ -598,6 +618,13 @@ static void buffer_label(const op_t *op, uint32_t i, char *out, size_t n)
     }
 }
 
+/* In a run's child: the results file cannot be written; the parent says so. */
+static void write_failed(progress_t *progress)
+{
+    progress->write_failed = 1;
+    _exit(3);
+}
+
 typedef struct {
     const case_t *c;
     live_t *L;
@@ -605,6 +632,7 @@ typedef struct {
     unsigned char **pre;           /* per buffer: its content before the call (written args) */
     progress_t *progress;
     bytes_t rec;                   /* the call record being written */
+    double settle;                 /* > 0: the run's end checked again this much later */
     int fd;                        /* the results file (append) */
     uint32_t n_calls;
     int status;
@@ -728,7 +756,7 @@ static void record_call(run_t *r, const op_t *op, int32_t rc, uint32_t flags)
         put_le(&r->rec, end[j] - first[j], 8);
         put(&r->rec, r->L[idx[j]].data + first[j], end[j] - first[j]);
     }
-    if (write_all(r->fd, r->rec.p, r->rec.n) != 0) _exit(3);
+    if (write_all(r->fd, r->rec.p, r->rec.n) != 0) write_failed(r->progress);
     r->n_calls++;
     r->progress->good_end += (int64_t)r->rec.n;   /* a crash from here on keeps this call */
     r->progress->calls_done = (int32_t)r->n_calls;
@@ -742,6 +770,13 @@ static void begin_call(progress_t *p, int entry, int32_t k)
     p->entry = entry;
     p->start = now();
     p->in_call = 1;
+}
+
+/* The call returned: the time outside the port's calls counts from here. */
+static void end_call(progress_t *p)
+{
+    p->start = now();
+    p->in_call = 0;
 }
 
 /* -> 0 to go on, 1 the run ended at this call (its status set) */
@@ -761,7 +796,7 @@ static int one_call(run_t *r, void *fn, uint32_t k)
     }
     begin_call(r->progress, op->entry, (int32_t)k);
     int32_t rc = cr_call(op->entry, fn, a);
-    r->progress->in_call = 0;
+    end_call(r->progress);
     fpstate_t after = fp_state();
     uint32_t flags = 0;
     char label[64];
@@ -799,6 +834,96 @@ static int input_changed(const case_t *c, const live_t *L)
     return -1;
 }
 
+/* 1 when nothing but this thread can still write the run's buffers: on Linux, the process
+ * has no other thread and no child process (a port's thread pool, a detached thread or a
+ * clone sharing its memory are either). Elsewhere it cannot tell: 0. */
+static int alone(void)
+{
+#if defined(__linux__)
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    siginfo_t info;
+    memset(&info, 0, sizeof info);
+    return n == 1 && waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 && errno == ECHILD;
+#else
+    return 0;
+#endif
+}
+
+/* The last call of the run that wrote buffer i (-> its label), else the run's last call. */
+static void last_writer(const case_t *c, uint32_t i, char *label, size_t n, const char **name)
+{
+    *name = NULL;
+    snprintf(label, n, "buffer %u", i);
+    for (uint32_t k = c->n_ops; k-- > 0;) {
+        const op_t *op = &c->ops[k];
+        if (op->kind != 0) continue;
+        if (!*name) *name = CR_ENTRIES[op->entry].name;
+        if (is_written(op, i)) {
+            *name = CR_ENTRIES[op->entry].name;
+            buffer_label(op, i, label, n);
+            return;
+        }
+    }
+    if (!*name) *name = "its last call";
+}
+
+/* The run's end kept, then looked at again r->settle seconds later (as the gate looks at a
+ * case's last run): a written buffer, an input or a canary zone changed since is a write
+ * after the call returned (a thread of the port still running: a missing join). */
+static void settle_check(run_t *r)
+{
+    const case_t *c = r->c;
+    unsigned char **seal = calloc(c->n_buffers ? c->n_buffers : 1, sizeof(unsigned char *));
+    if (!seal) cannot_run("out of memory");
+    for (uint32_t i = 0; i < c->n_buffers; i++)
+        if (c->buffers[i].role != 0) {
+            seal[i] = xmalloc(r->L[i].bytes);
+            memcpy(seal[i], r->L[i].data, r->L[i].bytes);
+        }
+    r->progress->start = now();
+    double end = now() + r->settle;
+    for (double left = r->settle; left > 0; left = end - now()) {
+        struct timespec ts;
+        ts.tv_sec = (time_t)left;
+        ts.tv_nsec = (long)((left - (double)ts.tv_sec) * 1e9);
+        nanosleep(&ts, NULL);
+    }
+    char label[64];
+    const char *side = NULL, *name;
+    int zone = broken_zone(c, r->L, &side), input = input_changed(c, r->L);
+    for (uint32_t i = 0; i < c->n_buffers; i++) {
+        size_t at = 0, n = r->L[i].bytes;
+        const unsigned char *now_ = r->L[i].data;
+        if (!seal[i]) continue;
+        while (at < n && seal[i][at] == now_[at]) at++;
+        if (at < n) {
+            last_writer(c, i, label, sizeof label, &name);
+            fail(r, ST_CHECK, "%s changed after %s returned (byte %zu of %zu, %g s after the "
+                 "run's last call): a write after return, a thread of the port still running",
+                 label, name, at, n, r->settle);
+            break;
+        }
+    }
+    if (r->status == ST_OK && input >= 0) {
+        last_writer(c, (uint32_t)input, label, sizeof label, &name);
+        fail(r, ST_CHECK, "input buffer %d modified after the run's last call returned (within "
+             "%g s): a write after return", input, r->settle);
+    }
+    if (r->status == ST_OK && zone >= 0) {
+        last_writer(c, (uint32_t)zone, label, sizeof label, &name);
+        fail(r, ST_CHECK, "canary %s %s broken after %s returned (within %g s): a write after "
+             "return", side, label, name, r->settle);
+    }
+    for (uint32_t i = 0; i < c->n_buffers; i++) free(seal[i]);
+    free(seal);
+}
+
 typedef struct {
     void *lib;
     void *fn[CR_N_ENTRIES];
@@ -810,11 +935,11 @@ static void run_ops(run_t *r, const port_t *port, int isa, int threads)
     const case_t *c = r->c;
     begin_call(r->progress, entry_index("crnn_set_isa"), -1);
     int32_t rc = port->set_isa(isa);
-    r->progress->in_call = 0;
+    end_call(r->progress);
     if (rc == 0) {
         begin_call(r->progress, entry_index("crnn_set_threads"), -1);
         rc = port->set_threads(threads);
-        r->progress->in_call = 0;
+        end_call(r->progress);
     }
     if (rc != 0) {
         fail(r, ST_RC, "crnn_set_isa(%d) / crnn_set_threads(%d) returned %d", isa, threads, rc);
@@ -831,6 +956,7 @@ static void run_ops(run_t *r, const port_t *port, int isa, int threads)
     }
     int changed = input_changed(c, r->L);
     if (changed >= 0) fail(r, ST_CHECK, "input buffer %d modified during the run", changed);
+    else if (r->settle > 0 && !alone()) settle_check(r);
 }
 
 static void run_header(bytes_t *b, uint32_t index, int isa, int threads, uint32_t n_calls)
