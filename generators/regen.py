@@ -70,7 +70,7 @@ def regenerate(name: str, root: Path, seed: int | None = None) -> Path:
 @click.option("--retrain", is_flag=True,
               help="first retrain crnn-v0 (python -m crnn_conformance.generators.train: seeded, CPU, <= 10 min) "
                    "into fixtures/model/crnn-v0.h5 (or OUT/model/ with --out), then regenerate")
-@click.option("--seed", type=click.IntRange(min=0), default=None, metavar="N",
+@click.option("--seed", type=click.IntRange(min=0, max=2 ** 63 - 1), default=None, metavar="N",
               help="a fresh draw into --out: every builder's random inputs from (its seed, N), the "
                    "same cases with other data; not the pytorch_* fixtures")
 def main(only, check, out_dir, quiet, retrain, seed):

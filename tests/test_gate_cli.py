@@ -380,3 +380,10 @@ def test_a_fixture_that_is_a_broken_link_is_exit_2(tmp_path, target):
     cannot_run(gate("--fixtures", str(tmp_path), "--layers", "linear", "-q"),
                "is a symbolic link that leads to no file")
 
+
+
+def test_a_draw_past_64_bits_is_a_bad_option():
+    """--draw 2**64 was an internal error (HDF5 has no integer type for it), leaving an empty
+    draw directory in the cache."""
+    r = gate("--draw", str(2 ** 64), "-q")
+    assert r.returncode == 2 and "is not in the range 0<=x<=9223372036854775807" in r.stderr

@@ -23,6 +23,7 @@ import click
 
 EXIT_PASS, EXIT_FAIL, EXIT_CANNOT_RUN = 0, 1, 2
 MAX_TIMEOUT = 1e6     # seconds (11.6 days); more is a typo: `inf` says "no limit"
+MAX_DRAW = 2 ** 63 - 1   # a draw's N is stored as a 64-bit integer attribute
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -110,7 +111,8 @@ def report_options(cmd):
 
 def draw_option(cmd):
     """--draw N: gate, export and grade on fresh draw N of the fixtures instead of --fixtures."""
-    return click.option("--draw", type=click.IntRange(min=0), default=None, metavar="N",
+    return click.option("--draw", type=click.IntRange(min=0, max=MAX_DRAW), default=None,
+                        metavar="N",
                         help="fresh draw N of the fixtures (every one but the pytorch tier's), "
                              "drawn into the cache on first use; instead of --fixtures "
                              "(docs/fixtures.md, \"A fresh draw\")")(cmd)
