@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -189,16 +190,32 @@ def drawn(seed: int, layers=None, progress=None) -> Path:
     try:
         if missing:
             root.mkdir(parents=True, exist_ok=True)
+            _room_for(root, missing, seed)
             if progress:
                 progress(f"drawing {len(missing)} fixture(s) with --draw {seed} into {root} "
                          f"(once; about 35 s for all of them)")
         for name in missing:
             path = regenerate(name, root, seed)
             atomic_write(_sum_path(path), file_sha256(path))
-    except OSError as e:
+    except (OSError, RuntimeError) as e:    # (h5py raises RuntimeError for a failed write)
         raise DrawError(f"cannot write draw {seed} into {os.fsdecode(draws_dir())} "
-                        f"({e.strerror or e}); set CRNN_DRAWS_DIR to a writable directory") from None
+                        f"({getattr(e, 'strerror', None) or str(e).splitlines()[0][:200]}); "
+                        "set CRNN_DRAWS_DIR to a writable directory") from None
     return root
+
+
+def _room_for(root: Path, names, seed: int) -> None:
+    """DrawError when the file system of `root` has less free space than the draw's files
+    take (twice the published fixtures of the same names: a draw holds the same cases, and
+    each file is written beside its final name first). HDF5 fails badly on a full disk, past
+    what an exception can report, so the draw is not begun."""
+    need = 2 * sum(fixture_path(FIXTURES_DIR, n).stat().st_size for n in names
+                   if fixture_path(FIXTURES_DIR, n).exists())
+    free = shutil.disk_usage(root).free
+    if free < need:
+        raise DrawError(f"cannot write draw {seed} into {os.fsdecode(root)}: its file system has "
+                        f"{free / 2**20:.1f} MiB free, the draw needs about {need / 2**20:.1f} "
+                        "MiB; free some space or set CRNN_DRAWS_DIR to another directory")
 
 
 def _draw_attr(path: Path):

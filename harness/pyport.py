@@ -191,7 +191,11 @@ def _thread_counts(obj, spec):
 class PyPort:
     """A Python port seen as the ctypes library: `crnn_<entry>` for each method of the port
     object, plus the core entry points' defaults. `isa_names` are the port's configs (the
-    identity tier's ISA paths), `thread_counts` the thread counts it runs (None: any)."""
+    identity tier's ISA paths), `thread_counts` the thread counts it runs (None: any).
+    `returned` (set by the worker: worker._only_the_worker) is called as soon as a method
+    returns or raises, before anything else: a child of a fork() the method made ends there."""
+
+    returned = None
 
     def __init__(self, obj, spec: str):
         self._obj, self.spec = obj, spec
@@ -274,15 +278,19 @@ class PyPort:
             return self._call_core(name[5:], method, *args)
         return fn
 
+    def _returned(self) -> None:
+        if self.returned is not None:
+            self.returned()
+
     def _call_core(self, what, method, *args):
+        raised = None
         try:
             rc = method(*args)
-        except NotImplementedError:
-            return abi.E_UNSUPPORTED
-        except CrnnError as e:
-            return e.code
-        except BaseException as e:  # noqa: BLE001 (SystemExit, KeyboardInterrupt too)
-            raise self._raised(what, e) from None
+        except BaseException as e:   # noqa: BLE001 (SystemExit, KeyboardInterrupt too)
+            raised = e
+        self._returned()
+        if raised is not None:
+            return self._failed(what, raised)
         if rc is None and what.startswith("set_"):
             return 0
         if not isinstance(rc, (int, np.integer)) or isinstance(rc, bool):
@@ -292,6 +300,15 @@ class PyPort:
         except BaseException as e:   # noqa: BLE001 (an int subclass of the port's)
             raise PortException(f"{what} returned an int that int() cannot read: "
                                 f"{_first_line(e)}") from None
+
+    def _failed(self, what: str, e: BaseException) -> int:
+        """A method that raised `e`: NotImplementedError is CRNN_E_UNSUPPORTED, CrnnError its
+        code, anything else (SystemExit, KeyboardInterrupt too) PortException."""
+        if isinstance(e, NotImplementedError):
+            return abi.E_UNSUPPORTED
+        if isinstance(e, CrnnError):
+            return e.code
+        raise self._raised(what, e) from None
 
     def _raised(self, what: str, e: BaseException) -> PortException:
         """The port's traceback goes to the worker's output, which the gate attaches to the
@@ -332,14 +349,14 @@ class PyPort:
             views[b.name] = _view(addr, b.dtype, b.shape, writable=b.role != "in")
         call_args = [views[a] if t is abi.P else (float(v) if t is abi.f64 else int(v))
                      for a, t, v in zip(arg_names, sig, args)]
+        raised = None
         try:
             result = method(*call_args)
-        except NotImplementedError:
-            return abi.E_UNSUPPORTED
-        except CrnnError as e:
-            return e.code
-        except BaseException as e:  # noqa: BLE001 (SystemExit, KeyboardInterrupt too)
-            raise self._raised(name[5:], e) from None
+        except BaseException as e:   # noqa: BLE001 (SystemExit, KeyboardInterrupt too)
+            raised = e
+        self._returned()
+        if raised is not None:
+            return self._failed(name[5:], raised)
         if isinstance(result, int) and not isinstance(result, bool):
             return result                 # an error code (0: done in place)
         if result is not None:

@@ -126,7 +126,10 @@ def _clean_subclass(o):
 
 
 def _text(s: str) -> str:
-    return s.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    try:
+        return s.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:      # half a UTF-16 pair (a JSON "\ud800" escape): U+FFFD too
+        return s.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 def write(result_or_doc, directory) -> Path:

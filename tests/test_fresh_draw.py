@@ -297,3 +297,16 @@ def test_every_drawable_fixture_draws_without_extra_packages(tmp_path):
     r = no_extras("--seed", "4", "--out", str(tmp_path), "-q")
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(p.stem for p in tmp_path.glob("*.h5")) == sorted(DRAWABLE)
+
+
+def test_a_draw_is_not_begun_without_room_for_it(monkeypatch, tmp_path):
+    """On a full file system HDF5 failed past what an exception reports: 112 tracebacks, then
+    a segfault (exit 139). The draw now checks the free space first (twice the published
+    fixtures' size) and says what it needs."""
+    import shutil as sh
+    from crnn_conformance.generators import regen
+    monkeypatch.setenv("CRNN_DRAWS_DIR", str(tmp_path))
+    monkeypatch.setattr(regen.shutil, "disk_usage", lambda p: sh._ntuple_diskusage(1, 1, 4096))
+    with pytest.raises(regen.DrawError, match=r"0\.0 MiB free, the draw needs about"):
+        regen.drawn(77, ["linear"])
+    assert not list(tmp_path.rglob("*.h5"))

@@ -169,7 +169,12 @@ def _set(doc, path, value):
         doc[last] = value
 
 
-DELETE = object()
+class _Delete:
+    def __repr__(self):
+        return "<deleted>"
+
+
+DELETE = _Delete()
 
 BAD_FIELDS = [
     (("meta",), None, "meta"),
@@ -265,6 +270,15 @@ def test_report_refuses_bad_fields_cleanly(base, tmp_path, path, value, named):
     p = write(tmp_path, doc)
     clean_refusal(cli("report", p), named)
     clean_refusal(cli("report", p, "--html", str(tmp_path / "h")), named)
+
+
+def test_report_shows_an_escaped_lone_surrogate(base, tmp_path):
+    """A JSON escape of half a UTF-16 pair is valid JSON: it is shown as U+FFFD."""
+    doc = doc_of(base)
+    doc["tensors"][0].update(tensor="y\ud800", passed=False, repro="x")
+    r = cli("report", write(tmp_path, doc), "-v")
+    assert r.returncode == 0, r.stderr
+    assert "y\ufffd" in r.stdout and "FAIL" in r.stdout and "\ud800" not in r.stdout
 
 
 def test_diff_refuses_a_string_thread_count(base, tmp_path):

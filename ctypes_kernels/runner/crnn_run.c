@@ -1039,21 +1039,24 @@ static int patch_n_calls(off_t at, uint32_t n)
 
 /* In the child: the run's record written as it goes (the header, each call's record as the
  * call returns, then n_calls patched and the trailer), so the parent can finish the record
- * of a run that dies with the calls it completed. Exit 0 written, 3 not. */
+ * of a run that dies with the calls it completed. It says in progress->recorded that the
+ * record is whole before it exits 0: a port that ends the process itself (exit(0) in a call)
+ * exits 0 too, with the record unfinished. Exit 0 written, 3 not. */
 static void child_run(const case_t *c, const port_t *port, int isa, int threads, int fd,
-                      off_t at, progress_t *progress)
+                      off_t at, progress_t *progress, double settle)
 {
     run_t r = {0};
     catch_faults(progress);
     r.c = c;
     r.fd = fd;
+    r.settle = settle;
     r.L = make_buffers(c, progress);
     r.snap = calloc(c->n_buffers ? c->n_buffers : 1, sizeof(unsigned char *));
     r.pre = calloc(c->n_buffers ? c->n_buffers : 1, sizeof(unsigned char *));
     r.progress = progress;
     bytes_t b = {0};
     run_header(&b, c->index, isa, threads, 0);
-    if (write_all(fd, b.p, b.n) != 0) _exit(3);
+    if (write_all(fd, b.p, b.n) != 0) write_failed(progress);
     progress->good_end = (int64_t)at + (int64_t)b.n;
     progress->header_done = 1;
     run_ops(&r, port, isa, threads);
@@ -1062,8 +1065,9 @@ static void child_run(const case_t *c, const port_t *port, int isa, int threads,
     progress->status = r.status;
     memcpy(progress->msg, r.msg, sizeof r.msg);
     fflush(NULL);
-    if (patch_n_calls(at, r.n_calls) != 0) _exit(3);
-    _exit(append_record(fd, &b) == 0 ? 0 : 3);
+    if (patch_n_calls(at, r.n_calls) != 0 || append_record(fd, &b) != 0) write_failed(progress);
+    progress->recorded = 1;
+    _exit(0);
 }
 
 /* ---- the parent: one child per run, its time limit, crashes recorded ---------------- */
@@ -1071,8 +1075,8 @@ static void child_run(const case_t *c, const port_t *port, int isa, int threads,
 typedef struct {
     const char *port_path, *bundle_dir, *results, *case_glob;
     int isas[N_ISAS], n_isas;
-    int threads[64], n_threads;
-    double timeout;
+    int threads[256], n_threads;
+    double timeout, settle;
     int resume;
 } options_t;
 
@@ -1106,62 +1110,294 @@ static const char *signal_name(int sig)
     case SIGILL: return "SIGILL";
     case SIGKILL: return "SIGKILL";
     case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
     default: return "signal";
     }
 }
 
-/* Waits for the child; kills it when a call runs past the limit. -> wait status, or -1 for a
- * time-out (*call: the call that ran too long). */
-static int wait_child(pid_t pid, int alive_fd, progress_t *progress, double timeout, int *call)
+/* ---- the children: process groups, time limits, what they leave behind -------------
+ *
+ * Every child (the port's trial load, each run) leads a process group of its own, so what
+ * the port starts in it (a helper process, a server) is killed with it: once the child has
+ * ended (or at its time limit) the parent kills the whole group. The parent waits for the
+ * child itself (SIGCHLD through a pipe to poll), never for the end of a pipe a descendant
+ * could hold open. On Linux the child also dies with the parent (PR_SET_PDEATHSIG) and the
+ * parent is a child subreaper, so a process that left the group (setsid) comes back to it
+ * as an orphan when the run's child ends and is killed too. SIGTERM, SIGINT and SIGHUP to
+ * crnn-run kill the child's group, drop the unfinished record and end crnn-run by the same
+ * signal. */
+
+static int g_wake[2] = {-1, -1};           /* SIGCHLD -> a byte here */
+static volatile sig_atomic_t g_stop;       /* the stop signal received */
+static volatile sig_atomic_t g_child;      /* the child alive (not yet reaped), or 0 */
+static volatile sig_atomic_t g_waiting;    /* in wait_child: it ends crnn-run itself */
+static int g_results_fd = -1;              /* the results file and the start of the record */
+static off_t g_run_at = -1;                /* of the run in progress (dropped on a stop) */
+static int g_subreaper;                    /* orphans of the port come back to crnn-run */
+static pid_t g_before[64];                 /* children crnn-run had before it started any */
+static int g_n_before;
+
+static void on_child(int sig)
 {
-    for (;;) {
-        int ms = 200;
-        if (progress->in_call && timeout > 0) {
-            double left = progress->start + timeout - now();
-            if (left <= 0) {
-                *call = progress->call_index;
-                kill(pid, SIGKILL);
-                int st;
-                while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
-                return -1;
-            }
-            ms = left < 0.2 ? (int)(left * 1000) + 1 : 200;
-        }
-        struct pollfd p = {alive_fd, POLLIN, 0};
-        int n = poll(&p, 1, ms);
-        if (n > 0) {                   /* the child's end of the pipe closed: it has exited */
-            int st;
-            while (waitpid(pid, &st, 0) < 0)
-                if (errno != EINTR) return 0;
-            return st;
-        }
+    int e = errno;
+    char byte = 0;
+    (void)sig;
+    if (g_wake[1] >= 0 && write(g_wake[1], &byte, 1) < 0) {}
+    errno = e;
+}
+
+static void on_stop(int sig)
+{
+    pid_t child = (pid_t)g_child;
+    g_stop = sig;
+    if (child > 0) {
+        kill(-child, SIGKILL);
+        kill(child, SIGKILL);
+    }
+    if (!g_waiting) {                      /* (wait_child cleans up and ends crnn-run) */
+        signal(sig, SIG_DFL);
+        raise(sig);                        /* delivered when the handler returns */
     }
 }
 
-static int run_one(const options_t *o, const case_t *c, const port_t *port, int isa,
-                   int threads, int fd, progress_t *progress)
+static void stops(int how, sigset_t *old)
 {
-    off_t at = lseek(fd, 0, SEEK_END);
-    int alive[2];
-    if (at < 0 || pipe(alive) != 0) cannot_run("results %s: %s", o->results, strerror(errno));
-    memset((void *)progress, 0, sizeof *progress);
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGTERM);
+    sigaddset(&s, SIGINT);
+    sigaddset(&s, SIGHUP);
+    sigprocmask(how, &s, old);
+}
+
+#if defined(__linux__)
+/* crnn-run's children, as the kernel lists them (/proc/self/task/T/children), or by the
+ * parent pid of every process when that list is not there. */
+static int list_children(pid_t *out, int max)
+{
+    char path[128];
+    int n = 0, listed = 0;
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "/proc/self/task/%.32s/children", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        listed = 1;
+        long v;
+        while (n < max && fscanf(f, "%ld", &v) == 1) out[n++] = (pid_t)v;
+        fclose(f);
+    }
+    if (d) closedir(d);
+    if (listed || !(d = opendir("/proc"))) return n;
+    long me = (long)getpid();
+    while (n < max && (e = readdir(d)) != NULL) {
+        char *end, buf[512];
+        long pid = strtol(e->d_name, &end, 10), ppid;
+        if (*end || pid <= 0) continue;
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t got = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[got] = 0;
+        char *rp = strrchr(buf, ')'), state;
+        if (rp && sscanf(rp + 1, " %c %ld", &state, &ppid) == 2 && ppid == me) out[n++] = (pid_t)pid;
+    }
+    closedir(d);
+    return n;
+}
+#endif
+
+/* The port's processes that outlived their run's child and came back to crnn-run (the
+ * subreaper), killed with their groups and reaped; crnn-run's children from before it
+ * started any are left alone. */
+static void reap_orphans(void)
+{
+    int st;
+    pid_t w;
+#if defined(__linux__)
+    for (int round = 0; g_subreaper && round < 64; round++) {
+        while ((w = waitpid(-1, &st, WNOHANG)) > 0) {}
+        if (w < 0) return;                 /* no child at all */
+        pid_t kids[256];
+        int n = list_children(kids, 256), k = 0;
+        for (int i = 0; i < n; i++) {
+            int before = 0;
+            for (int j = 0; j < g_n_before; j++) before |= g_before[j] == kids[i];
+            if (before) continue;
+            kill(-kids[i], SIGKILL);       /* its own group, if it made one (setsid) */
+            kill(kids[i], SIGKILL);
+            kids[k++] = kids[i];
+        }
+        if (!k) return;
+        for (int i = 0; i < k; i++)
+            while (waitpid(kids[i], &st, 0) < 0 && errno == EINTR) {}
+    }
+#endif
+    while ((w = waitpid(-1, &st, WNOHANG)) > 0) {}
+}
+
+/* The process control set up once: the SIGCHLD pipe, the stop signals' handler, on Linux
+ * the subreaper. */
+static void control_children(void)
+{
+    if (pipe(g_wake) != 0) cannot_run("no pipe: %s", strerror(errno));
+    for (int i = 0; i < 2; i++) {
+        fcntl(g_wake[i], F_SETFL, fcntl(g_wake[i], F_GETFL) | O_NONBLOCK);
+        fcntl(g_wake[i], F_SETFD, FD_CLOEXEC);
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = on_child;
+    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &sa, NULL);
+    sa.sa_handler = on_stop;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+#if defined(__linux__) && defined(PR_SET_CHILD_SUBREAPER)
+    g_subreaper = prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0;
+    if (g_subreaper) g_n_before = list_children(g_before, 64);
+#endif
+}
+
+/* fork: the child in a process group of its own, with the default signal actions and, on
+ * Linux, killed when crnn-run dies; -> 0 in the child, its pid in the parent. */
+static pid_t spawn(void)
+{
+    sigset_t old;
+    pid_t parent = getpid();
     fflush(NULL);
+    stops(SIG_BLOCK, &old);
     pid_t pid = fork();
     if (pid < 0) cannot_run("fork failed: %s", strerror(errno));
     if (pid == 0) {
-        close(alive[0]);
-        child_run(c, port, isa, threads, fd, at, progress);
+        setpgid(0, 0);
+        signal(SIGCHLD, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        close(g_wake[0]);
+        close(g_wake[1]);
+        g_wake[0] = g_wake[1] = -1;
+#if defined(__linux__)
+        prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+        if (getppid() != parent) _exit(4);     /* crnn-run died before it could be told */
+#else
+        (void)parent;
+#endif
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        return 0;
     }
-    close(alive[1]);
-    int call = -1;
-    int st = wait_child(pid, alive[0], progress, o->timeout, &call);
-    close(alive[0]);
+    g_child = pid;
+    setpgid(pid, pid);                         /* (as the child does: whichever is first) */
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    return pid;
+}
+
+/* A stop signal arrived while a child ran: its group killed, its orphans too, the record
+ * of its run dropped (the file ends with the last whole record: --resume runs it again),
+ * then crnn-run ends by the same signal. */
+static void stop_now(pid_t pid)
+{
+    int sig = (int)g_stop, st;
+    sigset_t s;
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    g_child = 0;
+    reap_orphans();
+    if (g_results_fd >= 0 && g_run_at >= 0 && ftruncate(g_results_fd, g_run_at) != 0) {}
+    fprintf(stderr, "crnn-run: stopped by %s (signal %d): the run in progress was killed and "
+            "is not recorded\n", signal_name(sig), sig);
+    signal(sig, SIG_DFL);
+    sigemptyset(&s);
+    sigaddset(&s, sig);
+    sigprocmask(SIG_UNBLOCK, &s, NULL);
+    raise(sig);
+    _exit(128 + sig);
+}
+
+/* Waits for the child; kills it (and its group) when a call runs past `timeout`, or when it
+ * spends `outside` seconds outside the port's calls (0: no limit). -> its wait status, or -1
+ * when it was killed for time (*call, *in_call: where it was). What is left of its process
+ * group is killed while the child, a zombie, still holds its pid. */
+static int wait_child(pid_t pid, progress_t *progress, double timeout, double outside,
+                      int *call, int *in_call)
+{
+    int st = 0, killed = 0;
+    g_waiting = 1;
+    for (;;) {
+        if (g_stop) stop_now(pid);
+        siginfo_t info;
+        memset(&info, 0, sizeof info);
+        int w = waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT);
+        if ((w == 0 && info.si_pid == pid) || (w < 0 && errno != EINTR)) break;
+        int ms = 1000, inside = progress->in_call;
+        double limit = inside ? timeout : outside;
+        if (limit > 0) {
+            double left = progress->start + limit - now();
+            if (left <= 0) {
+                *call = progress->call_index;
+                *in_call = inside;
+                killed = 1;
+                break;
+            }
+            if (left < 1) ms = (int)(left * 1000) + 1;
+        }
+        struct pollfd p = {g_wake[0], POLLIN, 0};
+        if (poll(&p, 1, ms) > 0) {
+            char buf[64];
+            while (read(g_wake[0], buf, sizeof buf) > 0) {}
+        }
+    }
+    if (killed) kill(pid, SIGKILL);
+    kill(-pid, SIGKILL);
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    g_child = 0;
+    g_waiting = 0;
+    reap_orphans();
+    if (g_stop) stop_now(pid);
+    return killed ? -1 : st;
+}
+
+static int run_one(const options_t *o, const case_t *c, const port_t *port, int isa,
+                   int threads, int fd, progress_t *progress, double settle)
+{
+    off_t at = lseek(fd, 0, SEEK_END);
+    if (at < 0) cannot_run("results %s: %s", o->results, strerror(errno));
+    memset((void *)progress, 0, sizeof *progress);
+    progress->entry = -1;
+    progress->start = now();
+    g_results_fd = fd;
+    g_run_at = at;
+    pid_t pid = spawn();
+    if (pid == 0) {
+        g_child_failed = &progress->runner_failed;
+        child_run(c, port, isa, threads, fd, at, progress, settle);
+    }
+    int call = -1, in_call = 0;
+    /* outside the port's calls a run does the runner's own work, and waits out the settle
+     * window: a generous limit, only so that nothing can hang crnn-run for good */
+    double outside = o->timeout > 0 ? (o->timeout < 60 ? 60 : o->timeout) + settle : 0;
+    int st = wait_child(pid, progress, o->timeout, outside, &call, &in_call);
+    g_run_at = -1;
     char msg[256];
     int status;
-    if (st == -1) {
+    const char *entry = progress->entry >= 0 ? CR_ENTRIES[progress->entry].name : NULL;
+    if (st == -1 && in_call) {
         status = ST_TIMEOUT;
-        snprintf(msg, sizeof msg, "%s did not return within %g s (call %d)",
-                 CR_ENTRIES[progress->entry].name, o->timeout, call);
+        snprintf(msg, sizeof msg, "%s did not return within %g s (call %d)", entry, o->timeout,
+                 call);
+    } else if (st == -1) {
+        status = ST_TIMEOUT;
+        snprintf(msg, sizeof msg, "the run did not end within %g s after %s returned (call %d)",
+                 outside, entry ? entry : "its start", call);
     } else if (WIFSIGNALED(st)) {
         status = ST_CRASH;
         int sig = WTERMSIG(st);
@@ -1170,20 +1406,28 @@ static int run_one(const options_t *o, const case_t *c, const port_t *port, int 
             fault_report(progress, &c->ops[progress->call_index], where, sizeof where);
         if (progress->in_call)
             snprintf(msg, sizeof msg, "%s (signal %d) in %s (call %d)%s", signal_name(sig), sig,
-                     CR_ENTRIES[progress->entry].name, progress->call_index, where);
+                     entry, progress->call_index, where);
         else
             snprintf(msg, sizeof msg, "%s (signal %d) outside the port's calls", signal_name(sig), sig);
-    } else if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+    } else if (WIFEXITED(st) && WEXITSTATUS(st) == 0 && progress->recorded) {
         return progress->status;       /* the child recorded its run */
     } else {
         status = ST_CRASH;
-        if (progress->in_call)
-            snprintf(msg, sizeof msg, "the process exited with %d in %s (call %d)",
-                     WIFEXITED(st) ? WEXITSTATUS(st) : -1, CR_ENTRIES[progress->entry].name,
+        int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        if (progress->write_failed)
+            snprintf(msg, sizeof msg, "the run's record could not be written (exit %d)", code);
+        else if (progress->runner_failed)
+            snprintf(msg, sizeof msg, "crnn-run could not go on in the run's process (exit %d; "
+                     "its message is on stderr)", code);
+        else if (progress->in_call)
+            snprintf(msg, sizeof msg, "the port exited (status %d) in %s (call %d)", code, entry,
                      progress->call_index);
+        else if (entry)
+            snprintf(msg, sizeof msg, "the port exited (status %d) after %s returned (call %d)",
+                     code, entry, progress->call_index);
         else
-            snprintf(msg, sizeof msg, "the run's record could not be written (exit %d)",
-                     WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+            snprintf(msg, sizeof msg, "the run's process exited (status %d) before the port's "
+                     "first call", code);
     }
     snprintf(progress->msg, sizeof progress->msg, "%s", msg);
     if (record_parent(fd, at, progress, c, isa, threads, status, msg) != 0)

@@ -263,6 +263,8 @@ def _worker(conn, port_path: str, layers: list[str], helper_path: str | None, sh
                                 f"{pyport._first_line(e)}"))
         return
     _only_the_worker()              # (a fork() in the port's initialisation)
+    if isinstance(lib, pyport.PyPort):
+        lib.returned = _only_the_worker     # (a fork() in a method: before its exception is told)
     problem = fp_problem(fpenv(helper), f"right after loading the port {port_path}")
     if problem and check_fpenv:
         conn.send(("porterror", problem + " (its initialisation enables it: was it built or "
