@@ -367,11 +367,17 @@ def probe_fp(cc: str, opt: str) -> dict:
         src.write_text(PROBE_SOURCE)
         for n, flags in enumerate(variants):
             exe = Path(tmp) / f"probe{n}"
-            r = subprocess.run([cc, *flags, "-o", str(exe), str(src)],
-                               capture_output=True, text=True, check=False)
+            cmd = [cc, *flags, "-o", str(exe), str(src)]
+            try:
+                r = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                                   timeout=COMPILE_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                raise BuildError(f"the compiler did not finish within {COMPILE_TIMEOUT} s: "
+                                 f"{' '.join(cmd)}") from None
             if r.returncode != 0:
                 raise BuildError(f"the floating-point probe does not compile with {cc} "
                                  f"{' '.join(flags)}: {r.stderr.strip()}")
+            check_output(cmd)
             if run is None:     # another machine's program, no emulator: compiled, not run
                 results.append({"flags": " ".join(flags), "ran": False})
                 continue
@@ -440,15 +446,49 @@ def _run_all(cmds: list[list[str]], verbose: bool, cwd: Path | None = None) -> N
                                                       cwd=cwd), err))
             cmd, proc, err = running.pop(0)
             with err:
-                if proc.wait() != 0:
+                try:
+                    code = proc.wait(COMPILE_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    raise BuildError(f"the compiler did not finish within {COMPILE_TIMEOUT} s: "
+                                     f"{' '.join(cmd)}") from None
+                if code != 0:
                     err.seek(0)
                     raise BuildError(f"compiling the bundled kernels failed: {' '.join(cmd)}\n"
                                      f"{err.read().decode(errors='replace').strip()}")
+                check_output(cmd, cwd)
     finally:
         for _, proc, err in running:
             proc.kill()
             proc.wait()
             err.close()
+
+
+COMPILE_TIMEOUT = 600      # seconds for one compiler command: more is a hung compiler
+# the first bytes of an object, library or executable: ELF, Mach-O (both word sizes and byte
+# orders, and universal), PE (MZ), COFF objects (x86-64, arm64, i386, armv7)
+OBJECT_MAGICS = (b"\x7fELF", b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf", b"\xce\xfa\xed\xfe",
+                 b"\xcf\xfa\xed\xfe", b"\xca\xfe\xba\xbe", b"MZ", b"\x64\x86", b"\x64\xaa",
+                 b"\x4c\x01", b"\xc4\x01")
+
+
+def check_output(cmd: list[str], cwd: Path | None = None) -> None:
+    """BuildError unless the file a successful compiler command names with -o exists, and is
+    an object, library or executable (not for -E's text): a compiler that exits 0 without
+    writing one, or writes something else, is named here, not later as a broken cache."""
+    if "-o" not in cmd:
+        return
+    out = Path(cmd[cmd.index("-o") + 1])
+    out = out if out.is_absolute() or cwd is None else Path(cwd) / out
+    try:
+        head = out.open("rb").read(4)
+    except OSError:
+        head = None
+    why = ("wrote no file" if head is None else "wrote an empty file" if not head else
+           None if "-E" in cmd or head.startswith(OBJECT_MAGICS) else
+           f"wrote a file that is no object, library or executable (it begins {head!r})")
+    if why:
+        raise BuildError(f"the compiler exited 0 but {why} at {os.fsdecode(out)}: "
+                         f"{' '.join(cmd)}")
 
 
 def _cached_library(root: Path, digest: str, filename: str, make) -> Path:

@@ -74,9 +74,15 @@ def build_runner(out, cc: str | None = None, verbose: bool = False) -> Path:
                "-o", str(out), str(RUNNER_SOURCE), "-ldl", "-lm"]
         if verbose:
             print(" ".join(cmd))
-        r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                               timeout=build.COMPILE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise build.BuildError(f"the compiler did not finish within "
+                                   f"{build.COMPILE_TIMEOUT} s: {' '.join(cmd)}") from None
     if r.returncode != 0:
         raise build.BuildError(f"compiling crnn-run failed: {' '.join(cmd)}\n{r.stderr.strip()}")
+    build.check_output(cmd)
     return out
 
 

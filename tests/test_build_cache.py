@@ -58,3 +58,23 @@ def test_the_key_is_the_text_and_the_flags_but_not_the_defines():
     assert k != objcache.key("gcc 12", ["gcc", "-O3"], b"int f;")
     assert k != objcache.key("gcc 13", ["gcc", "-O2"], b"int f;")
     assert k != objcache.key("gcc 12", ["gcc", "-O2"], b"int g;")
+
+
+@pytest.mark.parametrize("script, words", [
+    ("exit 0", "wrote no file"),
+    ('for a; do [ "$prev" = -o ] && echo garbage > "$a"; prev=$a; done; exit 0',
+     "wrote a file that is no object, library or executable"),
+])
+def test_a_compiler_that_exits_0_without_an_output_is_named(tmp_path, monkeypatch, script,
+                                                            words):
+    """build-runner said 'crnn-run for x86_64: rr' with no file written (or an 8-byte text
+    file), and build-port blamed the build cache ('No such file or directory')."""
+    from crnn_conformance.ctypes_kernels import build, crossbuild
+    monkeypatch.setenv("CRNN_CACHE_DIR", str(tmp_path / "cache"))
+    cc = tmp_path / "fakecc"
+    cc.write_text(f"#!/bin/sh\n{script}\n")
+    cc.chmod(0o755)
+    for make in (lambda: crossbuild.build_runner(tmp_path / "rr", cc=str(cc)),
+                 lambda: build.build(cc=str(cc))):
+        with pytest.raises(build.BuildError, match=f"the compiler exited 0 but {words}"):
+            make()
