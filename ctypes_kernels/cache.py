@@ -144,5 +144,12 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def cache_error(e: OSError, where: Path) -> str:
-    return (f"cannot write the build cache {os.fsdecode(where)!r} ({e.strerror or e}); set "
+    why = e.strerror
+    errors = e.args[0] if isinstance(e, shutil.Error) and e.args else None
+    if not why and isinstance(errors, list) and errors:    # copytree's (src, dst, why) list
+        why = str(errors[0][-1]) + (f" (and {len(errors) - 1} more file(s))"
+                                    if len(errors) > 1 else "")
+    why = str(why or e)
+    why = why if len(why) <= 300 else why[:300] + "..."
+    return (f"cannot write the build cache {os.fsdecode(where)!r} ({why}); set "
             "CRNN_CACHE_DIR to a writable directory")

@@ -78,3 +78,14 @@ def test_a_compiler_that_exits_0_without_an_output_is_named(tmp_path, monkeypatc
                  lambda: build.build(cc=str(cc))):
         with pytest.raises(build.BuildError, match=f"the compiler exited 0 but {words}"):
             make()
+
+
+def test_a_copytree_failure_is_one_short_reason():
+    """A full disk during the build's copy of the sources gave a 5 kB line holding a Python
+    list of every file's error."""
+    import shutil
+    from crnn_conformance.ctypes_kernels import cache
+    e = shutil.Error([("src", "dst", "[Errno 28] No space left on device: 'src'")] * 40)
+    line = cache.cache_error(e, __import__("pathlib").Path("/cache"))
+    assert "No space left on device" in line and "(and 39 more file(s))" in line
+    assert len(line) < 300 and "[(" not in line

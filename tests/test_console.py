@@ -167,3 +167,10 @@ def test_a_layer_not_implemented_names_the_cases_it_did_answer():
     assert _layer_line("lstm", {**st, "checks": 5}, many).endswith("(f/c0, f/c1, f/c2 and 2 more)")
     assert _layer_line("lstm", {**st, "checks": 0}, []) == \
         "[lstm] not implemented: crnn_lstm_forward returned -4 (CRNN_E_UNSUPPORTED)"
+
+
+def test_regen_fixtures_under_the_main_command_shows_its_options():
+    """`crnn-conformance regen-fixtures --help` listed no options (the wrapper's own help)."""
+    r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "regen-fixtures",
+                        "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--only NAME" in r.stdout and "--seed N" in r.stdout

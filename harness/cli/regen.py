@@ -6,7 +6,8 @@ import click
 from .common import guarded
 
 
-@click.command("regen-fixtures", context_settings={"ignore_unknown_options": True})
+@click.command("regen-fixtures", context_settings={"ignore_unknown_options": True},
+               add_help_option=False)      # (--help is regen-fixtures' own, with its options)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def regen_fixtures(args):
     """Same as the `regen-fixtures` command."""
