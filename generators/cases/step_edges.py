@@ -13,7 +13,8 @@ that sums from +0 (or loses a zero's sign on the way) returns +0.
   neg_zero_fc_b1   one line (T = 18): g = g_0 with no addition at all
 
 and configs no other fixture has (shapes()): odd conv heights, a dead unit feeding a second
-LSTM layer.
+LSTM layer, two long lines of one length at a hidden size no vector fills (each direction's
+packed weights must stay its own while the other direction runs).
 """
 from __future__ import annotations
 
@@ -115,4 +116,11 @@ def shapes(rng) -> list:
             p[f"lstm0.{d}.{k}"][g0] = 0.0
     cases.append(_plain("dead_lstm0_unit_nl2", two, p, rng, [12, 12, 9], [[1, 2], [2], [3, 1]],
                         "lstm0's unit 0 is +0 at every step: lstm1's dx there still matters"))
+    long = {"name": "long-equal-lines", "input_height": 4, "input_channels": 1,
+            "blocks": [blk(2, 2)], "lstm_layers": 1, "hidden": 3, "classes": 4,
+            "alphabet": "abc"}
+    cases.append(_plain("equal_lines_T1000_H3", long, model.init_params(long, rng), rng,
+                        [2000, 2000], [[1, 2], [2, 1]],
+                        "two lines of one length, 1000 steps, hidden 3: the directions of "
+                        "both lines run side by side, long enough for a race between them"))
     return cases
