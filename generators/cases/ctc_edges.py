@@ -83,11 +83,16 @@ def many(rng):
                     kind = KINDS[i % len(KINDS)] if i < len(KINDS) else str(rng.choice(KINDS))
                     scale = 1.0 / float(rng.choice([1, 2, 3, 4, 7]))
                     lines.append((logits_kind(rng, kind, T, K), tgt, scale))
+    return _many("many_tiny", lines)
+
+
+def _many(name, lines):
+    """A case of kind `many`: each (logits [T][K], target, scale) line one call."""
     inputs = {"logits": np.concatenate([z.astype(F32).ravel() for z, _, _ in lines]),
               "shapes": np.array([[z.shape[0], z.shape[1], len(t)] for z, t, _ in lines], np.int64),
               "targets": np.array([v for _, t, _ in lines for v in t], np.int32),
               "scales": np.array([s for _, _, s in lines], np.float64)}
-    c = exact.case(LAYER, "many_tiny", {"kind": "many", "lines": len(lines)}, inputs)
+    c = exact.case(LAYER, name, {"kind": "many", "lines": len(lines)}, inputs)
     c.params["infeasible"] = int(np.sum(np.isinf(c.expected["exact"]["loss"])))
     return c
 
@@ -156,10 +161,4 @@ def many_short(rng, n=600):
         T, K = int(rng.integers(8, 17)), int(rng.integers(2, 5))
         tgt = [int(v) for v in rng.integers(1, K, int(rng.integers(2, 6)))]
         lines.append((rng.normal(0, 10.0, (T, K)), tgt, 1.0 / float(rng.choice([1, 2, 4]))))
-    inputs = {"logits": np.concatenate([z.astype(F32).ravel() for z, _, _ in lines]),
-              "shapes": np.array([[z.shape[0], z.shape[1], len(t)] for z, t, _ in lines], np.int64),
-              "targets": np.array([v for _, t, _ in lines for v in t], np.int32),
-              "scales": np.array([s for _, _, s in lines], np.float64)}
-    c = exact.case(LAYER, "many_short_T8_16_K2_4", {"kind": "many", "lines": len(lines)}, inputs)
-    c.params["infeasible"] = int(np.sum(np.isinf(c.expected["exact"]["loss"])))
-    return c
+    return _many("many_short_T8_16_K2_4", lines)

@@ -51,19 +51,8 @@ def weights(rng, cfg) -> dict:
 
 def _case(name, rng, widths, targets):
     cfg = config()
-    params = weights(rng, cfg)
-    images = [rng.uniform(0, 1, (cfg["input_height"], w)).astype(F32) for w in widths]
-    specs = model.param_specs(cfg)
-    inputs = {"cfg": model.cfg_array(cfg), "params": model.flatten(cfg, params),
-              "widths": np.array(widths, np.int32),
-              "images": np.concatenate([im.ravel() for im in images]),
-              "target_lens": np.array([len(t) for t in targets], np.int32),
-              "targets": np.array([v for t in targets for v in t], np.int32)}
-    meta = {"config": cfg, "names": [s.name for s in specs], "shapes": [list(s.shape) for s in specs],
-            "B": len(widths), "widths": list(widths), "target_lens": [len(t) for t in targets],
-            "steps": [model.steps_for_width(cfg, w) for w in widths],
-            "note": "classifier dW rows of absent classes: -0 in every line"}
-    c = exact.case(LAYER, name, meta, inputs)
+    c = _plain(name, cfg, weights(rng, cfg), rng, widths, targets,
+               "classifier dW rows of absent classes: -0 in every line")
     fcW = c.expected["exact"]["fc.W"]
     c.params["negative_zero_fc_W"] = int(np.sum((fcW == 0) & np.signbit(fcW)))
     if not c.params["negative_zero_fc_W"]:
