@@ -6,7 +6,7 @@ adamw's conv0.W are different cases). A change is new usage minus
 old usage (unbounded usage, a crash or NaN, counts as infinite); the table is sorted by the
 largest increase first. Records present in only one run are counted and listed after it; a
 check of OLD that NEW lacks is lost coverage, which `fails(threshold)` counts as a failure
-as it counts an increase beyond the threshold.
+as it counts an increase beyond the threshold and a check that passed in OLD and fails in NEW.
 """
 from __future__ import annotations
 
@@ -49,10 +49,15 @@ class Diff:
         """The changes whose usage grew by more than `threshold` (a NaN change counts)."""
         return [c for c in self.changes if not c.delta <= threshold]
 
+    @property
+    def regressed(self) -> list:
+        """The changes that passed in OLD and fail in NEW, whatever their usage's growth."""
+        return [c for c in self.changes if c.old_passed and not c.new_passed]
+
     def fails(self, threshold: float) -> bool:
-        """`--fail-on-increase threshold`: some usage grew by more than it, or some check of
-        OLD is missing from NEW."""
-        return bool(self.increased(threshold) or self.removed)
+        """`--fail-on-increase threshold`: some usage grew by more than it, a check that
+        passed in OLD fails in NEW, or some check of OLD is missing from NEW."""
+        return bool(self.increased(threshold) or self.regressed or self.removed)
 
 
 class DuplicateCheck(ValueError):

@@ -7,15 +7,15 @@ minItems, maxItems, minimum, maximum, exclusiveMinimum, minLength, pattern, anyO
 allOf, $ref), so every field the schema describes is checked the same way, and a
 problem is named by its path in the document: `tensors[3].usage`, `meta.threads[0]`.
 
-A reader is more lenient than the schema in two ways: it requires only the keys the reports
-need (READER_REQUIRED: `schema_version` and `tensors` at the top, the record keys of
-json_report.REQUIRED_RECORD_KEYS, nothing in `meta`), and it ignores keys it does not know
-(a later version may add optional fields), and it leaves out the schema's if/then rules,
-which tie one field to another as the gate writes them (a failed record's `repro` is not
-empty; a bit tier's `resolution` is null) without changing what a report can show. Every field that is present must have the type
-and range the schema gives it. On top of the schema: no NaN or Infinity (JSON has neither;
-the gate writes null), no number beyond binary64's range, at most MAX_DEPTH levels of
-nesting, and a histogram's and heat map's sizes that agree with each other."""
+A reader is more lenient than the schema in three ways: it requires only the keys the
+reports need (`schema_version` and `tensors` at the top, json_report.REQUIRED_RECORD_KEYS in
+a record, nothing in `meta`: _required()); it ignores keys it does not know (a later version
+may add optional fields); and it leaves out the schema's if/then rules, which tie one field
+to another as the gate writes them (a failed record's `repro` is not empty, a bit tier's
+`resolution` is null) without changing what a report can show. Every field that is present
+must have the type and range the schema gives it. On top of the schema: no NaN or Infinity
+(JSON has neither; the gate writes null), no number beyond binary64's range, at most
+MAX_DEPTH levels of nesting, and a histogram's and heat map's sizes that agree."""
 from __future__ import annotations
 
 import json
@@ -30,18 +30,24 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class Invalid(ValueError):
-    """The document does not follow the schema: `path` names the field, `problem` says how."""
+    """The document does not follow the schema: `path` names the field, `problem` says how.
+    `where` is a path string or the checker's (parent, key) chain, spelled out only here."""
 
-    def __init__(self, path: str, problem: str):
+    def __init__(self, where, problem: str):
+        path = where if isinstance(where, str) else _spell(where)
         self.path, self.problem = path, problem
         super().__init__(f"{path or 'the document'} {problem}")
 
 
-class Constant:
-    """NaN, Infinity or -Infinity in the file (Python's json reads them; JSON has none)."""
+class Constant(float):
+    """NaN, Infinity or -Infinity in the file (Python's json reads them; JSON has none). A
+    float, so that where the schema says nothing (an unknown key of `meta`) the reports treat
+    it as any non-finite number: null."""
 
-    def __init__(self, text: str):
+    def __new__(cls, text: str):
+        self = super().__new__(cls, text)
         self.text = text
+        return self
 
 
 def parse(text: str):
@@ -67,7 +73,7 @@ def check(doc) -> None:
     """Raises Invalid naming the first field of `doc` that the schema does not allow."""
     _depth(doc)
     s = schema()
-    _Checker(s.get("$defs", {}), _required()).check(doc, s, "", "#")
+    _Checker(s.get("$defs", {}), _required()).check(doc, s, None, "#")
     for i, r in enumerate(doc["tensors"]):
         _sizes(r, f"tensors[{i}]")
 
@@ -80,8 +86,20 @@ def join(path: str, key) -> str:
     return f"{path}[{json.dumps(key)}]"
 
 
+def _spell(chain) -> str:
+    """The path string of a (parent, key) chain: ((None, "tensors"), 3) -> tensors[3]."""
+    keys = []
+    while chain is not None:
+        chain, key = chain
+        keys.append(key)
+    path = ""
+    for key in reversed(keys):
+        path = join(path, key)
+    return path
+
+
 def _depth(doc) -> None:
-    stack = [(doc, "", 1)]
+    stack = [(doc, None, 1)]
     while stack:
         v, path, d = stack.pop()
         if d > MAX_DEPTH:
@@ -90,7 +108,7 @@ def _depth(doc) -> None:
         items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
         for k, x in items:
             if isinstance(x, (dict, list)):
-                stack.append((x, join(path, k), d + 1))
+                stack.append((x, (path, k), d + 1))
 
 
 def _types(v) -> set:
@@ -131,11 +149,55 @@ def _want(types) -> str:
     return " or ".join(_NAMES.get(t, t) for t in types)
 
 
+_PY = {"null": (type(None),), "boolean": (bool,), "integer": (int,), "number": (int, float),
+       "string": (str,)}
+
+
+def _scalar(types: tuple, low):
+    def fits(v) -> bool:
+        t = type(v)
+        return (t in types and (t is not float or v - v == 0.0)
+                and (t is not int or -1e308 < v < 1e308)
+                and (low is None or v is None or v >= low))
+    return fits
+
+
+def _leaf(s: dict, defs: dict):
+    """A quick test that accepts the common values of a scalar schema (a heat map's cells, a
+    record's numbers, a tier's name) without the full check, or False. Whatever it does not
+    accept goes through the full check, which says what is wrong."""
+    keys = set(s) - {"description"}
+    if keys == {"$ref"}:
+        return _leaf(defs[s["$ref"].rsplit("/", 1)[-1]], defs)
+    if keys == {"enum"} and all(isinstance(e, str) for e in s["enum"]):
+        names = frozenset(s["enum"])
+        return lambda v: type(v) is str and v in names
+    if keys == {"anyOf"}:
+        first = _leaf(s["anyOf"][0], defs)
+        return first if first else False          # the first branch alone: enough to accept
+    if "type" not in keys or not keys <= {"type", "minimum"}:
+        return False
+    want = s["type"] if isinstance(s["type"], list) else [s["type"]]
+    if not set(want) <= set(_PY):
+        return False
+    return _scalar(tuple({t for w in want for t in _PY[w]}), s.get("minimum"))
+
+
 class _Checker:
     def __init__(self, defs: dict, required: dict):
         self.defs, self.required = defs, required
+        self.leaves: dict = {}
 
-    def check(self, v, s: dict, path: str, name: str | None = None) -> None:
+    def leaf(self, s: dict):
+        leaf = self.leaves.get(id(s))
+        if leaf is None:
+            leaf = self.leaves[id(s)] = _leaf(s, self.defs)
+        return leaf
+
+    def check(self, v, s: dict, path, name: str | None = None) -> None:
+        leaf = self.leaf(s)
+        if leaf and leaf(v):
+            return                  # anything else: the full check below says what is wrong
         if "$ref" in s:
             ref = s["$ref"].rsplit("/", 1)[-1]
             return self.check(v, self.defs[ref], path, ref)
@@ -188,30 +250,36 @@ class _Checker:
         if "maxItems" in s and len(v) > s["maxItems"]:
             raise Invalid(path, f"has more than {s['maxItems']} items")
         prefix = s.get("prefixItems", [])
+        items = s.get("items")
+        leaf = self.leaf(items) if isinstance(items, dict) else False
         for i, x in enumerate(v):
-            sub = prefix[i] if i < len(prefix) else s.get("items")
-            if isinstance(sub, dict):
-                self.check(x, sub, join(path, i))
+            sub = prefix[i] if i < len(prefix) else items
+            if isinstance(sub, dict) and not (sub is items and leaf and leaf(x)):
+                self.check(x, sub, (path, i))
 
     def _object(self, v, s, path, name):
         required = self.required.get(name, s.get("required", ()))
         missing = [k for k in required if k not in v]
         if missing:
-            raise Invalid(path, f"lacks {', '.join(missing)}" if path else
+            raise Invalid(path, f"lacks {', '.join(missing)}" if path is not None else
                           f"lacks the key(s) {', '.join(missing)}")
         props = s.get("properties", {})
         extra = s.get("additionalProperties")
         for k, x in v.items():
             if "propertyNames" in s:
                 try:
-                    self.check(k, s["propertyNames"], join(path, k))
+                    self.check(k, s["propertyNames"], (path, k))
                 except Invalid as e:
-                    raise Invalid(path, f"has the key {show(k)}, which is not allowed here "
-                                        f"({e.problem})") from None
+                    want = e.problem.split("; ", 1)[-1]
+                    raise Invalid(path, f"has the key {show(k)}; {want} for a key here") \
+                        from None
             if k in props:
-                self.check(x, props[k], join(path, k))
+                sub = props[k]
+                leaf = self.leaf(sub)
+                if not (leaf and leaf(x)):
+                    self.check(x, sub, (path, k))
             elif isinstance(extra, dict):
-                self.check(x, extra, join(path, k))
+                self.check(x, extra, (path, k))
 
     def _any(self, v, branches, path):
         errors = []

@@ -362,3 +362,15 @@ def test_every_field_either_renders_or_is_refused(base, tmp_path):
         junit.write(got, tmp_path / "j.xml")
         diff.render(diff.diff(got, got))
     assert refused > 50
+
+
+def test_a_check_that_newly_fails_fails_the_diff_whatever_the_threshold(base, tmp_path):
+    """Usage 0.9 -> 1.1 grows by 0.2, below --fail-on-increase 0.5, but the check now fails:
+    a CI gate on drift must not let a new failure through."""
+    old, new = doc_of(base), doc_of(base)
+    old["tensors"][0]["usage"] = 0.9
+    new["tensors"][0].update(usage=1.1, passed=False, mismatches=1)
+    r = cli("diff", write(tmp_path, old, "old.json"), write(tmp_path, new, "new.json"),
+            "--fail-on-increase", "0.5")
+    assert r.returncode == 1 and "1 check(s) that passed in OLD fail in NEW" in r.stderr, \
+        r.stdout + r.stderr

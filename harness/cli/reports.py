@@ -41,7 +41,9 @@ def report(results, html_dir, junit_path, quiet, verbose):
 @click.argument("old", type=click.Path(dir_okay=False))
 @click.argument("new", type=click.Path(dir_okay=False))
 @click.option("--fail-on-increase", type=float, default=None, metavar="X",
-              help="exit 1 when any record's usage grew by more than X")
+              help="exit 1 when any record's usage grew by more than X (a finite number "
+                   "at least 0), a check that passed in OLD fails in NEW, or a check of OLD is "
+                   "missing from NEW")
 @click.option("--tiers", default=None, help="only these tiers (comma list; default all)")
 @click.option("--all", "show_all", is_flag=True, help="list unchanged records too")
 @click.option("--limit", type=int, default=None, help="list at most this many records")
@@ -50,8 +52,8 @@ def diff(old, new, fail_on_increase, tiers, show_all, limit):
 
     Usage is |diff| / allowance for the float64 and pytorch tiers and the max ulp distance for
     exact and identity. Exit 0, or 1 with --fail-on-increase X when any usage grew by more
-    than X or when a check of OLD is missing from NEW (lost coverage); 2 when a file cannot be
-    read or does not follow the schema."""
+    than X, a check that passed in OLD fails in NEW, or a check of OLD is missing from NEW
+    (lost coverage); 2 when a file cannot be read or does not follow the schema."""
     from ...reports import diff as D
     try:
         wanted = _split(tiers, TIERS, "tier")
@@ -60,8 +62,6 @@ def diff(old, new, fail_on_increase, tiers, show_all, limit):
     if fail_on_increase is not None and not (math.isfinite(fail_on_increase)
                                              and fail_on_increase >= 0):
         cannot_run(f"--fail-on-increase wants a finite number at least 0, not {fail_on_increase:g}")
-    if limit is not None and limit < 1:
-        cannot_run(f"--limit wants a number of records at least 1, not {limit}")
     a, b = _load([old, new])
     try:
         d = D.diff(a, b, wanted)
@@ -73,6 +73,8 @@ def diff(old, new, fail_on_increase, tiers, show_all, limit):
         if grew:
             click.echo(f"usage increased by more than {fail_on_increase:g} in {len(grew)} "
                        f"check(s)", err=True)
+        if d.regressed:
+            click.echo(f"{len(d.regressed)} check(s) that passed in OLD fail in NEW", err=True)
         if d.removed:
             click.echo(f"{len(d.removed)} check(s) of OLD are missing from NEW (lost coverage)",
                        err=True)
