@@ -174,3 +174,13 @@ def test_regen_fixtures_under_the_main_command_shows_its_options():
     r = subprocess.run([sys.executable, "-m", "crnn_conformance.harness.cli", "regen-fixtures",
                         "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--only NAME" in r.stdout and "--seed N" in r.stdout
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """`crnn-conformance info | head -1`: was 'internal error (BrokenPipeError)', exit 2."""
+    p = subprocess.Popen([sys.executable, "-m", "crnn_conformance.harness.cli", "info"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.read(1)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) in (0, 141) and "internal error" not in err, err

@@ -211,6 +211,10 @@ def last_resort(command: str):
     except (SystemExit, click.exceptions.ClickException, click.exceptions.Exit,
             click.exceptions.Abort):
         raise
+    except BrokenPipeError:          # the reader of stdout went away (`| head`): as a shell's
+        devnull = os.open(os.devnull, os.O_WRONLY)     # command does, end quietly with SIGPIPE's
+        os.dup2(devnull, sys.stdout.fileno())          # 128 + 13 (nothing more can be printed)
+        sys.exit(128 + signal.SIGPIPE)
     except Exception as e:
         log = _log_traceback(command)
         where = f"the traceback is in {log}" if log else "no log could be written"
