@@ -1,17 +1,20 @@
 /* crnn_run.c — crnn-run: a case bundle run on a port where the gate cannot load it.
  *
- *   crnn-run PORT BUNDLE RESULTS [--isa LIST] [--threads LIST] [--timeout S] [--case GLOB]
- *            [--resume]
+ *   crnn-run PORT BUNDLE RESULTS [--isa LIST] [--threads LIST] [--timeout S] [--settle S]
+ *            [--case GLOB] [--resume] [--results-version 1|2]
  *
  * Plain C99 + POSIX + dlopen, no other library: it builds for any machine with a C compiler
  * (crnn-conformance build-runner, also with a cross compiler). It loads PORT, checks its ABI
- * version, reads BUNDLE/cases.bin (docs/runner.md has the bundle and results formats) and
+ * version (first in a child, so a library whose loading crashes, exits or hangs is one line
+ * and exit 2), reads BUNDLE/cases.bin (docs/runner.md has the bundle and results formats) and
  * runs every case on every ISA path the port advertises x every thread count, each run in a
- * forked child, so a crash or a hang loses that run only. Around every call it keeps the
+ * forked child leading its own process group, so a crash, a hang, an exit or a process the
+ * port leaves behind loses that run only. Around every call it keeps the
  * gate's guarantees where the platform allows: canary zones around every buffer, const
  * arguments compared with their content before the call, outputs poisoned before each run,
  * the floating-point environment checked before and after (rounding and trap enables through
- * fenv.h; FTZ/DAZ through MXCSR on x86-64, FZ through FPCR on aarch64). What it could not
+ * fenv.h; FTZ/DAZ through MXCSR on x86-64, FZ through FPCR on aarch64), a case's first and
+ * last run looked at again after a settle window (a write after return). What it could not
  * keep on this platform goes into the results file's platform record ("not_kept").
  * Each run record is written as the run goes (every call's record as the call returns) and
  * synced when the run ends; the parent finishes the record of a run the child could not
@@ -20,7 +23,8 @@
  * killed itself.
  *
  * Exit: 0 every run ok (or not implemented), 1 some run failed (rc, crash, hang, check),
- * 2 cannot run (bad option, unreadable or malformed bundle, port not loadable, ABI version).
+ * 2 cannot run (bad option, unreadable or malformed bundle, port not loadable, ABI version);
+ * stopped by SIGTERM, SIGINT or SIGHUP it kills the run in progress and dies of that signal.
  */
 #define _POSIX_C_SOURCE 200809L
 #if defined(__linux__)
@@ -57,6 +61,7 @@
 #define GUARD_MIN 16384          /* a buffer this large also lies between two guard regions */
 #define GUARD 65536              /* inaccessible bytes each side (address space only) */
 #define MAX_SPANS 4096
+#define SETTLE 0.1               /* seconds: a case's last run is looked at again this late */
 
 /* The results file's version: 2 (a written record is the span of bytes the call changed) or
  * 1 (whole buffers); --results-version, or the existing file's under --resume. */
@@ -904,14 +909,13 @@ static void settle_check(run_t *r)
         while (at < n && seal[i][at] == now_[at]) at++;
         if (at < n) {
             last_writer(c, i, label, sizeof label, &name);
-            fail(r, ST_CHECK, "%s changed after %s returned (byte %zu of %zu, %g s after the "
-                 "run's last call): a write after return, a thread of the port still running",
-                 label, name, at, n, r->settle);
+            fail(r, ST_CHECK, "%s changed after %s returned (at byte %zu of %zu, found %g s "
+                 "after the run's last call): a write after return (a thread of the port still "
+                 "running?)", label, name, at, n, r->settle);
             break;
         }
     }
     if (r->status == ST_OK && input >= 0) {
-        last_writer(c, (uint32_t)input, label, sizeof label, &name);
         fail(r, ST_CHECK, "input buffer %d modified after the run's last call returned (within "
              "%g s): a write after return", input, r->settle);
     }
@@ -1137,6 +1141,8 @@ static off_t g_run_at = -1;                /* of the run in progress (dropped on
 static int g_subreaper;                    /* orphans of the port come back to crnn-run */
 static pid_t g_before[64];                 /* children crnn-run had before it started any */
 static int g_n_before;
+static const int STOP_SIGNALS[3] = {SIGTERM, SIGINT, SIGHUP};
+static struct sigaction g_stop_was[3];     /* their actions when crnn-run started */
 
 static void on_child(int sig)
 {
@@ -1165,9 +1171,7 @@ static void stops(int how, sigset_t *old)
 {
     sigset_t s;
     sigemptyset(&s);
-    sigaddset(&s, SIGTERM);
-    sigaddset(&s, SIGINT);
-    sigaddset(&s, SIGHUP);
+    for (int i = 0; i < 3; i++) sigaddset(&s, STOP_SIGNALS[i]);
     sigprocmask(how, &s, old);
 }
 
@@ -1257,9 +1261,10 @@ static void control_children(void)
     sigaction(SIGCHLD, &sa, NULL);
     sa.sa_handler = on_stop;
     sa.sa_flags = SA_RESTART;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    for (int i = 0; i < 3; i++) {          /* (one ignored from the start stays ignored) */
+        sigaction(STOP_SIGNALS[i], NULL, &g_stop_was[i]);
+        if (g_stop_was[i].sa_handler != SIG_IGN) sigaction(STOP_SIGNALS[i], &sa, NULL);
+    }
 #if defined(__linux__) && defined(PR_SET_CHILD_SUBREAPER)
     g_subreaper = prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0;
     if (g_subreaper) g_n_before = list_children(g_before, 64);
@@ -1279,9 +1284,7 @@ static pid_t spawn(void)
     if (pid == 0) {
         setpgid(0, 0);
         signal(SIGCHLD, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGHUP, SIG_DFL);
+        for (int i = 0; i < 3; i++) sigaction(STOP_SIGNALS[i], &g_stop_was[i], NULL);
         close(g_wake[0]);
         close(g_wake[1]);
         g_wake[0] = g_wake[1] = -1;
@@ -1295,6 +1298,7 @@ static pid_t spawn(void)
         return 0;
     }
     g_child = pid;
+    g_waiting = 1;                             /* a stop from here on: wait_child cleans up */
     setpgid(pid, pid);                         /* (as the child does: whichever is first) */
     sigprocmask(SIG_SETMASK, &old, NULL);
     return pid;
@@ -1307,10 +1311,12 @@ static void stop_now(pid_t pid)
 {
     int sig = (int)g_stop, st;
     sigset_t s;
-    kill(-pid, SIGKILL);
-    kill(pid, SIGKILL);
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
-    g_child = 0;
+    if (g_child) {                             /* (not yet reaped: the pid is still its) */
+        kill(-pid, SIGKILL);
+        kill(pid, SIGKILL);
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+        g_child = 0;
+    }
     reap_orphans();
     if (g_results_fd >= 0 && g_run_at >= 0 && ftruncate(g_results_fd, g_run_at) != 0) {}
     fprintf(stderr, "crnn-run: stopped by %s (signal %d): the run in progress was killed and "
@@ -1360,9 +1366,9 @@ static int wait_child(pid_t pid, progress_t *progress, double timeout, double ou
     kill(-pid, SIGKILL);
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
     g_child = 0;
-    g_waiting = 0;
     reap_orphans();
-    if (g_stop) stop_now(pid);
+    g_waiting = 0;                 /* a stop signal from here on ends crnn-run at once; */
+    if (g_stop) stop_now(pid);     /* one before it, here */
     return killed ? -1 : st;
 }
 
@@ -1396,8 +1402,12 @@ static int run_one(const options_t *o, const case_t *c, const port_t *port, int 
                  call);
     } else if (st == -1) {
         status = ST_TIMEOUT;
-        snprintf(msg, sizeof msg, "the run did not end within %g s after %s returned (call %d)",
-                 outside, entry ? entry : "its start", call);
+        if (entry)
+            snprintf(msg, sizeof msg, "the run did not end within %g s after %s returned "
+                     "(call %d)", outside, entry, call);
+        else
+            snprintf(msg, sizeof msg, "the run did not reach the port's first call within %g s",
+                     outside);
     } else if (WIFSIGNALED(st)) {
         status = ST_CRASH;
         int sig = WTERMSIG(st);
@@ -1490,6 +1500,8 @@ static void cpu_name(char *out, size_t n)
     fclose(f);
 }
 
+static double g_settle = SETTLE;   /* --settle */
+
 /* The guarantees of the gate this build of crnn-run cannot keep on this platform. */
 static int not_kept(const char **out)
 {
@@ -1502,6 +1514,14 @@ static int not_kept(const char **out)
 #endif
     out[n++] = "what the port prints is not kept apart: it goes to crnn-run's own stdout "
                "and stderr, and is not in the results";
+#if !defined(__linux__)
+    out[n++] = "a run's process is not killed when crnn-run itself is killed with SIGKILL "
+               "(no parent-death signal on this platform)";
+    out[n++] = "a process the port starts that leaves its run's process group (setsid) is not "
+               "killed after the run (no child subreaper on this platform)";
+#endif
+    if (!(g_settle > 0))
+        out[n++] = "a write after a call returned is not looked for (--settle 0)";
     return n;
 }
 
@@ -1684,6 +1704,82 @@ static uint32_t isa_mask(const port_t *port)
     return ((uint32_t (*)(void))port->fn[entry_index("crnn_isa_available")])();
 }
 
+/* The port loaded first in a child, within --timeout: a library whose constructors (or
+ * crnn_abi_version, crnn_isa_available) crash, end the process or do not return is exit 2
+ * with one line, before crnn-run loads it into its own process. -> crnn_isa_available(). */
+static uint32_t trial_load(const options_t *o, progress_t *progress)
+{
+    memset((void *)progress, 0, sizeof *progress);
+    progress->entry = -1;
+    progress->start = now();
+    progress->in_call = 1;                 /* the whole load has the time limit of a call */
+    pid_t pid = spawn();
+    if (pid == 0) {
+        port_t port;
+        g_child_failed = &progress->runner_failed;
+        load_port(o->port_path, &port);
+        progress->isa_mask = isa_mask(&port);
+        progress->loaded = 1;
+        _exit(0);
+    }
+    int call, in_call;
+    int st = wait_child(pid, progress, o->timeout, 0, &call, &in_call);
+    if (st == -1)
+        cannot_run("port %s did not finish loading within %g s (--timeout): a constructor, "
+                   "crnn_abi_version or crnn_isa_available that does not return", o->port_path,
+                   o->timeout);
+    if (progress->runner_failed) exit(2);  /* load_port's one line is out */
+    if (WIFSIGNALED(st))
+        cannot_run("port %s crashed while it was loaded: %s (signal %d) in a constructor, "
+                   "crnn_abi_version or crnn_isa_available", o->port_path,
+                   signal_name(WTERMSIG(st)), WTERMSIG(st));
+    if (!progress->loaded || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        cannot_run("port %s exited (status %d) while it was loaded: a constructor, "
+                   "crnn_abi_version or crnn_isa_available ended the process", o->port_path,
+                   WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    return progress->isa_mask;
+}
+
+/* Loading the port into crnn-run's own process (it loaded in a child already: a port that
+ * behaves otherwise the second time): a crash, an exit or a hang there is one line, exit 2. */
+static char g_load_msg[4400];
+static size_t g_load_msg_n;
+
+static void load_failed(int sig)
+{
+    (void)sig;
+    if (write(2, g_load_msg, g_load_msg_n) < 0) {}
+    _exit(2);
+}
+
+static void load_exit(void)
+{
+    if (g_loading) load_failed(0);
+}
+
+static uint32_t guarded_load(const options_t *o, port_t *port)
+{
+    static const int sigs[6] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGALRM};
+    struct sigaction sa, old[6];
+    int n = snprintf(g_load_msg, sizeof g_load_msg, "crnn-run: cannot run: port %s crashed, "
+                     "exited or hung when crnn-run loaded it into its own process (after a "
+                     "trial load in a child went well)\n", o->port_path);
+    g_load_msg_n = n < 0 ? 0 : (size_t)n < sizeof g_load_msg ? (size_t)n : sizeof g_load_msg - 1;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = load_failed;
+    sigemptyset(&sa.sa_mask);
+    atexit(load_exit);
+    for (int i = 0; i < 6; i++) sigaction(sigs[i], &sa, &old[i]);
+    g_loading = o->port_path;
+    if (o->timeout > 0) alarm(o->timeout < 1e6 ? (unsigned)o->timeout + 1 : 1000000u);
+    load_port(o->port_path, port);
+    uint32_t mask = isa_mask(port);
+    alarm(0);
+    g_loading = NULL;
+    for (int i = 0; i < 6; i++) sigaction(sigs[i], &old[i], NULL);
+    return mask;
+}
+
 /* The first ABI symbol case c calls that the port does not export, or NULL. */
 static const char *missing_symbol(const case_t *c, const port_t *port)
 {
@@ -1699,7 +1795,7 @@ static void usage_error(const char *fmt, const char *what)
     fprintf(stderr, "crnn-run: cannot run: ");
     fprintf(stderr, fmt, what);
     fprintf(stderr, "\nusage: crnn-run PORT BUNDLE RESULTS [--isa LIST] [--threads LIST] "
-                    "[--timeout S] [--case GLOB] [--resume] [--results-version 1|2]\n");
+                    "[--timeout S] [--settle S] [--case GLOB] [--resume] [--results-version 1|2]\n");
     exit(2);
 }
 
@@ -1713,7 +1809,9 @@ static void parse_isas(options_t *o, const char *list)
             if (strcmp(t, ISA_NAMES[i]) == 0) found = i;
         if (found < 0)
             usage_error("--isa: unknown ISA path '%s' (scalar, sse, avx2, avx512, neon)", t);
-        if (o->n_isas < N_ISAS) o->isas[o->n_isas++] = found;
+        for (int i = 0; i < o->n_isas; i++)
+            if (o->isas[i] == found) usage_error("--isa: '%s' is given twice (a run is run once)", t);
+        o->isas[o->n_isas++] = found;
     }
     free(copy);
     if (!o->n_isas) usage_error("--isa: no ISA path in '%s'", list);
@@ -1727,7 +1825,10 @@ static void parse_threads(options_t *o, const char *list)
         char *end;
         long v = strtol(t, &end, 10);
         if (*end || v < 1 || v > 256) usage_error("--threads: '%s' is not a count in 1..256", t);
-        if (o->n_threads < 64) o->threads[o->n_threads++] = (int)v;
+        for (int i = 0; i < o->n_threads; i++)
+            if (o->threads[i] == (int)v)
+                usage_error("--threads: '%s' is given twice (a run is run once)", t);
+        o->threads[o->n_threads++] = (int)v;
     }
     free(copy);
     if (!o->n_threads) usage_error("--threads: no thread count in '%s'", list);
@@ -1742,6 +1843,7 @@ static void parse_options(int argc, char **argv, options_t *o)
     o->n_threads = 4;
     o->n_isas = 0;
     o->timeout = 120.0;
+    o->settle = SETTLE;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has_value = i + 1 < argc;
@@ -1761,6 +1863,12 @@ static void parse_options(int argc, char **argv, options_t *o)
             o->timeout = strcmp(v, "inf") == 0 ? 0.0 : strtod(v, &end);
             if (strcmp(v, "inf") != 0 && (*end || !(o->timeout > 0)))
                 usage_error("--timeout: '%s' is not a positive number of seconds (or inf)", v);
+        } else if (strcmp(a, "--settle") == 0 && has_value) {
+            char *end;
+            const char *v = argv[++i];
+            o->settle = strtod(v, &end);
+            if (*end || !(o->settle >= 0 && o->settle <= 60))
+                usage_error("--settle: '%s' is not a number of seconds in 0..60", v);
         } else if (a[0] == '-' && a[1] == '-') usage_error("unknown or incomplete option '%s'", a);
         else if (n_pos < 3) pos[n_pos++] = a;
         else usage_error("unexpected argument '%s'", a);
@@ -1788,6 +1896,14 @@ static void run_case(const options_t *o, const case_t *c, const port_t *port, co
                      int n_isas, int fd, progress_t *progress, const done_t *done)
 {
     const char *missing = missing_symbol(c, port);
+    /* the case's first run here (grade's base run, which every tier judges) and its last
+     * (the most threads): their ends are looked at again after the settle window */
+    int first = -1, last = -1;
+    for (int j = 0; j < n_isas * o->n_threads; j++)
+        if (!is_done(done, c->index, isas[j / o->n_threads], o->threads[j % o->n_threads])) {
+            if (first < 0) first = j;
+            last = j;
+        }
     for (int i = 0; i < n_isas; i++)
         for (int t = 0; t < o->n_threads; t++) {
             int isa = isas[i], threads = o->threads[t];
@@ -1799,7 +1915,9 @@ static void run_case(const options_t *o, const case_t *c, const port_t *port, co
                 if (record_parent(fd, at, NULL, c, isa, threads, status, missing) != 0)
                     cannot_run("results %s cannot be written: %s", o->results, strerror(errno));
             } else {
-                status = run_one(o, c, port, isa, threads, fd, progress);
+                status = run_one(o, c, port, isa, threads, fd, progress,
+                                 i * o->n_threads + t == first ||
+                                 i * o->n_threads + t == last ? o->settle : 0);
             }
             status_counts[status]++;
             if (status != ST_OK && status != ST_MISSING)
@@ -1814,9 +1932,18 @@ int main(int argc, char **argv)
     parse_options(argc, argv, &o);
     bundle_t bundle;
     read_bundle(o.bundle_dir, &bundle);
+    progress_t *progress = mmap(NULL, sizeof(progress_t), PROT_READ | PROT_WRITE,
+                                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (progress == MAP_FAILED) cannot_run("no shared memory: %s", strerror(errno));
+    signal(SIGPIPE, SIG_IGN);
+    control_children();
+    g_settle = o.settle;
+    uint32_t mask = trial_load(&o, progress);
     port_t port;
-    load_port(o.port_path, &port);
-    uint32_t mask = isa_mask(&port);
+    uint32_t again = guarded_load(&o, &port);
+    if (again != mask)
+        cannot_run("port %s: crnn_isa_available() returned 0x%x, then 0x%x", o.port_path, mask,
+                   again);
     if (!(mask & 1))
         cannot_run("port %s: crnn_isa_available() returned 0x%x, without bit 0 (scalar)",
                    o.port_path, mask);
@@ -1841,10 +1968,6 @@ int main(int argc, char **argv)
     int fd = open_results(&o, &bundle, port_sha, &done);
     g_patch_fd = open(o.results, O_WRONLY);
     if (g_patch_fd < 0) cannot_run("results %s cannot be written: %s", o.results, strerror(errno));
-    progress_t *progress = mmap(NULL, sizeof(progress_t), PROT_READ | PROT_WRITE,
-                                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (progress == MAP_FAILED) cannot_run("no shared memory: %s", strerror(errno));
-    signal(SIGPIPE, SIG_IGN);
     int selected = 0;
     double t0 = now();
     for (uint32_t i = 0; i < bundle.n_cases; i++) {
