@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from testports import ROOT, cannot_run, gate  # noqa: E402
+from testports import cannot_run, gate, gone, ROOT  # noqa: E402
 
 LAYERS = ["--layers", "dot16"]
 
@@ -150,13 +150,6 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] == "Z"    # a zombie is gone too
-    except FileNotFoundError:
-        return True
-
 
 def _hanging_gate(so):
     p = subprocess.Popen([sys.executable, "-m", "crnn_conformance.harness.cli", "gate", "--port",
@@ -180,9 +173,9 @@ def test_a_signal_ends_the_worker_and_exits_128_plus_n(sig, ports):
     assert p.returncode == 128 + sig, (p.returncode, err)
     assert err.strip() == f"crnn-conformance: gate: interrupted by {sig.name}"
     deadline = time.time() + 10
-    while time.time() < deadline and not all(_gone(k) for k in kids):
+    while time.time() < deadline and not all(gone(k) for k in kids):
         time.sleep(0.1)
-    assert all(_gone(k) for k in kids), kids
+    assert all(gone(k) for k in kids), kids
 
 
 def test_a_signal_whose_raise_python_drops_still_ends_the_command():
@@ -217,9 +210,9 @@ def test_a_killed_gate_takes_its_worker_with_it(ports):
     p.kill()
     p.communicate(timeout=30)
     deadline = time.time() + 10
-    while time.time() < deadline and not all(_gone(k) for k in kids):
+    while time.time() < deadline and not all(gone(k) for k in kids):
         time.sleep(0.1)
-    assert all(_gone(k) for k in kids), kids
+    assert all(gone(k) for k in kids), kids
 
 
 # ---- 11. the report directory is checked before the run -------------------------------------------

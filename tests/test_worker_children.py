@@ -17,7 +17,7 @@ import pytest
 
 from crnn_conformance.harness import pyport
 
-from testports import ROOT, cannot_run, gate  # noqa: E402
+from testports import cannot_run, gate, gone, ROOT  # noqa: E402
 
 BASE = """
 import os, subprocess, sys, time
@@ -53,13 +53,6 @@ def linear_gate(spec, *args, **kw):
                 *args, **kw)
 
 
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
 
 def _left_running(tmp_path, wait: float = 5.0) -> list[int]:
     """The noted pids still running after up to `wait` seconds (killed, so none stays)."""
@@ -67,9 +60,9 @@ def _left_running(tmp_path, wait: float = 5.0) -> list[int]:
     pids = [int(x) for x in note.read_text().split()] if note.exists() else []
     assert pids, "the port started no process"
     deadline = time.time() + wait
-    while time.time() < deadline and not all(map(_gone, pids)):
+    while time.time() < deadline and not all(map(gone, pids)):
         time.sleep(0.05)
-    left = [p for p in pids if not _gone(p)]
+    left = [p for p in pids if not gone(p)]
     for p in left:
         try:
             os.kill(p, signal.SIGKILL)

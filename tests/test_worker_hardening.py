@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from testports import FLAGS, HERE, ROOT, gate  # noqa: E402
+from testports import FLAGS, gate, gone, HERE, ROOT  # noqa: E402
 
 # testport.c's dot16 (correct) behind a hostile crnn_dot16, crnn_isa_available and crnn_set_isa
 HOSTILE = r"""
@@ -246,17 +246,10 @@ def test_a_fork_in_a_call_ends_the_child_and_the_gate_goes_on(tmp_path):
     assert r.stdout.strip().splitlines()[-1].startswith("PASS")
     child = int(note.read_text())
     deadline = time.time() + 10
-    while time.time() < deadline and not _gone(child):
+    while time.time() < deadline and not gone(child):
         time.sleep(0.1)
-    assert _gone(child)
+    assert gone(child)
 
-
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 # ---- 4. ISA paths this machine cannot execute -------------------------------------------------------
@@ -312,9 +305,9 @@ def test_a_killed_gate_takes_the_allowance_pool_with_it(tmp_path):
     p.send_signal(signal.SIGKILL)
     p.wait(30)
     deadline = time.time() + 15
-    while time.time() < deadline and not all(_gone(k) for k in kids):
+    while time.time() < deadline and not all(gone(k) for k in kids):
         time.sleep(0.1)
-    left = [k for k in kids if not _gone(k)]
+    left = [k for k in kids if not gone(k)]
     for k in left:                                          # (no stray process after a failure)
         os.kill(k, signal.SIGKILL)
     assert not left, left

@@ -52,3 +52,13 @@ def cannot_run(r, *fragments) -> str:
     for f in fragments:
         assert f in lines[0], (f, lines[0])
     return lines[0]
+
+
+def gone(pid: int) -> bool:
+    """The process `pid` has ended (a zombie, waiting to be reaped, counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
