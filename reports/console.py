@@ -34,7 +34,8 @@ LEGEND = (
     "                         break or probe) returned its documented code and wrote nothing",
     "                         it may not (docs/port-abi.md, \"The error contract\")",
     "  -                      no check of this tier for this tensor (no such reference)",
-    "  no result              the port crashed, hung or returned an error (see its FAIL line)",
+    "  no result              the port crashed, hung or returned an error, or (grade) the",
+    "                         results hold no run of the case there (see its FAIL line)",
 )
 LEGEND_LAYERS = (
     "legend (a check = one tensor of one case compared in one tier on one ISA x threads run):",
@@ -42,7 +43,8 @@ LEGEND_LAYERS = (
     "  worst      exact, identity: = every bit equal in every check; 69x27898ulp: the worst",
     "             check, 69 elements differ, the farthest by 27898 units in the last place",
     "             float64, pytorch: the largest allowance usage, max |diff| / allowance",
-    "             (passes at <= 1); no result: the port crashed, hung or returned an error",
+    "             (passes at <= 1); no result: the port crashed, hung or returned an error,",
+    "             or (grade) the results hold no run of a case (its FAIL line says which)",
     "             contract: ok every call returned its documented code and wrote nothing",
     "  worst res  the largest resolution of the tier's checks: the smallest uniform relative",
     "             error of the port's output that the weakest check would detect; above 1,",
