@@ -246,7 +246,9 @@ def verdict(doc: dict) -> str:
     passed = doc.get("passed", all(r["passed"] for r in recs))
     ni = [l for l, st in layers.items() if st["status"] == "not implemented"]
     gated = len(layers) - len(ni)
-    tail = f"; not implemented: {', '.join(ni)}" if ni else ""
+    named = [f"{l} (partly: {layers[l]['checks']} checks of the cases it answered)"
+             if layers[l].get("checks") else l for l in ni]
+    tail = f"; not implemented: {', '.join(named)}" if ni else ""
     if m.get("no_fixture"):
         tail += f"; no fixture: {', '.join(m['no_fixture'])}"
     return (f"{'PASS' if passed else 'FAIL'}: {s['checks'] - s['failed']} of {s['checks']} checks "

@@ -369,6 +369,19 @@ def test_missing_and_unsupported_methods_are_not_implemented(tmp_path):
     assert strict.returncode == 1 and "returned -4 (CRNN_E_UNSUPPORTED)" in strict.stdout
 
 
+def test_a_layer_unsupported_on_one_case_is_named_partly_implemented(tmp_path):
+    """linear answering CRNN_E_UNSUPPORTED on one case: the layer is not implemented, and
+    its other cases' checks still run. The verdict said '28 tensors in 0 layers; not
+    implemented: linear' without a word of the checks that ran."""
+    source = LINEAR.replace("return x @ W.T + b", "if T == 16 and I == 37 and O == 37:\n"
+                            "            return -4\n        return x @ W.T + b")
+    r = gate("--port", port_file(tmp_path, source) + ":Port", "--layers", "available",
+             "--tiers", "float64", "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"not implemented: .*linear \(partly: \d+ checks of the cases it "
+                     r"answered\)", r.stdout), r.stdout
+
+
 @pytest.mark.parametrize("code", ["return -3", "raise CrnnError(-3)"])
 def test_an_error_code_fails_the_case(tmp_path, code):
     source = ("from crnn_conformance.harness.pyport import CrnnError\n" + LINEAR).replace(
