@@ -34,6 +34,15 @@ Underflow in the backward's dots over p (dW, db) and o (dcol), dense and listed:
                                  it ran the dense dots below four chunks); C = 16 also its sparse
                                  dcol (products underflow there too). The last one is called
                                  without dx.
+A NaN weight meeting +0 values (nan_meets_zeros()):
+  nan_W_zero_x_C1, _C3, _C16     channel 1 holds one NaN weight (the centre tap): +0 * NaN is
+                                 NaN, a term of every dot, so the channel's conv values are
+                                 NaN everywhere and lose every window; its dC is then +0
+                                 everywhere, and every dcol that reads the NaN is NaN, so dx is.
+                                 Half the image is +0 (whole windows), as after a ReLU and pool,
+                                 and the channel's bias is positive: a port that leaves out the
+                                 +0 terms of x (forward) or of dC (dcol) without checking that
+                                 W is finite has the bias win those windows and a finite dx.
 """
 from __future__ import annotations
 
@@ -200,6 +209,7 @@ def build():
                            "one channel on an image taller than wide, 70 channels out (past a "
                            "64-channel block, 70 mod 4 = 2)"))
     cases += small_kernels(draw.rng(SEED + 4))
+    cases += nan_meets_zeros(draw.rng(SEED + 5))
     return cases
 
 
@@ -233,6 +243,26 @@ def small_kernels(rng) -> list:
         cases.append(_case(name, x, W, rng.uniform(-0.1, 0.3, 3), rng.uniform(-1, 1, (Hp, Wp, 3)),
                            g, f"K = {kh * kh} real taps, channel 1's padding columns NaN: its "
                            "conv values are NaN (+0 * NaN is a term of every dot)"))
+    return cases
+
+
+def nan_meets_zeros(rng) -> list:
+    """One NaN weight of channel 1 (its centre tap) over an image whose top half is +0 (whole
+    windows) and a third of the other pixels too, on 1, 3 and 16 input channels (the first
+    block's short dots, chunks of mixed taps, a tap's channels a chunk)."""
+    cases = []
+    for C in (1, 3, 16):
+        H, Wd, Out = 6, 8, 4
+        x = rng.uniform(0, 1, (H, Wd, C)).astype(F32)
+        x[:H // 2] = 0.0
+        x[rng.random((H, Wd)) < 1 / 3] = 0.0
+        W = weights(rng, C, Out, G33, 1.0)
+        W[1, 4 * C] = qnan32()
+        b = np.array([0.1, 0.3, -0.1, 0.2], F32)
+        Hp, Wp = pooled_shape(H, Wd, G33)
+        cases.append(_case(f"nan_W_zero_x_C{C}", x, W, b, rng.uniform(-1, 1, (Hp, Wp, Out)), G33,
+                           "a NaN weight meets +0 pixels: +0 * NaN is NaN (the channel loses "
+                           "every window, every dcol reading it is NaN)"))
     return cases
 
 

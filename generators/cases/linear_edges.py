@@ -7,13 +7,18 @@
                               one) and dx's over o (16) are -0, y's are +0
   subnormal_T5_I19_O3         subnormal inputs and products (no flush-to-zero)
   T1_I1_O1, T1_I17_O2, T2_I1_O33, T16_I16_O16   the smallest shapes, tails of 1
+  nan_W_zero_x_dY_T6_I20_O3   W[1][7] NaN where x[.][7] and some of dY[.][1] are +0: y[.][1]
+                              and dx[.][7] are NaN at every t (+0 * NaN is a term of the dot)
+  nan_x_zero_dY_T6_I20_O3     x[2][5] NaN where some of dY[2] is +0: y[2] and dW[.][5] are NaN
+                              A port that leaves out +0 terms (of x, or of dY) without checking
+                              the other factor is finite gets finite values there.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .. import draw, exact
-from ..edge_values import tiny
+from ..edge_values import qnan32, tiny
 
 NAME = "linear_edges"
 LAYER = "linear"
@@ -53,4 +58,24 @@ def build():
         u = lambda shape: rng.uniform(-1, 1, shape).astype(F32)
         cases.append(_case(f"T{T}_I{I}_O{O}", u((T, I)), u((O, I)), u(O), u((T, O)),
                            "small shapes"))
+    return cases + nan_meets_zeros(draw.rng(SEED + 1))
+
+
+def nan_meets_zeros(rng) -> list:
+    """A NaN factor against +0 terms: in W (y's dots over i, dx's over o) and in x (dW's over t)."""
+    T, I, O = 6, 20, 3
+    u = lambda shape: rng.uniform(-1, 1, shape).astype(F32)
+    cases = []
+    for name in ("nan_W_zero_x_dY_T6_I20_O3", "nan_x_zero_dY_T6_I20_O3"):
+        x, W, b, dY = u((T, I)), u((O, I)), u(O), u((T, O))
+        x[rng.random((T, I)) < 0.4] = 0.0
+        dY[rng.random((T, O)) < 0.4] = 0.0
+        if name.startswith("nan_W"):
+            x[[0, 2, 4], 7] = 0.0
+            dY[[1, 3], 1] = 0.0
+            W[1, 7] = qnan32()
+        else:
+            dY[2, [0, 2]] = 0.0
+            x[2, 5] = qnan32()
+        cases.append(_case(name, x, W, b, dY, "a NaN meets +0 terms: +0 * NaN is NaN"))
     return cases

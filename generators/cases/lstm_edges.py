@@ -7,13 +7,19 @@
   saturated_b60           biases of ±60: gates at exactly 0 and 1, so 1 - i, 1 - f, 1 - o and
                           1 - g*g are exact zeros and dz holds zeros of both signs
   H1_T1_I1, T2_I3_H1, T1_I17_H3, T3_I5_H5   the smallest shapes: one step, one unit, tails
+  first_step_neg_zero_ig  i = +0 and g < 0 at the first step: c = +0 + -0 = +0
+  nan_W_ih_zero_x_T6      x >= 0 with 40 % of it +0, as after a ReLU and pool; one NaN in
+                          W_ih per direction, in a column x holds +0 at the first two steps
+                          each direction visits: +0 * NaN is NaN, a term of every dot, so the
+                          direction is NaN from its first step. A port that leaves out x's +0
+                          terms without checking that W_ih is finite is finite there.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .. import draw, exact
-from ..edge_values import tiny
+from ..edge_values import qnan32, tiny
 
 NAME = "lstm_edges"
 LAYER = "lstm"
@@ -52,7 +58,21 @@ def build():
     for T, I, H in ((1, 1, 1), (2, 3, 1), (1, 17, 3), (3, 5, 5)):
         cases.append(_case(f"T{T}_I{I}_H{H}", *random_layer(rng, T, I, H), "small shapes"))
     cases.append(first_step_neg_zero())
+    cases.append(nan_meets_zeros(draw.rng(SEED + 1)))
     return cases
+
+
+def nan_meets_zeros(rng):
+    """One NaN weight per direction where x is +0 at the steps the direction visits first."""
+    T, I, H = 6, 20, 3
+    x, W_ih, W_hh, b, dOut = random_layer(rng, T, I, H)
+    x = np.abs(x)
+    x[rng.random((T, I)) < 0.4] = 0.0
+    x[[0, 1, T - 2, T - 1], 4] = 0.0
+    W_ih[0, H + 1, 4] = qnan32()            # forward: a row of f
+    W_ih[1, 2 * H + 2, 4] = qnan32()        # reverse: a row of g
+    return _case("nan_W_ih_zero_x_T6", x, W_ih, W_hh, b, dOut,
+                 "a NaN in W_ih meets +0 in x: +0 * NaN is NaN from the first step")
 
 
 def first_step_neg_zero():

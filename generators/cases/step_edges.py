@@ -15,6 +15,13 @@ that sums from +0 (or loses a zero's sign on the way) returns +0.
 and configs no other fixture has (shapes()): odd conv heights, a dead unit feeding a second
 LSTM layer, two long lines of one length at a hidden size no vector fills (each direction's
 packed weights must stay its own while the other direction runs).
+
+  nan_conv1_W_zero_x   a NaN weight in the second conv block where its input is +0 (the
+                       image's left half is +0 and the first block's biases are negative):
+                       the NaN's channel loses every window (the forward stays finite) and
+                       every dcol reading it is NaN, so the first block's gradients are NaN.
+                       A port that leaves out +0 terms without checking W is finite there
+                       gets other windows and finite gradients.
 """
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ import numpy as np
 
 from .. import draw
 from .. import exact, model
+from ..edge_values import qnan32
 
 NAME = "step_edges"
 LAYER = "step"
@@ -64,14 +72,17 @@ def build():
     rng = draw.rng(SEED)
     return [_case("neg_zero_fc_b2", rng, [32, 40], [[1, 2], [2, 1, 2]]),
             _case("neg_zero_fc_b1", rng, [36], [[2, 1]]),
-            *shapes(draw.rng(SEED + 1))]
+            *shapes(draw.rng(SEED + 1)), nan_meets_zeros(draw.rng(SEED + 2))]
 
 
-def _plain(name, cfg, params, rng, widths, targets, note):
-    """A step case of `cfg` with its `params` and random lines."""
+def _plain(name, cfg, params, rng, widths, targets, note, blank=False):
+    """A step case of `cfg` with its `params` and random lines (blank: each line's left half
+    +0)."""
     H, C = cfg["input_height"], cfg["input_channels"]
     specs = model.param_specs(cfg)
     images = [rng.uniform(0, 1, (H, w, C)).astype(F32) for w in widths]
+    for im in images if blank else ():
+        im[:, :im.shape[1] // 2] = 0.0
     inputs = {"cfg": model.cfg_array(cfg), "params": model.flatten(cfg, params),
               "widths": np.array(widths, np.int32),
               "images": np.concatenate([im.ravel() for im in images]),
@@ -113,3 +124,22 @@ def shapes(rng) -> list:
                         "two lines of one length, 1000 steps, hidden 3: the directions of "
                         "both lines run side by side, long enough for a race between them"))
     return cases
+
+
+def nan_meets_zeros(rng):
+    """conv1's channel 1 holds one NaN weight (its centre tap, first input channel, a tap's 16
+    channels a chunk of the dot) and a positive bias; conv0's biases are at most 0, so where
+    the image is +0 every one of conv1's inputs is +0."""
+    blk = lambda out: {"out": out, "kh": 3, "kw": 3, "padH": 1, "padW": 1, "poolH": 2,
+                       "poolW": 2}
+    cfg = {"name": "nan-weight", "input_height": 8, "input_channels": 1,
+           "blocks": [blk(16), blk(4)], "lstm_layers": 1, "hidden": 2, "classes": 4,
+           "alphabet": "abc"}
+    p = model.init_params(cfg, rng)
+    p["conv0.b"] = -np.abs(p["conv0.b"]) - F32(0.01)
+    p["conv1.W"][1, 4 * 16] = qnan32()
+    p["conv1.b"][1] = 0.3
+    c = _plain("nan_conv1_W_zero_x", cfg, p, rng, [24, 20], [[1, 2], [3]],
+               "a NaN weight meets +0 inputs: +0 * NaN is NaN, the channel loses every window",
+               blank=True)
+    return c
