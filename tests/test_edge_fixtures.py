@@ -266,6 +266,8 @@ def test_tanh_branches_agree_at_their_thresholds():
 # Each edge mutant (docs/mutants.md) and the one edge fixture that kills it on its own.
 KILLED_BY = {"ctc_libm": "ctc_edges", "pool_maxps": "conv_edges", "conv_k_terms": "conv_edges",
              "sparse_dw_no_redo": "conv_edges", "sparse_fwd_no_redo": "conv_edges",
+             "sparse_fwd_nonfinite": "conv_edges", "sparse_dcol_nonfinite": "conv_edges",
+             "lstm_sparse_nonfinite": "lstm_edges",
              "batch_sum_zero_start": "step_edges",
              "clip_ge": "clip_edges", "clip_factor_float": "clip_edges",
              "adamw_decay_float": "adamw_edges", "sigmoid_clamp_88": "activations",

@@ -119,6 +119,12 @@ CATALOGUE: list[Mutant] = [
        "exact"),
     _m("sparse_fwd_no_redo", "conv forward without its ±0 window terms, a dot left at -0 not "
        "redone", "exact"),
+    _m("sparse_fwd_nonfinite", "conv forward without its ±0 window terms where W holds a NaN "
+       "(±0 * NaN is NaN, a term of the dot)", "exact"),
+    _m("sparse_dcol_nonfinite", "conv dcol without its ±0 dC terms where W holds a NaN",
+       "exact"),
+    _m("lstm_sparse_nonfinite", "LSTM x·W_ihᵀ without x's ±0 terms where W_ih holds a NaN",
+       "exact"),
     _m("batch_sum_zero_start", "batch gradient summed from +0 (a zero's sign lost)", "exact"),
     _m("clip_ge", "clipping when norm >= limit instead of >", "exact"),
     _m("clip_factor_float", "clip factor limit / (norm + 1e-6) computed in float", "exact"),
