@@ -15,12 +15,17 @@
                              below the norm by a random factor (the factor rounded once from
                              the double quotient; any other rounding shows in every element),
                              at the norm exactly, a double above or below it, or off
+  limit_zero                 limit 0: factor 0, every element a zero of its own sign
+  nan_norm_unclipped         one NaN element: the norm is NaN, and NaN > limit is false, so
+                             nothing is clipped (a port testing !(norm <= limit) multiplies
+                             every element by a NaN factor)
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .. import draw, exact
+from ..edge_values import qnan32
 from ..spec import clip as spec
 
 NAME = "clip_edges"
@@ -98,4 +103,6 @@ def build():
         many(rng, 1000),
         _case("limit_zero", [np.array([3.0, -4.0]), np.array([-0.0, 0.5])], 0.0, True,
               "limit 0: factor 0, every element a zero of its own sign"),
+        _case("nan_norm_unclipped", [np.array([3.0, qnan32(), -4.0]), np.array([2.0, -0.0])],
+              1.0, True, "norm NaN: NaN > limit is false, nothing clipped"),
     ]
