@@ -42,7 +42,7 @@ from collections import deque
 from pathlib import Path
 
 from ...ctypes_kernels import abi
-from . import channel, guard
+from . import channel, guard, reaper
 from .channel import ChannelError
 from .fpenv import fpenv_helper
 from .worker import OUTPUT_LIMIT, _Shared, _worker, full_output, same_bytes
@@ -113,7 +113,7 @@ class Executor:
                                                            self.helper_path, self.shared,
                                                            self.cases, self.check_fpenv),
                                  daemon=True)
-        self.proc.start()
+        reaper.start(self.proc)             # (Linux: this process a subreaper first)
         try:
             os.setpgid(self.proc.pid, self.proc.pid)   # (the worker sets it too: either may be first)
         except OSError:
@@ -446,7 +446,8 @@ class Executor:
 
     def _reap(self) -> int | None:
         """Kills the worker's process group (the worker, if it still runs, and every process
-        the port started in it) and collects the worker's exit status. The group is killed
+        the port started in it) and collects the worker's exit status; on Linux then also the
+        port's processes that left the group (harness/sandbox/reaper.py). The group is killed
         before the worker is collected: until then its number names no other group. (Not
         proc.join: a process the port started keeps the worker's sentinel open.)"""
         if self.proc is None:
@@ -455,6 +456,7 @@ class Executor:
         if self.proc.is_alive():
             self.proc.kill()
         _gone(self.proc, 5.0)
+        reaper.collected(self.proc.pid)     # what left the group (Linux: killed too)
         return self.proc.exitcode
 
     def close(self, force: bool = False) -> None:
