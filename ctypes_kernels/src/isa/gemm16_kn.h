@@ -368,8 +368,13 @@ static void kn_rows(int64_t M, int64_t K, const float *A, int64_t a_i, int64_t a
                     const float *ap, const int64_t *offA, const kn_operand *Bo, int nr, int last,
                     int masked, float *C, int64_t ldc)
 {
-    for (int64_t i = 0; i < M; ) {
-        int mr = KN_MAX_REGS / nr;
+    /* A unpacked: the rows in the fewest blocks, as even as they go (the recurrences' 4 lines
+     * as 2 + 2, not 3 + 1, whose one-row block has too few fma chains to cover the latency:
+     * the avx2 step 0.18-0.26 ms shorter at batch 4, paired; docs/performance.md). Packed A
+     * keeps whole blocks: its rows are grouped by KN_MAX_REGS. */
+    const int mrmax = KN_MAX_REGS / nr;
+    for (int64_t i = 0, blocks = (M + mrmax - 1) / mrmax; i < M; blocks--) {
+        int mr = ap ? mrmax : (int)((M - i + blocks - 1) / blocks);
         if (M - i < mr) mr = (int)(M - i);
         kn_operand Ao;
         if (ap) {
