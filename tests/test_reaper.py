@@ -9,16 +9,13 @@ subreaper afterwards."""
 from __future__ import annotations
 
 import ctypes
-import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
-from testports import gate, gone
+from testports import gate, left_running
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="the subreaper is Linux's")
@@ -127,20 +124,6 @@ def _sleepers(pidfile) -> list[int]:
     return [int(x) for x in pidfile.read_text().split()] if pidfile.exists() else []
 
 
-def _left(pids, within: float) -> list[int]:
-    """The processes of `pids` still running after up to `within` seconds (then killed, so none
-    stays)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline and not all(map(gone, pids)):
-        time.sleep(0.02)
-    left = [p for p in pids if not gone(p)]
-    for p in left:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except OSError:
-            pass
-    return left
-
 
 @pytest.mark.parametrize("mode", ["setsid", "daemon"])
 def test_a_c_ports_process_in_a_session_of_its_own_does_not_outlive_the_gate(cport, tmp_path,
@@ -153,7 +136,7 @@ def test_a_c_ports_process_in_a_session_of_its_own_does_not_outlive_the_gate(cpo
     assert "PASS" in r.stdout
     started = _sleepers(pidfile)
     assert started, "the port started no process"
-    assert _left(started, within=2.0) == []
+    assert left_running(started, within=2.0) == []
 
 
 def test_a_c_ports_process_started_at_load_does_not_outlive_info(cport, tmp_path):
@@ -166,7 +149,7 @@ def test_a_c_ports_process_started_at_load_does_not_outlive_info(cport, tmp_path
     assert "abi version:  1" in r.stdout
     started = _sleepers(pidfile)
     assert started, "the port started no process"
-    assert _left(started, within=2.0) == []
+    assert left_running(started, within=2.0) == []
 
 
 def test_a_c_ports_process_in_a_session_of_its_own_does_not_outlive_fuzz(cport, tmp_path):
@@ -178,7 +161,7 @@ def test_a_c_ports_process_in_a_session_of_its_own_does_not_outlive_fuzz(cport, 
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr)
     started = _sleepers(pidfile)
     assert started, "the port started no process"
-    assert _left(started, within=2.0) == []
+    assert left_running(started, within=2.0) == []
 
 
 def test_a_python_ports_process_in_a_session_of_its_own_does_not_outlive_the_gate(tmp_path):
@@ -192,7 +175,7 @@ def test_a_python_ports_process_in_a_session_of_its_own_does_not_outlive_the_gat
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr)
     started = _sleepers(pidfile)
     assert started, "the port started no process"
-    assert _left(started, within=2.0) == []
+    assert left_running(started, within=2.0) == []
 
 
 def _subreaper() -> int:
@@ -223,7 +206,7 @@ def test_in_process_the_callers_children_are_left_alone(cport, tmp_path, monkeyp
             assert _sleepers(pidfile), "the port started no process"
         finally:
             ex.close()
-        assert _left(_sleepers(pidfile), within=2.0) == []
+        assert left_running(_sleepers(pidfile), within=2.0) == []
         assert own.poll() is None and mid.poll() is None      # alive, not collected
         assert _subreaper() == was
     finally:

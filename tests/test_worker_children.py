@@ -17,7 +17,7 @@ import pytest
 
 from crnn_conformance.harness import pyport
 
-from testports import cannot_run, gate, gone, ROOT  # noqa: E402
+from testports import cannot_run, gate, gone, left_running, ROOT  # noqa: E402
 
 BASE = """
 import os, subprocess, sys, time
@@ -59,16 +59,7 @@ def _left_running(tmp_path, wait: float = 5.0) -> list[int]:
     note = tmp_path / "pids"
     pids = [int(x) for x in note.read_text().split()] if note.exists() else []
     assert pids, "the port started no process"
-    deadline = time.time() + wait
-    while time.time() < deadline and not all(map(gone, pids)):
-        time.sleep(0.05)
-    left = [p for p in pids if not gone(p)]
-    for p in left:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except OSError:
-            pass
-    return left
+    return left_running(pids, wait)
 
 
 # ---- 1. the processes a Python port starts do not outlive the gate -------------------------------

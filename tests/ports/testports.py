@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -62,3 +64,17 @@ def gone(pid: int) -> bool:
     except FileNotFoundError:
         return True
 
+
+def left_running(pids, within: float) -> list[int]:
+    """The processes of `pids` still running after up to `within` seconds (then killed, so none
+    stays)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and not all(map(gone, pids)):
+        time.sleep(0.02)
+    left = [p for p in pids if not gone(p)]
+    for p in left:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+    return left
