@@ -9,13 +9,16 @@
   overflow_n1_40           positive products past the largest float (inf) and lane sums that
                            overflow only in the tree's additions (lanes 0 + 8, ...)
   wide_range_n1_80         magnitudes 2^-149 .. 2^100 with random signs: every rounding visible
+  nan_times_zero_n1_40     half of a is ±0, and one b is NaN where a is ±0: ±0 * NaN is NaN, a
+                           term like any other, so every dot is NaN; a port that leaves out
+                           the zero terms returns a finite dot
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .. import draw, exact
-from ..edge_values import tiny
+from ..edge_values import qnan32, tiny
 
 NAME = "dot16_edges"
 LAYER = "dot16"
@@ -79,4 +82,18 @@ def build():
         _case("overflow_n1_40", list(range(1, 41)), overflow,
               "products and lane sums past the largest float: +inf"),
         _case("wide_range_n1_80", list(range(1, 81)), wide, "magnitudes 2^-149 .. 2^100"),
+        nan_times_zero(draw.rng(SEED + 1)),
     ]
+
+
+def nan_times_zero(rng):
+    def make(n):
+        a = rng.uniform(-1, 1, n).astype(F32)
+        a[rng.random(n) < 0.5] = 0.0
+        k = int(rng.integers(n))
+        a[k] = rng.choice([0.0, -0.0])
+        b = rng.uniform(-1, 1, n).astype(F32)
+        b[k] = qnan32()
+        return a, b
+    return _case("nan_times_zero_n1_40", list(range(1, 41)), make,
+                 "a NaN b against a zero a: +-0 * NaN is NaN, every dot NaN")
