@@ -78,3 +78,16 @@ def left_running(pids, within: float) -> list[int]:
         except OSError:
             pass
     return left
+
+
+def dot16_fixture_checks() -> int:
+    """The packaged fixtures' dot16 checks as the plugin collects them: each case's tiers and
+    its identity check."""
+    from crnn_conformance.generators import h5io
+    from crnn_conformance.harness.records import FIXTURES_DIR
+    n = 0
+    for path in sorted(Path(FIXTURES_DIR).glob("*.h5")):
+        fx = h5io.read_fixture(path)
+        if fx.attrs["layer"] == "dot16":
+            n += sum(len(c.expected) + 1 for c in fx.cases)
+    return n
