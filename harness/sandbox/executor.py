@@ -468,7 +468,7 @@ class Executor:
                     self.conn.send(None)
                 except (BrokenPipeError, OSError):
                     pass
-                _poll(lambda: _exited(self.proc) is not False, 5.0)
+                reaper.poll(lambda: _exited(self.proc) is not False, 5.0)
             self._reap()
         self.proc = None
         self.shared.close()
@@ -515,17 +515,7 @@ def _exited(proc) -> bool | None:
 
 def _gone(proc, seconds: float) -> None:
     """Collects the (killed) worker, waiting up to `seconds`."""
-    _poll(lambda: not proc.is_alive(), seconds)
-
-
-def _poll(done, seconds: float) -> None:
-    """Waits until done() or `seconds` have passed, looking again at growing intervals (1 ms
-    to 50 ms)."""
-    deadline = time.monotonic() + seconds
-    pause = 0.001
-    while not done() and time.monotonic() < deadline:
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
+    reaper.poll(lambda: not proc.is_alive(), seconds)
 
 
 def _pipes(keep: int) -> list[int]:

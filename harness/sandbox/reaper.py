@@ -132,20 +132,16 @@ def _sweep(group: int, since: int | None) -> bool:
     that dies leaves its own children to this process, found in the next round. -> whether
     all were found ended."""
     deadline = time.monotonic() + WAIT
-    pause = 0.001
-    while True:
+
+    def round_ends() -> bool:
         found = _theirs(since)
         for pid in found:
             _kill(pid)
         for pid in found:
             _collect(pid, deadline)
-        if not found and not _exists(group):
-            return True
-        if time.monotonic() > deadline:
-            return False
-        if not found:
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
+        return not found and not _exists(group)
+
+    return poll(round_ends, WAIT)
 
 
 def _theirs(since: int | None) -> list[int]:
@@ -202,17 +198,13 @@ def _kill(pid: int) -> None:
 
 def _collect(pid: int, deadline: float) -> None:
     """Collects the killed child `pid`, waiting until `deadline` (time.monotonic) at most."""
-    pause = 0.001
-    while True:
+    def reaped() -> bool:
         try:
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                return
+            return os.waitpid(pid, os.WNOHANG)[0] != 0
         except ChildProcessError:
-            return
-        if time.monotonic() > deadline:
-            return
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
+            return True
+
+    poll(reaped, deadline - time.monotonic())
 
 
 def _exists(group: int) -> bool:
@@ -221,4 +213,17 @@ def _exists(group: int) -> bool:
         os.killpg(group, 0)
     except OSError:          # ESRCH: none; EPERM: none this process could end anyway
         return False
+    return True
+
+
+def poll(done, seconds: float) -> bool:
+    """Calls done() until it is true or `seconds` have passed, pausing between calls at
+    growing intervals (1 ms to 50 ms). -> done()'s last answer."""
+    deadline = time.monotonic() + seconds
+    pause = 0.001
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
     return True
