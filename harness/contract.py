@@ -106,7 +106,9 @@ def _rules() -> dict:
     cfg_rules = [("cfg nBlocks -1", {}, {"cfg": _cfg(i2=-1)}),
                  ("cfg nBlocks 0", {}, {"cfg": _cfg(i2=0)}),
                  ("cfg nLstm 0", {}, {"cfg": _cfg(**{f"i{CFG_NLSTM}": 0})}),
-                 ("cfg pool 0", {}, {"cfg": _cfg(i8=0)})]
+                 ("cfg pool 0", {}, {"cfg": _cfg(i8=0)}),
+                 ("cfg kernel > padded input", {}, {"cfg": _cfg(i4=CFG[0] + 2 * CFG[6] + 1)}),
+                 ("cfg no whole pool window", {}, {"cfg": _cfg(i8=CFG[0] + 1)})]
     return {
         "crnn_conv_forward": geometry,
         "crnn_conv_backward": geometry + [("winner outside its window", {},
