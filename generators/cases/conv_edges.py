@@ -34,6 +34,11 @@ Underflow in the backward's dots over p (dW, db) and o (dcol), dense and listed:
                                  it ran the dense dots below four chunks); C = 16 also its sparse
                                  dcol (products underflow there too). The last one is called
                                  without dx.
+Many taps (many_taps()):
+  k9x9_C33                       a 9 x 9 kernel over 33 channels: each cell of dx sums up to 81
+                                 taps (a port that gathers them in batches must carry its
+                                 running sums from one batch to the next), over three groups
+                                 of channels
 A NaN weight meeting +0 values (nan_meets_zeros()):
   nan_W_zero_x_C1, _C3, _C16     channel 1 holds one NaN weight (the centre tap): +0 * NaN is
                                  NaN, a term of every dot, so the channel's conv values are
@@ -210,6 +215,7 @@ def build():
                            "64-channel block, 70 mod 4 = 2)"))
     cases += small_kernels(draw.rng(SEED + 4))
     cases += nan_meets_zeros(draw.rng(SEED + 5))
+    cases.append(many_taps(draw.rng(SEED + 6)))
     return cases
 
 
@@ -264,6 +270,18 @@ def nan_meets_zeros(rng) -> list:
                            "a NaN weight meets +0 pixels: +0 * NaN is NaN (the channel loses "
                            "every window, every dcol reading it is NaN)"))
     return cases
+
+
+def many_taps(rng):
+    """A 9 x 9 kernel (81 taps) over 33 channels: an input cell of dx gathers more taps than
+    a port may hold at once, over channel groups past the first 16."""
+    g = dict(kh=9, kw=9, padH=4, padW=4, poolH=2, poolW=2)
+    H, Wd, C, Out = 10, 11, 33, 3
+    x = rng.uniform(-1, 1, (H, Wd, C)).astype(F32)
+    Hp, Wp = pooled_shape(H, Wd, g)
+    return _case("k9x9_C33", x, weights(rng, C, Out, g), rng.uniform(-0.3, 0.3, Out),
+                 rng.uniform(-1, 1, (Hp, Wp, Out)), g,
+                 "81 taps over 33 channels: dx sums 81 taps a cell, channels in groups")
 
 
 def pool_ties(rng, name, H, Wd, C, Out, note):
