@@ -16,6 +16,8 @@ and configs no other fixture has (shapes()): odd conv heights, a dead unit feedi
 LSTM layer, two long lines of one length at a hidden size no vector fills (each direction's
 packed weights must stay its own while the other direction runs).
 
+  channels3_k1x1_k2x3  three input channels, a 1 x 1 kernel and pool, then a 2 x 3 kernel
+                       padded in width only (channels_and_kernels())
   nan_conv1_W_zero_x   a NaN weight in the second conv block where its input is +0 (the
                        image's left half is +0 and the first block's biases are negative):
                        the NaN's channel loses every window (the forward stays finite) and
@@ -72,7 +74,8 @@ def build():
     rng = draw.rng(SEED)
     return [_case("neg_zero_fc_b2", rng, [32, 40], [[1, 2], [2, 1, 2]]),
             _case("neg_zero_fc_b1", rng, [36], [[2, 1]]),
-            *shapes(draw.rng(SEED + 1)), nan_meets_zeros(draw.rng(SEED + 2))]
+            *shapes(draw.rng(SEED + 1)), nan_meets_zeros(draw.rng(SEED + 2)),
+            channels_and_kernels(draw.rng(SEED + 3))]
 
 
 def _plain(name, cfg, params, rng, widths, targets, note, blank=False):
@@ -143,3 +146,15 @@ def nan_meets_zeros(rng):
                "a NaN weight meets +0 inputs: +0 * NaN is NaN, the channel loses every window",
                blank=True)
     return c
+
+
+def channels_and_kernels(rng):
+    """Three input channels (every other config has one), a 1 x 1 kernel under a 1 x 1 pool,
+    then a 2 x 3 kernel padded in width only: C_in, kh, kw, padH, padW, poolH and poolW all
+    read from the config, none of them 3 x 3 / 2 x 2."""
+    cfg = {"name": "channels-kernels", "input_height": 5, "input_channels": 3,
+           "blocks": [{"out": 4, "kh": 1, "kw": 1, "padH": 0, "padW": 0, "poolH": 1, "poolW": 1},
+                      {"out": 3, "kh": 2, "kw": 3, "padH": 0, "padW": 1, "poolH": 2, "poolW": 2}],
+           "lstm_layers": 1, "hidden": 3, "classes": 4, "alphabet": "abc"}
+    return _plain("channels3_k1x1_k2x3", cfg, model.init_params(cfg, rng), rng, [9, 12],
+                  [[1, 2], [3, 1, 2]], "3 input channels; a 1 x 1 kernel and pool, then 2 x 3")
