@@ -155,6 +155,20 @@ def test_a_decodable_message_of_no_kind_fails_the_run(tmp_path, forged):
     assert "the worker never sends" in channel_failure(r)
 
 
+def test_an_exception_in_the_worker_fails_the_run_not_the_gate(tmp_path):
+    """A port that writes into the worker's memory can make the worker's own code raise (an
+    operator-mutation sweep found one: a write before its output made the train3 layer's
+    reshape fail). Before: "internal error in gate (RuntimeError: harness error in the
+    worker)", exit 2, every other result lost. Here the port forges that answer."""
+    tb = "Traceback (most recent call last):\nValueError: cannot reshape array of size 9"
+    r = dot16_gate(hostile(tmp_path, f"-DH_BYTES={c_bytes(framed(('run', ('exception', tb), '', 0.5)))}"),
+                   "--case", "order_n0_100", "--timeout", "10")
+    assert r.returncode == 1, (r.returncode, r.stdout[-2000:], r.stderr)
+    assert "internal error" not in r.stderr and "Traceback" not in r.stdout + r.stderr
+    assert ("the worker raised ValueError: cannot reshape array of size 9 while it ran the case"
+            in r.stdout or "wrote into the gate's channel" in r.stdout), r.stdout[-2000:]
+
+
 def test_check_knows_each_kind_and_its_items():
     from crnn_conformance.harness.sandbox import channel
     y = np.zeros(3, np.float32)

@@ -68,6 +68,7 @@ class Executor:
         self.port_path = str(port_path)
         self.layers = list(layers)
         self.timeout = timeout
+        self._suspect = False     # the worker raised while running a case: replace it
         self.cases = {str(k): v for k, v in (cases or {}).items()}
         self.check_fpenv = check_fpenv      # (probe(): off, the caller only loads the port)
         self.proc = None
@@ -155,7 +156,7 @@ class Executor:
         key = (layer, str(fixture_path), case_name)
         if case is not None:
             self.cases[str(fixture_path)] = {case_name: case}
-        if not self._alive():
+        if not self._alive() or self._suspect:
             self.collect()          # a dead worker's queue: what it answered, then its crash
             self._restart()
         try:
@@ -351,7 +352,7 @@ class Executor:
             (kind, payload), self.last_output, self.last_seconds = hit
             return self._reply(kind, payload)
         self.collect()                        # the pipe must be clear for a single request
-        if not self._alive():
+        if not self._alive() or self._suspect:
             self._restart()
         t0 = time.perf_counter()
         self._single = key
@@ -369,7 +370,7 @@ class Executor:
         self.collect()
         answers: list = []
         while len(answers) < len(calls):
-            if not self._alive():
+            if not self._alive() or self._suspect:
                 self._restart()
             rest = calls[len(answers):]
             self.conn.send(("contract", rest, base_isa))
@@ -379,6 +380,7 @@ class Executor:
                     break
                 try:
                     answers.append(self._recv("contract"))
+                    self._suspect |= answers[-1][0] == "exception"
                 except (EOFError, ConnectionResetError):
                     answers.append(("crash", self._crash()))
                     break
@@ -419,7 +421,14 @@ class Executor:
             raise abi.PortError(payload)
         if kind == "crash":
             raise PortCrash(payload)
-        raise RuntimeError(f"harness error in the worker:\n{payload}")
+        # "exception": the worker's own code raised while it ran the case. A port that wrote
+        # outside its buffers, into the worker's memory, makes it do that: the run fails and
+        # the worker, its memory in doubt, is replaced before the next request.
+        self._suspect = True
+        last = (payload.strip().splitlines() or ["an exception"])[-1]
+        raise PortCrash(f"the worker raised {last[:300]} while it ran the case; a write by the "
+                        "port outside its buffers, into the worker's memory, does that (with "
+                        "a port that writes none, it is a harness error: please report it)")
 
     def _where(self) -> str:
         name = bytes(self.shared.current.value).decode(errors="replace")
@@ -442,6 +451,7 @@ class Executor:
         if self.proc is not None:
             self._reap()
             self.proc = None
+        self._suspect = False
         self._start()
 
     def _reap(self) -> int | None:
