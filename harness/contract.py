@@ -121,8 +121,7 @@ def _rules() -> dict:
         "crnn_model_sizes": cfg_rules,
         "crnn_step_gradients": cfg_rules + [
             ("width 1: no pooled column", {}, {"widths": [1]}),
-            ("width 2 under a 5-wide kernel: no conv column", {},
-             {"cfg": _cfg(i5=5), "widths": [2]}),
+            ("width 2, kernel 5 wide", {}, {"cfg": _cfg(i5=5), "widths": [2]}),
             ("targetLens -1", {}, {"targetLens": [-1]}),
             ("label 0", {}, {"targets": [0, 2]}), ("label classes", {}, {"targets": [1, 3]})],
         "crnn_clip_gradients": [("sizes -1", {}, {"sizes": [3, -1]}),
