@@ -9,6 +9,7 @@ named); the packaged one must be complete."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import subprocess
 import sys
 
@@ -262,6 +263,93 @@ def test_tanh_branches_agree_at_their_thresholds():
     assert small[2:].tobytes() == x[2:].tobytes()            # 2^-12: polynomial = x
     assert A.tanh(x).tobytes() == small.tobytes()
 
+
+
+# A constant of sigmoid's and tanh's definitions changed by k units in the last place of its
+# magnitude (docs/edge-cases.md, "sigmoid and tanh"): the changes the fixture must show, and
+# those no float32 input shows (the same function; why, or the scan that found no input).
+ULPS = (1, 2, 4, 8, 16, 64, 256)
+both = lambda ks: {d * k for k in ks for d in (1, -1)}
+SAME_FUNCTION = {
+    # n = fma(v, LOG2E, SHIFT) - SHIFT is round(v log2 e) for any SHIFT in [2^23 + 151,
+    # 2^24 - 1]: v log2 e is in [-150.04, 0], the sum stays in one binade of spacing 1 and an
+    # even SHIFT rounds a tie the same way; for the odd ones the scan below found no input
+    "SHIFT": both(ULPS),
+    # sigmoid's clamp at -104 +- 0.002: e^v is below 2^-150 there, and exp_neg rounds it to +0
+    "EXP_MIN": both(ULPS),
+    # the clamp at -32 +- 0.001: e^v ~ 1.3e-14, and 1 - 2e/(1 + e), 1/(1 + e) round to 1
+    "SAT_MIN": both(ULPS),
+    # below 2^-12 (1 +- 3e-5) the odd polynomial's x^3 P is under half an ulp of x: it is x
+    "TANH_TINY": both(ULPS),
+    # visited all 2^32 inputs (tests/act_witness_scan.py, 2026-12-07): none differs (SHIFT
+    # by 1 either way too)
+    "NEG_LN2_LO": both((1, 2, 4, 8)) | {16},
+    "TANH_SMALL": {1, -1, -2, -4},
+}
+
+
+def _with_constant(name, k):
+    """(the constant as shipped, changed by k units of its magnitude; k None: 0)"""
+    orig = getattr(A, name)
+    bits = orig.view(np.uint32).astype(np.int64)
+    changed = np.float32(0) if k is None else np.uint32(bits + k).view(np.float32)
+    return orig, changed
+
+
+def _differs(name, k, x):
+    orig, changed = _with_constant(name, k)
+    before = A.sigmoid(x).tobytes(), A.tanh(x).tobytes()
+    setattr(A, name, changed)
+    try:
+        return (A.sigmoid(x).tobytes(), A.tanh(x).tobytes()) != before
+    finally:
+        setattr(A, name, orig)
+
+
+def test_constant_witnesses_differ_and_are_in_the_fixture():
+    from crnn_conformance.generators.cases.activations import CONSTANT_WITNESSES
+    x = case("activations", "sigmoid_tanh").inputs["x"]
+    have = set(x.view(np.uint32).tolist())
+    for (name, k), bits in CONSTANT_WITNESSES.items():
+        assert set(bits) <= have, (name, k)
+        for b in bits:
+            assert _differs(name, k, np.array([b], np.uint32).view(np.float32)), (name, k, hex(b))
+
+
+@pytest.mark.slow
+def test_every_constant_change_shows_in_the_fixture():
+    """Each constant k = ±1, ±2, .., ±256 units away, or 0: some input of the fixture gives
+    other bits, unless SAME_FUNCTION says no input can."""
+    x = case("activations", "sigmoid_tanh").inputs["x"]
+    names = [n for n in vars(A) if n.isupper() and isinstance(getattr(A, n), np.float32)
+             and n not in ("ONE", "ZERO")]
+    missed = []
+    for name in names:
+        for k in [k * d for k in ULPS for d in (1, -1)] + [None]:
+            if k in SAME_FUNCTION.get(name, ()):
+                continue
+            if not _differs(name, k, x):
+                missed.append((name, k))
+    assert not missed, missed
+
+
+@pytest.mark.slow
+def test_the_scanner_finds_witnesses_the_spec_confirms():
+    """tests/act_witness_scan.py (the C definitions, compiled twice) against the NumPy spec:
+    the inputs it finds for E6 one unit up differ there too, and on every 4096th input it
+    finds none for changes SAME_FUNCTION lists."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import act_witness_scan
+    from crnn_conformance.ctypes_kernels.build import find_compiler
+    cc = find_compiler()
+    (e6,) = act_witness_scan.scan([("E6", _with_constant("E6", 1)[1])], want=3, cc=cc)
+    assert len(e6["witnesses"]) == 3
+    for bits, _ in e6["witnesses"]:
+        assert _differs("E6", 1, np.array([bits], np.uint32).view(np.float32))
+    same = [("SHIFT", 1), ("NEG_LN2_LO", 8), ("TANH_SMALL", -1)]
+    found = act_witness_scan.scan([(n, _with_constant(n, k)[1]) for n, k in same], want=1,
+                                  stride=4096, cc=cc)
+    assert [r["witnesses"] for r in found] == [[], [], []]
 
 # Each edge mutant (docs/mutants.md) and the one edge fixture that kills it on its own.
 KILLED_BY = {"ctc_libm": "ctc_edges", "pool_maxps": "conv_edges", "conv_k_terms": "conv_edges",
