@@ -183,16 +183,21 @@ def check_flags(flags: list[str]) -> None:
 
 
 def build(cc: str | None = None, opt: str = DEFAULT_OPT, mutant: str | None = None,
-          extra_defines: list[str] | None = None, verbose: bool = False, notify=None) -> Path:
+          extra_defines: list[str] | None = None, verbose: bool = False, notify=None,
+          patch: str | None = None) -> Path:
     """Returns the path of the built shared library, compiling it if it is not cached
-    (`notify()`, when given, is called first when it must be compiled: a cold cache)."""
+    (`notify()`, when given, is called first when it must be compiled: a cold cache). A
+    `patch` (unified diff text) builds the mutant `mutant` from it instead of from the
+    catalogue's patches (the operator sweep's generated mutants)."""
     cc = find_compiler(cc)
     if opt not in OPT_LEVELS:
         raise BuildError(f"unsupported optimization level {opt!r} (choose from {', '.join(OPT_LEVELS)})")
     defines = list(extra_defines or [])
     if mutant is not None and not re.fullmatch(r"[a-z0-9_]+", mutant):
         raise BuildError(f"bad mutant name {mutant!r}")
-    patch = _mutant_patch(mutant)
+    if patch is not None and not mutant:
+        raise BuildError("a patch needs a mutant name")
+    patch = _mutant_patch(mutant) if patch is None else patch
     flags = isa_flags(cc)
     for isa in ISAS:
         check_flags([opt, *BASE_FLAGS, *flags[isa], *defines])

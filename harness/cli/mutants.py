@@ -31,14 +31,27 @@ from .common import EXIT_FAIL, EXIT_PASS, cannot_run, parse_timeout
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="also write the kill table as JSON to this file")
 @click.option("--list", "list_only", is_flag=True, help="list the catalogue and exit")
-def mutants(only, jobs, full, skip_clean, fixtures, timeout, json_path, list_only):
+@click.option("--sweep", type=click.IntRange(min=1), default=None, metavar="N",
+              help="instead of the catalogue: N blind one-token mutants of the shipped C, "
+                   "drawn at random, each through the whole gate; lists the survivors "
+                   "(docs/mutants.md, \"The operator sweep\")")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="--sweep: which N sites")
+@click.option("--files", "files", default=None, metavar="REGEX",
+              help="--sweep: only files whose path under ctypes_kernels/ matches, e.g. 'conv'")
+def mutants(only, jobs, full, skip_clean, fixtures, timeout, json_path, list_only, sweep, seed,
+            files):
     """Build each mutant (a realistic porting mistake, docs/mutants.md), gate it and print the
     kill table; exit 0 when every mutant is killed by its expected tiers and the clean port
-    passes within 0.7 of its allowances, 1 otherwise, 2 when it cannot run."""
+    passes within 0.7 of its allowances, 1 otherwise, 2 when it cannot run. With --sweep:
+    exit 0 when the sweep ran (its survivors are listed for reading), 2 when it cannot run."""
     import json
     import os
 
     from .. import mutants as M
+    if sweep is not None:
+        _sweep(sweep, seed, files, jobs, fixtures, timeout, json_path)
+        return
     if list_only:
         for m in M.CATALOGUE:
             click.echo(f"{m.name:<24} {','.join(m.expect):<22} {m.mistake}")
@@ -72,3 +85,39 @@ def mutants(only, jobs, full, skip_clean, fixtures, timeout, json_path, list_onl
     if clean is not None and clean.error:
         cannot_run(f"the clean port could not be gated: {clean.error.strip().splitlines()[-1]}")
     sys.exit(EXIT_PASS if M.passed(clean, kills) else EXIT_FAIL)
+
+
+def _sweep(n, seed, files, jobs, fixtures, timeout, json_path):
+    import json
+    import os
+    import re
+
+    from ..mutants import preflight, sweep as S
+    if files is not None:
+        try:
+            re.compile(files)
+        except re.error as e:
+            cannot_run(f"--files {files!r} is not a regular expression: {e}")
+    jobs = jobs if jobs is not None else max(1, min(4, os.cpu_count() or 1))
+    if jobs < 1:
+        cannot_run("--jobs must be at least 1")
+    try:
+        timeout = parse_timeout(timeout)
+        preflight(Path(fixtures))
+    except click.BadParameter as e:
+        cannot_run(e.message)
+    except (abi.PortError, FixtureError, ValueError) as e:
+        cannot_run(str(e))
+    progress = ((lambda o: sys.stderr.write(f"  {o.verdict:<9} {o.site.id}: {o.seconds:.1f} s\n"))
+                if sys.stderr.isatty() else None)
+    total, outcomes = S.sweep(n, seed, files, Path(fixtures), jobs, timeout, progress)
+    if not outcomes:
+        cannot_run(f"no site in the files matching {files!r}")
+    click.echo(S.render(total, outcomes, seed))
+    if json_path:
+        doc = {"seed": seed, "sites": total, "files": files,
+               "outcomes": [o.to_dict() for o in outcomes]}
+        try:
+            Path(json_path).write_text(json.dumps(doc, indent=1))
+        except OSError as e:
+            cannot_run(f"cannot write {json_path}: {e}")
