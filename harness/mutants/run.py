@@ -124,19 +124,27 @@ def run_catalogue(names=None, fixtures: Path = FIXTURES_DIR, full: bool = False,
                          f"{', '.join(BY_NAME)}")
     todo = (["clean"] if clean else []) + names
     args = [(n, Path(fixtures), full, timeout) for n in todo]
-    results: dict[str, Kill] = {}
-    if jobs > 1 and len(args) > 1:
-        import concurrent.futures as cf
-        import multiprocessing as mp
-        with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-            futures = {pool.submit(_job, a): a[0] for a in args}
-            for f in cf.as_completed(futures):
-                results[futures[f]] = f.result()
-                if progress:
-                    progress(results[futures[f]])
-    else:
-        for a in args:
-            results[a[0]] = _job(a)
-            if progress:
-                progress(results[a[0]])
+    results = dict(zip(todo, map_jobs(_job, args, jobs, progress)))
     return results.get("clean"), [results[n] for n in names]
+
+
+def map_jobs(fn, args: list, jobs: int = 1, progress=None) -> list:
+    """[fn(a) for a in args], in that order; with jobs > 1 in that many processes (spawned:
+    each gate forks its own worker). progress(result) is called as each one ends."""
+    if jobs <= 1 or len(args) <= 1:
+        out = []
+        for a in args:
+            out.append(fn(a))
+            if progress:
+                progress(out[-1])
+        return out
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(fn, a): i for i, a in enumerate(args)}
+        out = [None] * len(args)
+        for f in cf.as_completed(futures):
+            out[futures[f]] = f.result()
+            if progress:
+                progress(out[futures[f]])
+    return out

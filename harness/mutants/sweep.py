@@ -26,6 +26,7 @@ from ...ctypes_kernels import abi
 from ...generators.h5io import FixtureError
 from ..runner import FIXTURES_DIR, GateOptions, run_gate
 from .killtable import _summarise
+from .run import map_jobs
 
 KERNELS = Path(__file__).resolve().parents[2] / "ctypes_kernels"
 SWAPS = ((" < ", " <= "), (" <= ", " < "), (" > ", " >= "), (" >= ", " > "), (" == ", " != "),
@@ -157,21 +158,7 @@ def sweep(n: int, seed: int = 0, files: str | None = None, fixtures: Path = FIXT
     every = sites(have, files)
     chosen = sorted(random.Random(seed).sample(range(len(every)), min(n, len(every))))
     args = [(every[i], Path(fixtures), timeout) for i in chosen]
-    if jobs > 1 and len(args) > 1:
-        import concurrent.futures as cf
-        import multiprocessing as mp
-        with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-            outcomes = []
-            for o in pool.map(_job, args):
-                outcomes.append(o)
-                if progress:
-                    progress(o)
-    else:
-        outcomes = []
-        for a in args:
-            outcomes.append(_job(a))
-            if progress:
-                progress(outcomes[-1])
+    outcomes = map_jobs(_job, args, jobs, progress)
     return len(every), outcomes
 
 
