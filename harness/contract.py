@@ -395,11 +395,9 @@ def verdict(call: Call, answer: tuple) -> Comparison | None:
         note = "; ".join(problems)
     elif kind == "crash":
         note = answer[1]
-    elif kind == "exception":      # as a run's (Executor._reply): the port may have written
-        last = (str(answer[1]).strip().splitlines() or ["an exception"])[-1]   # its memory
-        note = (f"the worker raised {last[:300]} during the call; a write by the port outside "
-                "its buffers does that (with a port that writes none, it is a harness error: "
-                "please report it)")
+    elif kind == "exception":      # as a run's: the port may have written the worker's memory
+        from .sandbox.executor import worker_raised
+        note = worker_raised(answer[1], "during the call")
     else:
         note = f"{kind}: {answer[1]}"
     passed = not note

@@ -425,10 +425,7 @@ class Executor:
         # outside its buffers, into the worker's memory, makes it do that: the run fails and
         # the worker, its memory in doubt, is replaced before the next request.
         self._suspect = True
-        last = (payload.strip().splitlines() or ["an exception"])[-1]
-        raise PortCrash(f"the worker raised {last[:300]} while it ran the case; a write by the "
-                        "port outside its buffers, into the worker's memory, does that (with "
-                        "a port that writes none, it is a harness error: please report it)")
+        raise PortCrash(worker_raised(payload, "while it ran the case"))
 
     def _where(self) -> str:
         name = bytes(self.shared.current.value).decode(errors="replace")
@@ -500,6 +497,15 @@ def probe(port_path, layers=(), timeout: float | None = 120.0) -> dict:
     with Executor(port_path, list(layers), timeout=timeout, every_isa=True,
                   check_fpenv=False) as ex:
         return {**ex.info, "load_output": ex.load_output}
+
+
+def worker_raised(trace: str, when: str) -> str:
+    """The failure of a run (or contract call) in which the worker's own code raised: the
+    exception's line of `trace`, and why a port can cause it."""
+    last = (str(trace).strip().splitlines() or ["an exception"])[-1]
+    return (f"the worker raised {last[:300]} {when}; a write by the port outside its buffers, "
+            "into the worker's memory, does that (with a port that writes none, it is a "
+            "harness error: please report it)")
 
 
 def _kill_group(pid: int) -> None:
