@@ -4,7 +4,8 @@ Per layer, a list of calls into the layer's own entry points, each with the retu
 ABI documents for it:
   - invalid calls (CRNN_E_ARG, CRNN_E_ISA): each derived from one valid base call of the
     entry point by one change: a size made negative, a size that must be positive made 0,
-    NULL for one buffer that may not be NULL (one call per buffer of abi.BUFFERS), or one of
+    NULL for one buffer that may not be NULL (one call per buffer of abi.BUFFERS, at the
+    smallest sizes that give every buffer one element: ONE), or one of
     the entry point's value rules (RULES: labels outside 1..K-1, bad pool geometry, a
     malformed cfg, ...). They must return their code and write nothing: every output keeps
     its poison, every input and in/out buffer its bytes;
@@ -84,6 +85,24 @@ def _base() -> dict:
         "crnn_adamw": (dict(n=4, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, wd=0.01, decay=1,
                             b1t=0.9, b2t=0.999), {}),
     }
+
+
+# The NULL calls' sizes: the smallest at which every buffer holds one element (where the base
+# call's are larger), so a port that refuses NULL from the wrong count on (n > 1 instead of
+# n > 0) meets the NULL it lets through.
+ONE = {**{fn: (dict(n=1), {}) for fn in ("crnn_dot16", "crnn_sigmoid", "crnn_tanh",
+                                         "crnn_detmath_exp", "crnn_detmath_log", "crnn_adamw")},
+       **{fn: (dict(T=1, I=1, O=1), {}) for fn in ("crnn_linear_forward",
+                                                   "crnn_linear_backward")},
+       **{fn: (dict(T=1, I=1, H=1), {}) for fn in ("crnn_lstm_forward", "crnn_lstm_backward")},
+       "crnn_ctc": (dict(T=1, L=1), {"target": [1]}),
+       "crnn_step_gradients": ({}, {"targetLens": [1], "targets": [1]}),
+       "crnn_clip_gradients": (dict(nTensors=1), {"sizes": [1]})}
+
+
+def _one(fn: str, args: dict, values: dict) -> tuple:
+    a, v = ONE.get(fn, ({}, {}))
+    return {**args, **a}, {**values, **v}
 
 
 # Sizes a port must refuse when negative, and those it must refuse at 0 too (the table's).
@@ -210,10 +229,11 @@ def calls(layer: str, core: bool = False) -> list[Call]:
         for name in ZERO.get(fn, "").split():
             out.append(Call(f"{_short(fn)}({name}=0)", fn, {**args, name: 0}, E_ARG,
                             dict(values), sized=(args, values)))
-        for b in abi.buffers(fn, _ints(args), _reader(values)):
+        one_args, one_values = _one(fn, args, values)
+        for b in abi.buffers(fn, _ints(one_args), _reader(one_values)):
             if not b.nullable:
-                out.append(Call(f"{_short(fn)}({b.name}=NULL)", fn, dict(args), E_ARG,
-                                dict(values), (b.name,)))
+                out.append(Call(f"{_short(fn)}({b.name}=NULL)", fn, one_args, E_ARG,
+                                dict(one_values), (b.name,)))
         for label, a, v in rules.get(fn, []):
             out.append(Call(f"{_short(fn)}({label})", fn, {**args, **a}, E_ARG, {**values, **v},
                             sized=(args, values)))

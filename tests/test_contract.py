@@ -18,6 +18,7 @@ import shlex
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from crnn_conformance.ctypes_kernels import abi
@@ -35,7 +36,8 @@ def ports(tmp_path_factory):
     return {k: build_port(d, *flags) for k, flags in {
         "plain": (), "noarg": ("-DTP_NO_ARGCHECK",), "wbr": ("-DTP_WRITE_BEFORE_REJECT",),
         "negzero": ("-DTP_EMPTY_DOT_NEGZERO",), "modify": ("-DTP_MODIFY_ON_REJECT",),
-        "hang": ("-DTP_HANG_ON_REJECT",)}.items()}
+        "hang": ("-DTP_HANG_ON_REJECT",),
+        "from2": ("-DTP_NULL_FROM_2",)}.items()}
 
 
 def _run(tmp_path, *args):
@@ -164,6 +166,21 @@ def test_a_wrong_valid_edge_fails(ports, tmp_path):
     bad = {t: rec["note"] for (l, t), rec in _contract(doc).items() if not rec["passed"]}
     assert set(bad) == {"dot16(n=0)", "dot16(n=0, a=b=NULL)"}
     assert bad["dot16(n=0)"] == "out is not the documented value: at [0] -0.0, want 0.0"
+
+
+def test_null_is_passed_where_the_buffer_holds_one_element(ports, tmp_path):
+    """A port that refuses NULL only from two terms on reads through it at one: the NULL
+    calls run at the sizes of contract.ONE (n = 1), where every buffer holds one element."""
+    for fn in contract.ONE:
+        args, values = contract._one(fn, *contract._base()[fn])
+        for b in abi.buffers(fn, contract._ints(args), contract._reader(values)):
+            assert b.nullable or 0 < int(np.prod(b.shape)), (fn, b.name)
+    r, doc = _run(tmp_path, "--port", str(ports["from2"]), "--layers", "dot16",
+                  "--tiers", "contract")
+    assert r.returncode == 1
+    bad = {t: rec["note"] for (l, t), rec in _contract(doc).items() if not rec["passed"]}
+    assert set(bad) == {"dot16(a=NULL)", "dot16(b=NULL)"}
+    assert "the port crashed in crnn_dot16: killed by signal SIGSEGV" in bad["dot16(a=NULL)"]
 
 
 def test_tiers_can_leave_it_out(ports, tmp_path):

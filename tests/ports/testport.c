@@ -49,6 +49,8 @@
  *   -DTP_MODIFY_ON_REJECT     crnn_linear_backward changes its const input x[0] when it
  *                             returns CRNN_E_ARG for a negative size
  *   -DTP_HANG_ON_REJECT       crnn_dot16 never returns when n < 0
+ *   -DTP_NULL_FROM_2          crnn_dot16 refuses a NULL a or b only when n > 1 (one term
+ *                             too late: it reads through the NULL at n = 1)
  *   -DTP_EVERY_CASE       every case of linear is "the case above" (e.g. with -DTP_HANG: a
  *                         port that hangs in every case of a layer)
  *   -DTP_LATE_WRITE_MS=ms crnn_linear_forward starts a detached thread that writes y[0] ms
@@ -163,7 +165,11 @@ int32_t crnn_dot16(const float *a, const float *b, int64_t n, float *out)
 #ifdef TP_HANG_ON_REJECT
     if (n < 0) for (;;) sleep(1);
 #endif
+#ifdef TP_NULL_FROM_2
+    REJECT_IF(n < 0 || !out || (n > 1 && (!a || !b)));
+#else
     REJECT_IF(n < 0 || !out || (n > 0 && (!a || !b)));
+#endif
     *out = dot16s(a, 1, b, 1, n);
 #ifdef TP_EMPTY_DOT_NEGZERO
     if (n == 0) *out = -0.0f;
