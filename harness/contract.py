@@ -141,6 +141,7 @@ def _rules() -> dict:
         "crnn_step_gradients": cfg_rules + [
             ("width 1: no pooled column", {}, {"widths": [1]}),
             ("width 2, kernel 5 wide", {}, {"cfg": _cfg(i5=5), "widths": [2]}),
+            ("width 0, padW 2", {}, {"cfg": _cfg(i7=2), "widths": [0]}),
             ("targetLens -1", {}, {"targetLens": [-1]}),
             ("label 0", {}, {"targets": [0, 2]}), ("label classes", {}, {"targets": [1, 3]})],
         "crnn_clip_gradients": [("sizes -1", {}, {"sizes": [3, -1]}),
@@ -186,6 +187,7 @@ def _edges() -> dict:
         "crnn_sigmoid": n0, "crnn_tanh": n0, "crnn_detmath_exp": n0, "crnn_detmath_log": n0,
         "crnn_ctc": [("L=0", dict(L=0), {"target": []}, (), {}),
                      ("T=0", dict(T=0), {}, (), {"loss": np.array([np.inf])}),
+                     ("T=0, L=0", dict(T=0, L=0), {"target": []}, (), {"loss": np.array([np.inf])}),
                      ("L plus repeats > T", dict(T=2, L=2), {"target": [1, 1]}, (),
                       {"loss": np.array([np.inf]), "dlogits": _plus0(2, 3)})],
         "crnn_model_sizes": [("sizes=NULL", {}, {}, ("sizes",),
