@@ -243,6 +243,8 @@ def calls(layer: str, core: bool = False) -> list[Call]:
         out += [Call(f"set_threads({n})", "crnn_set_threads", {"n": n}, E_ARG) for n in (0, 257)]
         out += [Call(f"set_isa({i})", "crnn_set_isa", {"isa": i}, E_ARG) for i in (-1, len(abi.ISA_NAMES))]
         out.append(Call("set_isa(not advertised)", "crnn_set_isa", {"isa": None}, E_ISA))
+        out += [Call("get_isa after each set_isa", "crnn_get_isa", {}, OK),
+                Call("get_threads after set_threads", "crnn_get_threads", {}, OK)]
     return out
 
 
@@ -287,6 +289,8 @@ def run(traced, call: Call, base_isa: int) -> tuple:
         abi.check(traced.crnn_set_threads(1), "crnn_set_threads(1)")
         if call.fn in ("crnn_set_isa", "crnn_set_threads"):
             return _control(traced, call, base_isa)
+        if call.fn in ("crnn_get_isa", "crnn_get_threads"):
+            return _readback(traced, call.fn, base_isa)
         return _entry(traced, arena, call)
     except FpEnvError as e:
         return ("fpenv", str(e))
@@ -317,6 +321,33 @@ def _control(traced, call: Call, base_isa: int) -> tuple:
     traced.crnn_set_isa(base_isa)        # whatever it did, the later calls run on the base
     traced.crnn_set_threads(1)
     return ("ok", rc, [])
+
+
+READBACK_THREADS = (1, 2, 3, 7)    # the gate's default thread counts
+
+
+def _readback(traced, fn: str, base_isa: int) -> tuple:
+    """Every run is recorded under the ISA path and thread count it selected, so the selection
+    must take: after each crnn_set_isa of a path the port advertises (crnn_set_threads of
+    READBACK_THREADS) that returned CRNN_OK, crnn_get_isa (crnn_get_threads) names it. A port
+    whose selection falls back to another path would pass the identity tier without ever
+    running the paths it names. A count a Python port does not declare is refused by the
+    adapter and not read back."""
+    if fn == "crnn_get_isa":
+        mask = int(traced.crnn_isa_available())
+        picks = [(i, traced.crnn_set_isa, f" ({name})") for i, name in enumerate(traced.isa_names)
+                 if mask & (1 << i)]
+    else:
+        picks = [(n, traced.crnn_set_threads, "") for n in READBACK_THREADS]
+    problems = []
+    for want, select, name in picks:
+        got = int(getattr(traced, fn)()) if int(select(want)) == OK else want
+        if got != want:
+            problems.append(f"{fn}() returned {got} after {fn.replace('get', 'set')}({want})"
+                            f"{name} returned CRNN_OK")
+    traced.crnn_set_isa(base_isa)
+    traced.crnn_set_threads(1)
+    return ("ok", OK, problems)
 
 
 def _entry(traced, arena, call: Call) -> tuple:

@@ -263,10 +263,14 @@ class PyPort:
             n = int(n)
             if name == "crnn_set_threads":
                 declared = self.thread_counts is None or n in self.thread_counts
-                return fn(n) if 1 <= n <= 256 and declared else -1      # CRNN_E_ARG
-            if not 0 <= n < len(self.isa_names):
-                return -1                                                # CRNN_E_ARG
-            return fn(n) if int(self.crnn_isa_available()) >> n & 1 else -2   # CRNN_E_ISA
+                rc = fn(n) if 1 <= n <= 256 and declared else -1        # CRNN_E_ARG
+            elif not 0 <= n < len(self.isa_names):
+                rc = -1                                                  # CRNN_E_ARG
+            else:
+                rc = fn(n) if int(self.crnn_isa_available()) >> n & 1 else -2   # CRNN_E_ISA
+            if rc == 0:     # the default getters name the last selection, the port's own or not
+                setattr(self, "_threads" if name == "crnn_set_threads" else "_isa", n)
+            return rc
         ranged.__name__ = name
         return ranged
 

@@ -37,7 +37,7 @@ def ports(tmp_path_factory):
         "plain": (), "noarg": ("-DTP_NO_ARGCHECK",), "wbr": ("-DTP_WRITE_BEFORE_REJECT",),
         "negzero": ("-DTP_EMPTY_DOT_NEGZERO",), "modify": ("-DTP_MODIFY_ON_REJECT",),
         "hang": ("-DTP_HANG_ON_REJECT",),
-        "from2": ("-DTP_NULL_FROM_2",)}.items()}
+        "from2": ("-DTP_NULL_FROM_2",), "threads1": ("-DTP_THREADS_IGNORED",)}.items()}
 
 
 def _run(tmp_path, *args):
@@ -181,6 +181,19 @@ def test_null_is_passed_where_the_buffer_holds_one_element(ports, tmp_path):
     bad = {t: rec["note"] for (l, t), rec in _contract(doc).items() if not rec["passed"]}
     assert set(bad) == {"dot16(a=NULL)", "dot16(b=NULL)"}
     assert "the port crashed in crnn_dot16: killed by signal SIGSEGV" in bad["dot16(a=NULL)"]
+
+
+def test_a_selection_that_does_not_take_fails(ports, tmp_path):
+    """Runs are recorded under the thread count (ISA) they selected: a port whose
+    crnn_set_threads returns CRNN_OK but keeps 1 thread fails the read-back call."""
+    r, doc = _run(tmp_path, "--port", str(ports["threads1"]), "--layers", "dot16",
+                  "--tiers", "contract")
+    assert r.returncode == 1
+    bad = {t: rec["note"] for (l, t), rec in _contract(doc).items() if not rec["passed"]}
+    assert bad == {"get_threads after set_threads":
+                   "crnn_get_threads() returned 1 after crnn_set_threads(2) returned CRNN_OK; "
+                   "crnn_get_threads() returned 1 after crnn_set_threads(3) returned CRNN_OK; "
+                   "crnn_get_threads() returned 1 after crnn_set_threads(7) returned CRNN_OK"}
 
 
 def test_tiers_can_leave_it_out(ports, tmp_path):

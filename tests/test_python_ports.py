@@ -593,6 +593,24 @@ def test_a_python_port_raising_on_a_contract_call_fails_that_call(tmp_path):
     assert "Traceback (most recent call last)" in output and "no terms" in output
 
 
+def test_the_selection_is_read_back(tmp_path):
+    """A port's own set_threads with the adapter's get_threads: the default getter names the
+    last count set (it once kept 1, failing a correct port); a port whose own get_threads
+    ignores the count fails the read-back call."""
+    own_set = LINEAR.replace("class Port:", "class Port:\n    threads = [1, 2]\n\n"
+                             "    def set_threads(self, n):\n        pass\n")
+    stuck = own_set.replace("class Port:", "class Port:\n    def get_threads(self):\n"
+                            "        return 1\n")
+    for source, code in ((own_set, 0), (stuck, 1)):
+        r = gate("--port", port_file(tmp_path, source) + ":Port", "--layers", "linear",
+                 "--tiers", "contract", "-q", "--json", str(tmp_path / "r.json"))
+        assert r.returncode == code, r.stdout + r.stderr
+        rec = _contract(json.loads((tmp_path / "r.json").read_text()))[
+            ("linear", "get_threads after set_threads")]
+        assert rec["note"] == ("" if code == 0 else "crnn_get_threads() returned 1 after "
+                               "crnn_set_threads(2) returned CRNN_OK")
+
+
 @pytest.mark.parametrize("port", [NUMPY_PORT, TORCH_PORT], ids=["numpy", "torch"])
 def test_example_ports_keep_the_error_contract(tmp_path, port):
     if port == TORCH_PORT:

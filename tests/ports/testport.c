@@ -49,6 +49,8 @@
  *   -DTP_MODIFY_ON_REJECT     crnn_linear_backward changes its const input x[0] when it
  *                             returns CRNN_E_ARG for a negative size
  *   -DTP_HANG_ON_REJECT       crnn_dot16 never returns when n < 0
+ *   -DTP_THREADS_IGNORED      crnn_set_threads returns CRNN_OK and keeps 1 thread
+ *                             (crnn_get_threads() is 1 whatever was set)
  *   -DTP_NULL_FROM_2          crnn_dot16 refuses a NULL a or b only when n > 1 (one term
  *                             too late: it reads through the NULL at n = 1)
  *   -DTP_EVERY_CASE       every case of linear is "the case above" (e.g. with -DTP_HANG: a
@@ -140,7 +142,9 @@ int32_t crnn_get_isa(void) { return CRNN_ISA_SCALAR; }
 int32_t crnn_set_threads(int32_t n)
 {
     REJECT_IF(n < 1 || n > 256);
+#ifndef TP_THREADS_IGNORED
     g_threads = n;
+#endif
     return CRNN_OK;
 }
 #ifndef TP_OMIT
