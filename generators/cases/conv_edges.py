@@ -39,6 +39,12 @@ Many taps (many_taps()):
                                  taps (a port that gathers them in batches must carry its
                                  running sums from one batch to the next), over three groups
                                  of channels
+Found by the operator sweep (docs/mutants.md), signed_zeros_zero_x() and selector_col0():
+  pool_signed_zeros_C16_zero_x   pool_signed_zeros_C16 with every third pixel +0: a port that
+                                 leaves out the +0 window terms runs its K = 16 dots sparse
+                                 and must redo the -0 ones with every term (one a lane)
+  listed_dW_neg_zero_col0_C16_O4 an unpadded 10 x 10 input, the tiny channel first: only
+                                 column 0 of each 16 columns of dW has -0 lanes to redo
 A NaN weight meeting +0 values (nan_meets_zeros()):
   nan_W_zero_x_C1, _C3, _C16     channel 1 holds one NaN weight (the centre tap): +0 * NaN is
                                  NaN, a term of every dot, so the channel's conv values are
@@ -216,7 +222,45 @@ def build():
     cases += small_kernels(draw.rng(SEED + 4))
     cases += nan_meets_zeros(draw.rng(SEED + 5))
     cases.append(many_taps(draw.rng(SEED + 6)))
+    late = draw.rng(SEED + 7)
+    cases.append(signed_zeros_zero_x(late))
+    cases.append(selector_col0(late))
     return cases
+
+
+def signed_zeros_zero_x(rng):
+    """signed_zeros() with every third pixel +0 (as after a ReLU and pool), so that a port that
+    leaves out the +0 window terms runs this K = 16 product sparse: its -0 dots (channels
+    o % 4 == 0) must be computed again with every term, one term a lane."""
+    c = signed_zeros(rng, 8, "pool_signed_zeros_C16_zero_x")
+    x = c.inputs["x"].copy()
+    x.reshape(-1, 16)[::3] = 0.0
+    return _case(c.name, x, c.inputs["W"], c.inputs["b"], c.inputs["dPooled"],
+                 {k: c.params[k] for k in G33}, c.params["note"] + "; every third pixel +0")
+
+
+def selector_col0(rng):
+    """selector()'s winners on an unpadded 10 x 10 input (8 x 8 conv output) with the tiny
+    channel first: column 0 of each 16 columns of dW is the only one whose winner products
+    underflow to -0 (channel 1 selects, 1 at the winners and -0.5 elsewhere; channels 2-15
+    are 0.5), so a port that looks for -0 lanes only past the first column keeps -0 there."""
+    g = dict(kh=3, kw=3, padH=0, padW=0, poolH=2, poolW=2)
+    H = Wd = 10
+    C, Out = 16, 4
+    x = np.full((H, Wd, C), 0.5, F32)
+    x[:, :, 0] = tiny(rng, H * Wd).reshape(H, Wd)
+    x[:, :, 1] = -0.5
+    for oy in range(4):
+        for ox in range(4):
+            dy, ddx = divmod((oy + ox) % 4, 2)
+            x[2 * oy + dy + 1, 2 * ox + ddx + 1, 1] = 1.0
+    taps = tiny(rng, Out * 9 * C).reshape(Out, 9, C) * rng.choice([-1, 1], (Out, 9, C))
+    taps[:, :, 1] = 0.0
+    taps[:, 4, 1] = 1.0
+    W = taps.reshape(Out, 9 * C).astype(F32)
+    dPooled = tiny(rng, 16 * Out, -80, -1.0).reshape(4, 4, Out)
+    return _case("listed_dW_neg_zero_col0_C16_O4", x, W, np.full(Out, 0.25, F32), dPooled, g,
+                 "only column 0 of each chunk of dW has -0 lanes (winner products underflow)")
 
 
 def small_kernels(rng) -> list:
