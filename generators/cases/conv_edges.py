@@ -39,12 +39,15 @@ Many taps (many_taps()):
                                  taps (a port that gathers them in batches must carry its
                                  running sums from one batch to the next), over three groups
                                  of channels
-Found by the operator sweep (docs/mutants.md), signed_zeros_zero_x() and selector_col0():
+Found by the operator sweep (docs/mutants.md), signed_zeros_zero_x(), selector_col0() and
+nan_padding_ends():
   pool_signed_zeros_C16_zero_x   pool_signed_zeros_C16 with every third pixel +0: a port that
                                  leaves out the +0 window terms runs its K = 16 dots sparse
                                  and must redo the -0 ones with every term (one a lane)
   listed_dW_neg_zero_col0_C16_O4 an unpadded 10 x 10 input, the tiny channel first: only
                                  column 0 of each 16 columns of dW has -0 lanes to redo
+  k_padding_nan_O0_k3x3_C1       k_padding_nan_k3x3_C1 with the NaN padding in the first
+  k_padding_nan_Olast_k3x3_C1    channel, then in the last: each channel's padding checked
 A NaN weight meeting +0 values (nan_meets_zeros()):
   nan_W_zero_x_C1, _C3, _C16     channel 1 holds one NaN weight (the centre tap): +0 * NaN is
                                  NaN, a term of every dot, so the channel's conv values are
@@ -225,6 +228,23 @@ def build():
     late = draw.rng(SEED + 7)
     cases.append(signed_zeros_zero_x(late))
     cases.append(selector_col0(late))
+    cases += nan_padding_ends(draw.rng(SEED + 8))
+    return cases
+
+
+def nan_padding_ends(rng) -> list:
+    """k_padding_nan_k3x3_C1 with the NaN padding in the first channel only, then in the last
+    only: a port that checks the padding's finiteness channel by channel before taking the
+    short dots (K = 9 of 16) must check every channel, the first and the last included."""
+    g = dict(kh=3, kw=3, padH=1, padW=1, poolH=2, poolW=2)
+    Hp, Wp = pooled_shape(4, 6, g)
+    cases = []
+    for name, o in (("k_padding_nan_O0_k3x3_C1", 0), ("k_padding_nan_Olast_k3x3_C1", 4)):
+        x = rng.uniform(0, 1, (4, 6, 1)).astype(F32)
+        W = weights(rng, 1, 5, g, 1.0)
+        W[o, 9:] = qnan32()
+        cases.append(_case(name, x, W, rng.uniform(-0.1, 0.3, 5), rng.uniform(-1, 1, (Hp, Wp, 5)),
+                           g, f"channel {o}'s padding columns NaN (of 5): its conv values are NaN"))
     return cases
 
 
