@@ -609,6 +609,14 @@ def test_the_selection_is_read_back(tmp_path):
             ("linear", "get_threads after set_threads")]
         assert rec["note"] == ("" if code == 0 else "crnn_get_threads() returned 1 after "
                                "crnn_set_threads(2) returned CRNN_OK")
+    raising = own_set.replace("class Port:", "class Port:\n    def get_threads(self):\n"
+                              "        raise RuntimeError('boom')\n")
+    r = gate("--port", port_file(tmp_path, raising) + ":Port", "--layers", "linear",
+             "--tiers", "contract", "-q", "--json", str(tmp_path / "r.json"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert _contract(json.loads((tmp_path / "r.json").read_text()))[
+        ("linear", "get_threads after set_threads")]["note"].startswith(
+        "get_threads raised RuntimeError: boom")
 
 
 @pytest.mark.parametrize("port", [NUMPY_PORT, TORCH_PORT], ids=["numpy", "torch"])
