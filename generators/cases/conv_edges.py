@@ -48,6 +48,11 @@ nan_padding_ends():
                                  column 0 of each 16 columns of dW has -0 lanes to redo
   k_padding_nan_O0_k3x3_C1       k_padding_nan_k3x3_C1 with the NaN padding in the first
   k_padding_nan_Olast_k3x3_C1    channel, then in the last: each channel's padding checked
+  dropped_rows_cols_O64, _O48,   a 7 x 9 image under a 2 x 2 pool (a dropped partial row and
+  _O32, _O16                     column of windows, whose dC is +0 and a term of db and dW),
+                                 16 to 64 channels: four cases in a row, so that each ISA
+                                 leads the runs of one (harness/runner.rotated) on memory
+                                 another case used
 A NaN weight meeting +0 values (nan_meets_zeros()):
   nan_W_zero_x_C1, _C3, _C16     channel 1 holds one NaN weight (the centre tap): +0 * NaN is
                                  NaN, a term of every dot, so the channel's conv values are
@@ -229,6 +234,26 @@ def build():
     cases.append(signed_zeros_zero_x(late))
     cases.append(selector_col0(late))
     cases += nan_padding_ends(draw.rng(SEED + 8))
+    cases += dropped_rows(draw.rng(SEED + 9))
+    return cases
+
+
+def dropped_rows(rng) -> list:
+    """A 7 x 9 image under a 2 x 2 pool: the conv output's last row and column are a dropped
+    partial window's, whose dC is +0 and is a term of db and dW. 16 to 64 channels out, so
+    that every vector path scatters the winners in whole registers. Four cases in a row,
+    largest first: the ISA that leads a case's runs changes from one case of a fixture to the
+    next (harness/runner.rotated), so on up to four paths each leads one of them right after a
+    case that used more of the port's memory, and a path that leaves the dropped rows as its
+    scratch held them differs from the base run."""
+    H, Wd = 7, 9
+    Hp, Wp = pooled_shape(H, Wd, G33)
+    cases = []
+    for Out in (64, 48, 32, 16):
+        x = rng.uniform(-1, 1, (H, Wd, 3)).astype(F32)
+        cases.append(_case(f"dropped_rows_cols_O{Out}", x, weights(rng, 3, Out, G33),
+                           rng.uniform(-0.3, 0.3, Out), rng.uniform(-1, 1, (Hp, Wp, Out)), G33,
+                           f"a dropped partial row and column of windows, {Out} channels"))
     return cases
 
 
