@@ -139,7 +139,8 @@ def _identity_records(opts, ex, m, fixture_path, case, runs, base, fixture="") -
             c = compare(other[tensor], a, "identity", heatmap_cols=_heatmap_cols(m, case, tensor, a))
             if not c.passed:
                 c = replace(c, note=(c.note + "; " if c.note else "")
-                            + f"{run_name(isa, threads)} differs from {run_name(*runs[0])}")
+                            + f"{run_name(isa, threads)} differs from {run_name(*runs[0])}"
+                            + _made_after(ex, m.LAYER, fixture_path, case.name))
             c = _worst_context(m, case, tensor, np.shape(a), c)
             run.append(record(opts, m.LAYER, case.name, tensor, "identity", isa, threads, c,
                               runs=pair, fixture=fixture))
@@ -148,6 +149,16 @@ def _identity_records(opts, ex, m, fixture_path, case, runs, base, fixture="") -
                                runs=pair, fixture=fixture))
         records += of_run(run, seconds + time.perf_counter() - t0, text)
     return records
+
+
+def _made_after(ex, layer, fixture_path, case_name) -> str:
+    """Which case the worker ran just before this one (runner.rotated: the first ISA's runs
+    meet what that case left in the port's memory), for a repro that passes alone."""
+    before = getattr(ex, "after", {}).get((layer, str(fixture_path), case_name))
+    if before is None:
+        return ""
+    return (f" (the worker ran {before[0]}/{before[2]} just before this case; a difference "
+            "its repro alone does not show is state the port keeps across calls)")
 
 
 def run_name(isa: str, threads: int) -> str:

@@ -46,6 +46,7 @@ class Job:
     module: object
     fixture: Path
     case: object
+    rank: int = 0       # the case's place in its fixture (the order of its runs: rotated())
 
     @property
     def layer(self) -> str:
@@ -85,8 +86,8 @@ class GateSession:
                          for m in self.modules}
         self.port_path = (opts.port if pyport.is_python_port(opts.port) else Path(opts.port)
                           if opts.port else _bundled())
-        self.jobs = [Job(m, fx.path, case) for m in self.modules for fx in self.fixtures[m.LAYER]
-                     for case in fx.cases
+        self.jobs = [Job(m, fx.path, case, rank) for m in self.modules
+                     for fx in self.fixtures[m.LAYER] for rank, case in enumerate(fx.cases)
                      if (opts.case is None or fnmatch.fnmatch(case.name, opts.case))
                      and ("identity" in opts.tiers or set(opts.tiers) & set(case.expected))]
         if not self.jobs and not contract.selected(opts):
@@ -194,7 +195,7 @@ class GateSession:
         if key not in self._worker_of:
             self._worker_of[key] = min(range(len(self.executors)),
                                        key=lambda k: self.executors[k].running())
-            self.executors[self._worker_of[key]].submit(*key, self.runs())
+            self.executors[self._worker_of[key]].submit(*key, rotated(self.runs(), job.rank))
         return self.executors[self._worker_of[key]]
 
     def _dispatch(self, ahead) -> None:
@@ -333,6 +334,19 @@ def run_gate(opts: GateOptions, progress=None) -> GateResult:
 
 def _key(job: Job) -> tuple:
     return job.layer, str(job.fixture), job.case.name
+
+
+def rotated(runs: list, k: int) -> list:
+    """The order a worker makes a case's runs in: `runs` grouped by ISA (in their order), the
+    groups rotated by k places (k: the case's place in its fixture). The first group then
+    runs right after another case's runs, on memory the port used for another shape, and
+    each ISA leads on every n-th case of a fixture (n ISAs): a path that reads what an earlier
+    call left in the port's memory (a scratch row it should have cleared, and that another
+    path clears) differs from the base run (docs/port-abi.md, "No value crosses calls"). The
+    records are keyed by run, so a port that keeps no state gets the same verdicts."""
+    groups = list(dict.fromkeys(isa for isa, _ in runs))
+    k = k % len(groups) if groups else 0
+    return [r for isa in groups[k:] + groups[:k] for r in runs if r[0] == isa]
 
 
 def _check_selection(opts) -> None:

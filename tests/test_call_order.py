@@ -144,3 +144,49 @@ def test_every_stale_state_mistake_fails_the_default_gate(monkeypatch, tmp_path,
         code, bad = failing(tmp_path, "--port", so, "--jobs", jobs)
         assert code == 1
         assert any(base_run_fails(r) for r in bad.values()), (jobs, sorted(bad))
+
+
+# ---- a path that keeps state another path clears: the order of a case's runs ------------------
+
+def test_rotated_groups_runs_by_isa_and_turns_the_groups():
+    from crnn_conformance.harness.runner import rotated
+    runs = [("scalar", 1), ("scalar", 2), ("sse", 1), ("sse", 2), ("avx2", 1), ("avx2", 2)]
+    assert rotated(runs, 0) == runs
+    assert rotated(runs, 1) == runs[2:] + runs[:2]
+    assert rotated(runs, 2) == runs[4:] + runs[:4]
+    assert rotated(runs, 3) == runs
+    # a --runs order with an ISA's runs apart: each ISA's runs together, in their order
+    mixed = [("sse", 1), ("scalar", 1), ("sse", 7)]
+    assert rotated(mixed, 0) == [("sse", 1), ("sse", 7), ("scalar", 1)]
+    assert rotated(mixed, 1) == [("scalar", 1), ("sse", 1), ("sse", 7)]
+    assert rotated([], 5) == []
+
+
+def test_a_vector_path_that_leaves_a_scratch_row_stale_fails_identity(tmp_path):
+    """The catalogue's vec_pool_stale_dropped: the vector paths' pool backward leaves dC's
+    dropped partial rows as the scratch held them, which the scalar path clears. With every
+    case's runs made base (scalar) first it passed every tier; each ISA now leads the runs of
+    some cases of a fixture, right after another case, and the identity tier fails it (on every
+    vector path of a Zen 4: sse, avx2 and avx512), with one worker and with two. The failure names the case run just before."""
+    from crnn_conformance.ctypes_kernels import abi
+    from crnn_conformance.ctypes_kernels.build import build
+    from crnn_conformance.harness import runner
+    from crnn_conformance.harness.runner import GateOptions, run_gate
+    so = str(build(mutant="vec_pool_stale_dropped"))
+    vector = [i for i in abi.available_isas(abi.load(so, layers=())) if i != "scalar"]
+    if not vector:
+        pytest.skip("no vector ISA path on this CPU")
+    for jobs in ("2", "1"):
+        code, bad = failing(tmp_path, "--port", so, "--layers", "conv", "--jobs", jobs)
+        assert code == 1
+        records = [t for r in bad.values() for t in r]
+        assert {t["tier"] for t in records} == {"identity"}
+        assert records and {t["isa"] for t in records} <= set(vector), (jobs, sorted(bad))
+        assert all("just before this case" in t["note"] for t in records), records[0]["note"]
+    before = runner.rotated
+    try:
+        runner.rotated = lambda runs, k: runs
+        result = run_gate(GateOptions(port=so, layers=["conv"], workers=1))
+    finally:
+        runner.rotated = before
+    assert result.passed

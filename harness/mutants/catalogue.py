@@ -79,6 +79,10 @@ CATALOGUE: list[Mutant] = [
        "the row", "identity", threads=ISA_ONLY, needs=("avx2",)),
     _m("vec_tail_zero_pad", "the vector paths pad the tail with zeros (a -0 lane turns +0)",
        "identity", threads=ISA_ONLY, needs=VECTOR),
+    _m("vec_pool_stale_dropped", "the vector paths' pool backward leaves dC's dropped partial "
+       "rows as the scratch held them (state from an earlier call; the scalar path clears "
+       "them)", "identity",
+       threads=ISA_ONLY, needs=VECTOR),
     _m("bias_first", "the bias added before the dot (lane 0 starts at b) instead of after",
        "exact"),
     # the LSTM (lstm.c, activations.c)

@@ -79,6 +79,10 @@ class Executor:
         self._queue: deque = deque()            # [key, runs not answered, first answer] per batch
         self._since = 0.0                       # when the run being waited for started
         self._latest = None                     # the batch collected last
+        # batch key -> the batch this worker was sent just before it (None: the first since
+        # the worker started): a run that differs only after another case names it
+        self.after: dict[tuple, tuple | None] = {}
+        self._sent = None
         # settle (seconds): each batch's last run is checked that long after its end for a
         # write after return (worker._Settling); [key, runs] of the batches awaiting it
         self.settle = settle
@@ -167,6 +171,7 @@ class Executor:
         if not self._queue:
             self._since = time.monotonic()     # the worker was idle: the batch starts now
         self._batches[key] = {}
+        self.after[key], self._sent = self._sent, key
         # [key, runs not answered, first answer, number of runs, the runs]
         self._queue.append([key, list(runs), None, len(runs), list(runs)])
 
@@ -320,6 +325,7 @@ class Executor:
         key = (layer, str(fixture_path), case_name)
         self.collect(key)
         self._batches.pop(key, None)
+        self.after.pop(key, None)
 
     def prefetch(self, layer: str, fixture_path, case_name: str, runs: list, case=None,
                  meanwhile=None, symbolic=None) -> None:
@@ -328,6 +334,8 @@ class Executor:
         answers of earlier prefetches are dropped."""
         self.collect()
         self._batches.clear()
+        self.after.clear()
+        self._sent = None       # (the fuzzer's: its failures name no case before)
         self.submit(layer, fixture_path, case_name, runs, case, symbolic)
         try:
             if meanwhile is not None:
@@ -449,6 +457,7 @@ class Executor:
             self._reap()
             self.proc = None
         self._suspect = False
+        self._sent = None
         self._start()
 
     def _reap(self) -> int | None:
