@@ -51,15 +51,57 @@ def _exact_sigmoid(x):
     return _sigmoid(np.asarray(x, np.float64))
 
 
-def test_activation_bounds_cover_ours_and_libm():
-    """sigmoid_ulps / tanh_ulps (+ the floor) cover the project's approximations and
-    libm-based ones on a dense sample of every range, and the part that keeps its sign over a
-    window of arguments stays within activation_coherent_ulps."""
+# The activations of Eigen and ONNX Runtime (MLAS): a rational function of the clamped
+# argument, Horner's rule in x^2; the logistic is 1/2 + p/q clamped to [0, 1]. (Their float
+# coefficients; `fma` evaluates each step as one fused operation, as their FMA3 kernels do.)
+LOGISTIC_P = (4.37031012579801e-11, 1.15627324459942e-07, 6.08574864600143e-05,
+              8.51377133304701e-03, 2.48287947061529e-01)
+LOGISTIC_Q = (6.10247389755681e-13, 5.76102136993427e-09, 6.29106785017040e-06,
+              1.70198817374094e-03, 1.16817656904453e-01, 9.93151921023180e-01)
+TANH_P = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
+          5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03)
+TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
+          4.89352518554385e-03)
+
+
+def _horner(x2, coefficients, fma):
+    """c0 x2^n + ... + cn in binary32, one rounding a step (fma) or two."""
+    c = [F32(v) for v in coefficients]
+    acc = np.full_like(x2, c[0])
+    for v in c[1:]:
+        acc = ((acc.astype(np.float64) * x2 + v).astype(F32) if fma else
+               ((acc * x2).astype(F32) + v).astype(F32))
+    return acc
+
+
+def _rational(x, limit, P, Q, fma):
+    x = np.clip(x, F32(-limit), F32(limit)).astype(F32)
+    x2 = (x * x).astype(F32)
+    return (((x * _horner(x2, P, fma)).astype(F32)) / _horner(x2, Q, fma)).astype(F32)
+
+
+def library_sigmoid(x, fma=False):
+    y = (_rational(x, 18.0, LOGISTIC_P, LOGISTIC_Q, fma) + F32(0.5)).astype(F32)
+    return np.clip(y, F32(0), F32(1))
+
+
+def library_tanh(x, fma=False):
+    return _rational(x, 9.0, TANH_P, TANH_Q, fma)
+
+
+def _activation_sample():
     rng = np.random.default_rng(1)
     x = np.concatenate([rng.uniform(-20, 20, 200000), rng.uniform(-1, 1, 100000),
-                        rng.uniform(-100, 100, 50000),
+                        rng.uniform(-100, 100, 50000), rng.uniform(5.5, 6.5, 50000),
                         np.sign(rng.uniform(-1, 1, 50000)) * 10 ** rng.uniform(-8, 1.5, 50000)])
-    x = x.astype(F32)
+    return x.astype(F32)
+
+
+def test_activation_bounds_cover_ours_libm_and_the_libraries():
+    """sigmoid_ulps / tanh_ulps (ulps of max(|y|, 1/2)) cover the project's approximations,
+    libm-based ones and the rational ones of Eigen and ONNX Runtime (with and without fma) on a
+    dense sample of every range, the tanh around x = 6 included, where Eigen's errs most."""
+    x = _activation_sample()
     xd = x.astype(np.float64)
     libm = ctypes.CDLL(ctypes.util.find_library("m"))
     libm.expf.restype, libm.expf.argtypes = ctypes.c_float, [ctypes.c_float]
@@ -67,27 +109,33 @@ def test_activation_bounds_cover_ours_and_libm():
     sub = x[::7]
     expf = np.array([libm.expf(float(-v)) for v in sub], F32)
     candidates = {
-        "sigmoid": (sig_true, [act.sigmoid(x).astype(np.float64)],
+        "sigmoid": (sig_true, [act.sigmoid(x), library_sigmoid(x), library_sigmoid(x, True)],
                     [(sub, (F32(1) / (F32(1) + expf)).astype(np.float64))]),
-        "tanh": (tanh_true, [act.tanh(x).astype(np.float64), np.tanh(x).astype(np.float64)], []),
+        "tanh": (tanh_true, [act.tanh(x), np.tanh(x), library_tanh(x), library_tanh(x, True)],
+                 []),
     }
+    worst = {}
     for which, (true, full, sampled) in candidates.items():
         bound = params.act_bound(true, which)
         for y in full:
-            err = np.abs(y - true)
-            assert (err <= bound).all(), (which, float((err / bound).max()))
+            usage = np.abs(y.astype(np.float64) - true) / bound
+            assert (usage <= 1).all(), (which, float(usage.max()))
+            worst.setdefault(which, []).append(float(usage.max()))
         for xs, y in sampled:
             t = true[::7]
             assert (np.abs(y - t) <= params.act_bound(t, which)).all(), which
-    # coherence: the project's errors averaged over windows of 256 neighbouring arguments
-    los = np.arange(-30, 30, 0.25)
-    for which, fn, exact in (("sigmoid", act.sigmoid, _exact_sigmoid), ("tanh", act.tanh, np.tanh)):
-        for span in (2.0 ** -22, 2.0 ** -14):
-            xs = (los[:, None] + np.arange(256)[None, :] * span).astype(F32)
-            y = exact(xs.astype(np.float64))
-            e = (fn(xs.ravel()).reshape(xs.shape).astype(np.float64) - y) / _ulp(y)
-            mean = float(np.abs(e.mean(1)).max())
-            assert mean <= params.value("activation_coherent_ulps"), (which, span, mean)
+    # the libraries' rational functions use most of it (the bounds are not loose for them)
+    assert max(worst["tanh"][2:]) > 0.6 and max(worst["sigmoid"][1:]) > 0.3, worst
+
+
+def test_the_library_logistic_is_accurate_absolutely_not_relatively():
+    """Why the bound is in ulps of max(|y|, 1/2): left of x = -16 the exact sigmoid is below
+    1e-7 and 1/2 + p/q keeps only its ulps of 1/2, millions of ulps of the value."""
+    x = np.linspace(-17.5, -16.5, 1001).astype(F32)
+    true = _exact_sigmoid(x.astype(np.float64))
+    err = np.abs(library_sigmoid(x).astype(np.float64) - true)
+    assert (err / _ulp(true)).max() > 1e6
+    assert (err <= params.act_bound(true, "sigmoid")).all()
 
 
 # ---------------------------------------------------------------- random legal orders

@@ -6,7 +6,7 @@ t = j and the reverse t = T-1-j. Per step:
 
     z  = one sum of the I + H + 1 terms x[t]*W_ih, h*W_hh and b   (any grouping)
     i, f, o = sigmoid(z), g = tanh(z)     each within its bound of the exact function
-                                          (params.act_bound; the coherent part systematic)
+                                          (params.act_bound; all of it systematic)
     c  = (f*cPrev) + (i*g);  tc = tanh(c);  h = o*tc    every operation rounded once
 
 and the backward of docs/backward.md with the saved values' errors carried in (the port's
@@ -60,12 +60,12 @@ def _values(x, W_ih, W_hh, b) -> dict:
 
 def _sig(z: Err) -> Err:
     y = _sigmoid(z.v)
-    return z.through(y, y * (1.0 - y), params.act_bound(y, "sigmoid"), params.act_coherent(y))
+    return z.through(y, y * (1.0 - y), coherent=params.act_bound(y, "sigmoid"))
 
 
 def _tanh(z: Err) -> Err:
     y = np.tanh(z.v)
-    return z.through(y, 1.0 - y * y, params.act_bound(y, "tanh"), params.act_coherent(y))
+    return z.through(y, 1.0 - y * y, coherent=params.act_bound(y, "tanh"))
 
 
 def _base(parts: dict) -> Err:

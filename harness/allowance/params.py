@@ -30,14 +30,12 @@ def ulp(y) -> np.ndarray:
 
 
 def act_bound(y, which: str) -> np.ndarray:
-    """The error bound of an accurate sigmoid or tanh with exact result y: K ulps of y plus
-    a tiny absolute floor (the subnormal range)."""
-    return value(f"{which}_ulps") * ulp(y) + value("activation_floor")
-
-
-def act_coherent(y) -> np.ndarray:
-    """The part of an activation's error that may keep its sign over many evaluations."""
-    return value("activation_coherent_ulps") * ulp(y)
+    """The error bound of the sigmoid or tanh a port may use, exact result y: K ulps of
+    max(|y|, 1/2), i.e. K ulps of y, or K ulps of 1/2 absolutely where |y| is smaller (a
+    library's rational approximation of the whole function is accurate absolutely). All of it
+    may keep its sign over many evaluations (an approximation's error is a smooth function of
+    the argument): lstm.py carries it as systematic."""
+    return value(f"{which}_ulps") * ulp(np.maximum(np.abs(np.asarray(y, np.float64)), 0.5))
 
 
 @lru_cache(maxsize=1)

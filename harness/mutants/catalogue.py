@@ -146,6 +146,9 @@ CATALOGUE: list[Mutant] = [
        "combined by a pseudo-random tree", "exact"),
     _m("contract_fast", "the whole port built with -ffp-contract=fast -mfma: fma wherever the "
        "compiler fuses a*b + c", "exact", needs=("avx2",), kind="flags"),
+    _m("activations_mlas", "sigmoid and tanh as Eigen and ONNX Runtime (MLAS) compute them: "
+       "rational functions of the clamped argument, the logistic 1/2 + p/q (accurate to a few "
+       "ulps of 1/2, not of a tiny value)", "exact"),
     # ---- precision bugs. Reduced precision somewhere (relative errors from about
     # 1e-3 down to 1e-6): the float64 tier must catch them, and the pytorch tier where the
     # layer has pytorch fixtures.
