@@ -35,7 +35,7 @@ from . import pyport
 from .sandbox import guard
 from .compare import Comparison, compare, is_poison
 from .layers import LAYERS
-from .records import record
+from .records import THREADS, record
 
 TIER = "contract"
 FIXTURE = "contract"     # the fixture and case name of every contract record
@@ -323,22 +323,19 @@ def _control(traced, call: Call, base_isa: int) -> tuple:
     return ("ok", rc, [])
 
 
-READBACK_THREADS = (1, 2, 3, 7)    # the gate's default thread counts
-
-
 def _readback(traced, fn: str, base_isa: int) -> tuple:
     """Every run is recorded under the ISA path and thread count it selected, so the selection
     must take: after each crnn_set_isa of a path the port advertises (crnn_set_threads of
-    READBACK_THREADS) that returned CRNN_OK, crnn_get_isa (crnn_get_threads) names it. A port
-    whose selection falls back to another path would pass the identity tier without ever
-    running the paths it names. A count a Python port does not declare is refused by the
+    each of the gate's default THREADS) that returned CRNN_OK, crnn_get_isa (crnn_get_threads)
+    names it. A port whose selection falls back to another path would pass the identity tier
+    without ever running the paths it names. A count a Python port does not declare is refused by the
     adapter and not read back."""
     if fn == "crnn_get_isa":
         mask = int(traced.crnn_isa_available())
         picks = [(i, traced.crnn_set_isa, f" ({name})") for i, name in enumerate(traced.isa_names)
                  if mask & (1 << i)]
     else:
-        picks = [(n, traced.crnn_set_threads, "") for n in READBACK_THREADS]
+        picks = [(n, traced.crnn_set_threads, "") for n in THREADS]
     problems = []
     for want, select, name in picks:
         try:
