@@ -261,15 +261,14 @@ def nan_padding_ends(rng) -> list:
     """k_padding_nan_k3x3_C1 with the NaN padding in the first channel only, then in the last
     only: a port that checks the padding's finiteness channel by channel before taking the
     short dots (K = 9 of 16) must check every channel, the first and the last included."""
-    g = dict(kh=3, kw=3, padH=1, padW=1, poolH=2, poolW=2)
-    Hp, Wp = pooled_shape(4, 6, g)
+    Hp, Wp = pooled_shape(4, 6, G33)
     cases = []
     for name, o in (("k_padding_nan_O0_k3x3_C1", 0), ("k_padding_nan_Olast_k3x3_C1", 4)):
         x = rng.uniform(0, 1, (4, 6, 1)).astype(F32)
-        W = weights(rng, 1, 5, g, 1.0)
+        W = weights(rng, 1, 5, G33, 1.0)
         W[o, 9:] = qnan32()
         cases.append(_case(name, x, W, rng.uniform(-0.1, 0.3, 5), rng.uniform(-1, 1, (Hp, Wp, 5)),
-                           g, f"channel {o}'s padding columns NaN (of 5): its conv values are NaN"))
+                           G33, f"channel {o}'s padding columns NaN (of 5): its conv values are NaN"))
     return cases
 
 
