@@ -54,7 +54,9 @@ static size_t bytes_of(int64_t n)
 /* The forward by bands of poolH conv rows (the rows of one row of pool windows; the last
  * band may hold the dropped rows): im2col of the band, its dots against the packed Wᵀ, the
  * bias, and the band's pool windows — the same operations per output as im2col of the
- * whole image and its dots, done while the band is in cache. */
+ * whole image and its dots, done while the band is in cache. With conv NULL (the batch
+ * gradient, which reads only the pool's outputs) a band's conv values live in the thread's
+ * band buffer and are not kept. */
 typedef struct {
     const geom_t *g;
     const float *x, *Bp, *b;
@@ -74,30 +76,36 @@ static void conv_bands(void *ctx, int64_t b0, int64_t b1)
     band_job *j = ctx;
     const geom_t *g = j->g;
     const int64_t rows = g->poolH, Out = g->Out;
-    float *col = j->xpad ? NULL : crnn_scratch(CRNN_SCRATCH_BAND, bytes_of(rows * g->Wc * g->KP) + 1);
-    if (!col && !j->xpad) {
+    const int64_t ncol = j->xpad ? 0 : rows * g->Wc * g->KP, nconv = j->conv ? 0 : rows * g->Wc * Out;
+    const size_t nb = bytes_of(ncol + nconv + 16);
+    float *col = ncol + nconv ? (nb ? crnn_scratch(CRNN_SCRATCH_BAND, nb) : NULL) : NULL;
+    if (!col && ncol + nconv) {
         __atomic_store_n(&j->rc, CRNN_E_NOMEM, __ATOMIC_RELAXED);
         return;
     }
-    fwd_job fj = {g, j->b, j->conv, j->pooled, j->winners};
+    float *const bandConv = nconv ? col + (ncol + 15) / 16 * 16 : NULL;
+    fwd_job fj = {g, j->b, NULL, j->pooled, j->winners, 0};
     for (int64_t band = b0; band < b1; band++) {
         const int64_t y0 = band * rows, y1 = y0 + rows < g->Hc ? y0 + rows : g->Hc;
+        float *const conv = j->conv ? j->conv + y0 * g->Wc * Out : bandConv;   /* row y0 */
+        fj.conv = conv;
+        fj.p0 = y0 * g->Wc;
         if (j->coff) {    /* the windows straight from the padded image, a conv row a call */
             for (int64_t y = y0; y < y1; y++)
                 if (crnn_gemm16_kn_packed_sparse_win(g->Wc, Out, j->Kd, j->xpad + y * (g->W + 2 * g->padW) * g->C,
-                                                     g->C, j->coff, j->Bp, j->conv + y * g->Wc * Out, Out)) {
+                                                     g->C, j->coff, j->Bp, conv + (y - y0) * g->Wc * Out, Out)) {
                     __atomic_store_n(&j->rc, CRNN_E_NOMEM, __ATOMIC_RELAXED);
                     return;
                 }
         } else if (j->xpad) {
             for (int64_t y = y0; y < y1; y++)
                 crnn_gemm16_kn_packed_taps(g->Wc, Out, j->Kd, j->xpad + y * (g->W + 2 * g->padW), 1,
-                                           j->tap, j->Bp, j->conv + y * g->Wc * Out, Out);
+                                           j->tap, j->Bp, conv + (y - y0) * g->Wc * Out, Out);
         } else {
             im2col_job ij = {g, j->x, col, y0};
             crnn_conv_im2col_rows(&ij, y0, y1);
             (j->sparse ? crnn_gemm16_kn_packed_sparse : crnn_gemm16_kn_packed)(
-                (y1 - y0) * g->Wc, Out, j->Kd, col, g->KP, 1, j->Bp, j->conv + y0 * g->Wc * Out, Out);
+                (y1 - y0) * g->Wc, Out, j->Kd, col, g->KP, 1, j->Bp, conv, Out);
         }
         crnn_conv_bias_rows(&fj, y0 * g->Wc, y1 * g->Wc);
         if (band < g->Hp) crnn_conv_pool_rows(&fj, band, band + 1);
@@ -117,14 +125,14 @@ static int64_t dot_terms(const geom_t *g, const float *Wt)
     return g->K;
 }
 
-int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
-                          const float *Wt, const float *b, int32_t Out,
-                          int32_t kh, int32_t kw, int32_t padH, int32_t padW,
-                          int32_t poolH, int32_t poolW,
-                          float *conv, float *pooled, int32_t *winners)
+static int32_t conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
+                            const float *Wt, const float *b, int32_t Out,
+                            int32_t kh, int32_t kw, int32_t padH, int32_t padW,
+                            int32_t poolH, int32_t poolW,
+                            float *conv, float *pooled, int32_t *winners)
 {
     geom_t g;
-    if (!x || !Wt || !b || !conv || !pooled || !winners) return CRNN_E_ARG;
+    if (!x || !Wt || !b || !pooled || !winners) return CRNN_E_ARG;
     if (!make_geom(&g, H, W, C, Out, kh, kw, padH, padW, poolH, poolW)) return CRNN_E_ARG;
     /* bands of poolH conv rows: im2col, dots, bias and pool while the band is in cache */
     const int64_t Kd = dot_terms(&g, Wt);
@@ -150,6 +158,26 @@ int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
     for (int64_t k = 0; taps && k < Kd; k++) bj.tap[k] = (k / g.kw) * Wx + k % g.kw;
     crnn_parallel_for_work((g.Hc + g.poolH - 1) / g.poolH, g.P * g.Out * g.KP, conv_bands, &bj);
     return bj.rc;
+}
+
+int32_t crnn_conv_forward(const float *x, int32_t H, int32_t W, int32_t C,
+                          const float *Wt, const float *b, int32_t Out,
+                          int32_t kh, int32_t kw, int32_t padH, int32_t padW,
+                          int32_t poolH, int32_t poolW,
+                          float *conv, float *pooled, int32_t *winners)
+{
+    if (!conv) return CRNN_E_ARG;
+    return conv_forward(x, H, W, C, Wt, b, Out, kh, kw, padH, padW, poolH, poolW, conv, pooled,
+                        winners);
+}
+
+int32_t crnn_conv_forward_pooled(const float *x, int32_t H, int32_t W, int32_t C,
+                                 const float *Wt, const float *b, int32_t Out,
+                                 int32_t kh, int32_t kw, int32_t padH, int32_t padW,
+                                 int32_t poolH, int32_t poolW, float *pooled, int32_t *winners)
+{
+    return conv_forward(x, H, W, C, Wt, b, Out, kh, kw, padH, padW, poolH, poolW, NULL, pooled,
+                        winners);
 }
 
 /* ---- backward --------------------------------------------------------------------- */

@@ -47,8 +47,9 @@ static inline int64_t crnn_conv_chunk_offset(const geom_t *g, int64_t m)
 typedef struct {
     const geom_t *g;
     const float *b;
-    float *conv, *pooled;
+    float *conv, *pooled;   /* conv[0] holds the outputs of conv position p0 */
     int32_t *winners;
+    int64_t p0;
 } fwd_job;
 
 /* The bias over positions p0..p1 and the pool over rows of windows oy0..oy1, each on the

@@ -9,7 +9,7 @@ void crnn_conv_bias_rows_scalar(void *ctx, int64_t p0, int64_t p1)
 {
     const fwd_job *j = ctx;
     int64_t Out = j->g->Out;
-    for (int64_t p = p0; p < p1; p++) crnn_conv_add_floats(j->conv + p * Out, j->b, Out);
+    for (int64_t p = p0; p < p1; p++) crnn_conv_add_floats(j->conv + (p - j->p0) * Out, j->b, Out);
 }
 
 /* Running maximum from +0, window rows outer, columns inner, replaced only when strictly
@@ -35,7 +35,7 @@ void crnn_conv_pool_rows_scalar(void *ctx, int64_t oy0, int64_t oy1)
                     for (int64_t dy = 0; dy < g->poolH; dy++)
                         for (int64_t dx = 0; dx < g->poolW; dx++) {
                             const int64_t p = p0 + dy * g->Wc + dx;
-                            __m128 v = _mm_loadu_ps(j->conv + p * Out + o);
+                            __m128 v = _mm_loadu_ps(j->conv + (p - j->p0) * Out + o);
                             __m128 better = _mm_cmpgt_ps(v, mo);   /* false for NaN, -0 */
                             __m128i bi = _mm_castps_si128(better);
                             __m128i idx = _mm_add_epi32(_mm_set1_epi32((int32_t)(p * Out + o)),
@@ -64,7 +64,7 @@ void crnn_conv_pool_rows_scalar(void *ctx, int64_t oy0, int64_t oy1)
                 for (int64_t dy = 0; dy < ph; dy++)
                     for (int64_t dx = 0; dx < pw; dx++) {
                         int64_t p = (oy * g->poolH + dy) * g->Wc + ox * g->poolW + dx;
-                        const float *row = j->conv + p * Out + o0;
+                        const float *row = j->conv + (p - j->p0) * Out + o0;
                         int32_t base = (int32_t)(p * Out + o0);
                         int64_t o = 0;
 #if defined(__SSE2__)

@@ -226,6 +226,13 @@ crnn_gemm16_kn_packed_fn crnn_gemm16_kn_packed_kernel(void);
 #define CRNN_SCRATCH_SLOTS  7
 void *crnn_scratch(int slot, size_t bytes);
 
+/* crnn_conv_forward without its conv output (conv.c): each band's conv values are kept only
+ * while its pool windows are taken (the batch gradient reads the pooled values and winners) */
+int32_t crnn_conv_forward_pooled(const float *x, int32_t H, int32_t W, int32_t C,
+                                 const float *Wt, const float *b, int32_t Out,
+                                 int32_t kh, int32_t kw, int32_t padH, int32_t padW,
+                                 int32_t poolH, int32_t poolW, float *pooled, int32_t *winners);
+
 /* The LSTM layer (lstm.c) for nl lines of the same length T at once, each line's tensors
  * where the ABI entry points put them (crnn_lstm_forward/backward are nl = 1), except the
  * backward's weight gradients: dW_ih, dW_hh and db hold a pointer per line and direction

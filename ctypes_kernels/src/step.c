@@ -2,10 +2,11 @@
  * (docs/backward.md, "Batch gradient, clipping").
  *
  * Per line, through the same entry points the per-layer fixtures gate: conv blocks
- * (crnn_conv_forward, winners kept) -> the sequence x[t = w][h*C + c] -> bidirectional LSTM
- * layers (crnn_lstm_forward) -> classifier (crnn_linear_forward) -> crnn_ctc with scale 1/B ->
- * the backward pass (linear, LSTM, conv; the first block's dx is not computed) into the
- * line's own gradient buffer. A line with no alignment (loss +inf) keeps an all-+0 gradient.
+ * (crnn_conv_forward, winners kept; its conv values, which nothing reads back, only per band)
+ * -> the sequence x[t = w][h*C + c] -> bidirectional LSTM layers (crnn_lstm_forward) ->
+ * classifier (crnn_linear_forward) -> crnn_ctc with scale 1/B -> the backward pass
+ * (linear, LSTM, conv; the first block's dx is not computed) into the line's own gradient
+ * buffer. A line with no alignment (loss +inf) keeps an all-+0 gradient.
  * The batch runs stage by stage: the per-line stages across threads, and each LSTM layer
  * with the lines of one length together (crnn_lstm_forward_lines / _backward_lines, the
  * code of crnn_lstm_forward/backward for several lines: one read of the recurrent weights
@@ -150,7 +151,7 @@ static int line_geom(const model_t *m, int32_t width, line_geom_t *g)
 typedef struct {
     line_geom_t g;
     int64_t need;
-    int64_t o_conv[MAX_BLOCKS], o_pool[MAX_BLOCKS], o_win[MAX_BLOCKS], o_dx[MAX_BLOCKS];
+    int64_t o_pool[MAX_BLOCKS], o_win[MAX_BLOCKS], o_dx[MAX_BLOCKS];
     int64_t o_seq, o_out[MAX_LSTM], o_gates[MAX_LSTM], o_c[MAX_LSTM], o_tc[MAX_LSTM],
         o_hp[MAX_LSTM];
     int64_t o_logits, o_dlogits, o_dA, o_dB;
@@ -161,15 +162,12 @@ static int layout_line(const model_t *m, int32_t width, line_layout_t *L)
     if (!line_geom(m, width, &L->g)) return 0;
     const line_geom_t *g = &L->g;
     const int64_t T = g->T, H = m->hidden, K = m->classes, G4 = 4 * H;
-    int64_t need = 0, maxP = 0;
-    for (int n = 0; n < m->nBlocks; n++) if (g->P[n] * m->out[n] > maxP) maxP = g->P[n] * m->out[n];
-    int64_t o_convbuf = need; need += maxP;           /* conv pre-activations, reused */
+    int64_t need = 0;
     for (int n = 0; n < m->nBlocks; n++) {
         int64_t np = g->Hp[n] * g->Wp[n] * m->out[n];
         L->o_pool[n] = need; need += np;
         L->o_win[n] = need; need += np;
         L->o_dx[n] = need; need += (int64_t)m->inH[n] * g->W[n] * m->inC[n];   /* dx of block n */
-        L->o_conv[n] = o_convbuf;
     }
     L->o_seq = need; need += T * m->seqFeatures;
     for (int l = 0; l < m->nLstm; l++) {
@@ -346,11 +344,11 @@ static void stage_conv_forward(const batch_t *bt, int32_t b)
     float *s = bt->s[b];
     const float *x = bt->images + bt->imgOff[b];
     for (int n = 0; n < m->nBlocks; n++) {
-        int32_t rc = crnn_conv_forward(x, m->inH[n], L->g.W[n], m->inC[n],
-                                       prm + m->offs[t_conv_W(n)], prm + m->offs[t_conv_b(n)],
-                                       m->out[n], m->kh[n], m->kw[n], m->padH[n], m->padW[n],
-                                       m->poolH[n], m->poolW[n], s + L->o_conv[n], s + L->o_pool[n],
-                                       (int32_t *)(s + L->o_win[n]));
+        int32_t rc = crnn_conv_forward_pooled(x, m->inH[n], L->g.W[n], m->inC[n],
+                                              prm + m->offs[t_conv_W(n)], prm + m->offs[t_conv_b(n)],
+                                              m->out[n], m->kh[n], m->kw[n], m->padH[n], m->padW[n],
+                                              m->poolH[n], m->poolW[n], s + L->o_pool[n],
+                                              (int32_t *)(s + L->o_win[n]));
         if (rc != CRNN_OK) { line_failed(bt, b, rc); return; }
         x = s + L->o_pool[n];
     }

@@ -20,7 +20,7 @@ void CAT(crnn_conv_bias_rows, ISA_SUFFIX)(void *ctx, int64_t p0, int64_t p1)
         return;
     }
     for (int64_t p = p0; p < p1; p++) {
-        float *c = j->conv + p * Out;
+        float *c = j->conv + (p - j->p0) * Out;
         for (int64_t o = 0; o < Out; o += VW) VSTOREU(c + o, VADD(VLOADU(c + o), VLOADU(j->b + o)));
     }
 }
@@ -35,7 +35,7 @@ pool_window(const fwd_job *j, int64_t Out, int64_t Wc, int64_t ph, int64_t pw, i
     for (int64_t dy = 0; dy < ph; dy++)
         for (int64_t dx = 0; dx < pw; dx++) {
             const int64_t p = p0 + dy * Wc + dx;
-            const vec_t v = VLOADU(j->conv + p * Out + o);
+            const vec_t v = VLOADU(j->conv + (p - j->p0) * Out + o);
             const vmask_t better = VCMPLT(mo, v);   /* v > mo */
             mo = VSELECT(better, v, mo);
             wo = VISELECT(better, VIADD(VISET1((int32_t)(p * Out + o)), VILANES()), wo);
