@@ -124,6 +124,13 @@ int crnn_copy_finite(float *dst, const float *src, int64_t n);
 int crnn_mostly_zero(const float *x, int64_t n);
 /* That test from a count already made: `zeros` of n values are ±0. */
 static inline int crnn_zeros_enough(int64_t zeros, int64_t n) { return 4 * zeros >= n; }
+/* Index of B(k, j) in that layout. */
+static inline int64_t crnn_kn_packed_index(int64_t K, int64_t k, int64_t j)
+{
+    int64_t l = k % 16, before = 0;
+    for (int64_t m = 0; m < l; m++) before += K > m ? (K - m + 15) / 16 : 0;
+    return (j / 16) * 16 * K + (before + k / 16) * 16 + j % 16;
+}
 /* The first row of lane l in a panel: the number of k < K with k mod 16 < l. */
 static inline int64_t crnn_kn_lane_start(int64_t K, int l)
 {
